@@ -1,0 +1,49 @@
+"""Exceptions raised by feedline.
+
+Every error names what failed (the sample index, its file when there is one,
+the argument) and says what to do about it.
+"""
+
+from __future__ import annotations
+
+__all__ = ["FeedlineError", "RemoteTraceback", "SampleError", "WorkerError"]
+
+
+class FeedlineError(Exception):
+    """Base class of the errors feedline raises itself."""
+
+
+class RemoteTraceback(Exception):
+    """Carries the formatted traceback of an exception raised in a worker.
+
+    It is attached as the ``__cause__`` of the re-raised exception, so the
+    consumer's traceback shows where the error happened inside the worker.
+    """
+
+    def __init__(self, text: str):
+        super().__init__(text)
+        self.text = text
+
+    def __str__(self) -> str:
+        return "\n\n--- traceback from the worker ---\n" + self.text
+
+
+class SampleError(FeedlineError):
+    """A sample could not be read or transformed.
+
+    Attributes:
+        index: the sample's index in the source (for generator sources, a
+            ``(shard, position)`` pair).
+        where: a human description of the sample (its file path, if any).
+        stage: the name of the step that failed.
+    """
+
+    def __init__(self, message: str, *, index=None, where=None, stage=None):
+        super().__init__(message)
+        self.index = index
+        self.where = where
+        self.stage = stage
+
+
+class WorkerError(FeedlineError):
+    """A worker died or could not start, and the work could not be redone."""

@@ -1,0 +1,349 @@
+"""One epoch of a pipeline, from the consumer's side.
+
+The iterator turns the epoch's index list (or stream shards) into tasks,
+keeps at most ``depth`` of them outstanding on the executor (the
+back-pressure rule: a slow consumer stops new work, never piles up
+batches), puts results back in task order, and hands out batches.
+
+Batches in order: results are held in a small reorder buffer keyed by task
+number, so the output is the same for any worker count or backend. With
+``ordered=False`` results are used as they arrive.
+
+Short tasks (``filter`` or ``on_error="skip"``): rows are carried over and
+re-cut into full batches; the batch steps then run here, in the consumer.
+
+Resumption: every output carries the point just after it (task number and
+rows of that task already used, or, for streams, each shard's position),
+so ``state()`` is exact at every batch boundary.
+"""
+
+from __future__ import annotations
+
+import collections
+import time
+import warnings
+
+import cloudpickle
+
+from ._errors import FeedlineError, RemoteTraceback, SampleError, WorkerError
+from ._plan import Task
+from ._stats import Stats
+from ._tree import concat_pieces, row_count, slice_rows
+
+__all__ = ["EpochIterator", "STATE_VERSION"]
+
+STATE_VERSION = 1
+
+
+class EpochIterator:
+    """Iterates one epoch; made by ``iter(pipe)``, ``pipe.epoch(k)`` or ``pipe.resume(state)``."""
+
+    def __init__(self, pipeline, runtime, epoch: int, state: dict | None = None):
+        self._pipeline = pipeline  # keeps the pipeline (and its workers) alive while iterating
+        self._runtime = runtime
+        self._plan = plan = runtime.plan
+        self._executor = runtime.executor
+        self.epoch = epoch
+        self._generation = runtime.begin(self)
+        self._depth = runtime.depth
+        self._size = plan.part.batch_size
+        self._ordered = plan.ordered
+        self._unbatched = self._size is None
+        self._done: dict[int, object] = {}
+        self._out: collections.deque = collections.deque()  # (item, resume point)
+        self._carry: list = []
+        self._carry_rows = 0
+        self._carry_task = None  # task number and row count of the last piece carried
+        self._in_flight = 0
+        self._finished = False
+        self._superseded = False
+        self._error = None
+        self.stats_ = Stats(runtime.backend, runtime.workers, self._depth, runtime.decision)
+        self.stats_.epoch = epoch
+        self._started = None
+        start_task, self._skip_rows = 0, 0
+        if state is not None:
+            start_task, self._skip_rows = state["task"], state["offset"]
+            self.stats_.skipped = [tuple(s) for s in state.get("skipped", [])]
+            self.stats_.batches = state.get("batches", 0)
+        self._point = {"task": start_task, "offset": self._skip_rows}
+        if plan.streaming:
+            self._init_streams(state)
+        else:
+            self._order = plan.epoch_indices(epoch)
+            step = plan.task_size
+            count = len(self._order)
+            whole = plan.drop_remainder and plan.part.aligned and not self._unbatched
+            self._num_tasks = count // step if whole else -(-count // step)
+        self._next_submit = self._next_take = start_task
+
+    # ------------------------------------------------------------ streams
+    def _init_streams(self, state):
+        self._shards = self._plan.epoch_shards(self.epoch)
+        streams = (state or {}).get("streams", {})
+        self._exhausted = set(streams.get("exhausted", []))
+        self._positions = {int(k): v for k, v in streams.get("positions", {}).items()}
+        self._cursor = streams.get("cursor", 0)  # position in self._shards of the next shard to dispatch
+        # Every shard's first task in this iterator names its start, so a worker
+        # holding a stale open shard (from a superseded iterator) reopens it.
+        self._restart = {s: self._positions.get(s, 0) for s in self._shards}
+        self._task_shard: dict[int, int] = {}
+        self._num_tasks = None
+
+    def _next_stream_task(self):
+        live = [s for s in self._shards if s not in self._exhausted]
+        if not live:
+            return None
+        for _ in range(len(self._shards)):
+            shard = self._shards[self._cursor % len(self._shards)]
+            self._cursor = (self._cursor + 1) % len(self._shards)
+            if shard not in self._exhausted:
+                start = self._restart.pop(shard, None)
+                return shard, start
+        return None
+
+    # -------------------------------------------------------------- tasks
+    def _submit_more(self) -> None:
+        while self._in_flight < self._depth and not self._error:
+            number = self._next_submit
+            if self._plan.streaming:
+                picked = self._next_stream_task()
+                if picked is None:
+                    return
+                shard, start = picked
+                task = Task(self.epoch, number, shard=shard, start=start)
+                self._task_shard[number] = (shard, self._cursor)
+                affinity = self._shards.index(shard)
+            else:
+                if number >= self._num_tasks:
+                    return
+                step = self._plan.task_size
+                task = Task(self.epoch, number, indices=self._order[number * step : (number + 1) * step])
+                affinity = None
+            self._executor.submit((self._generation, number), task, affinity)
+            self._next_submit += 1
+            self._in_flight += 1
+
+    def _collect(self) -> None:
+        events = self._executor.wait(None)
+        for event in events:
+            self._in_flight -= 1
+            self._done[event.key[1]] = event.result
+        if self._ordered:
+            while self._next_take in self._done:
+                self._take(self._next_take, self._done.pop(self._next_take))
+                self._next_take += 1
+        else:
+            for number in sorted(self._done):
+                self._take(number, self._done.pop(number))
+
+    # ---------------------------------------------------------- assembly
+    def _take(self, number: int, result) -> None:
+        self.stats_.add_result(result)
+        if result.error is not None:
+            self._error = result.error
+            self._out.append((_ERROR, None))
+            return
+        if self._plan.streaming:
+            shard, cursor = self._task_shard.pop(number)
+            self._positions[shard] = result.consumed
+            if result.exhausted:
+                self._exhausted.add(shard)
+            point = {"streams": {"positions": dict(self._positions), "exhausted": sorted(self._exhausted), "cursor": cursor}}
+            if result.rows and not (self._plan.drop_remainder and not self._unbatched and result.rows < self._size):
+                self._emit_rows(result, point)
+            return
+        payload, rows = result.payload, result.rows
+        skip, self._skip_rows = self._skip_rows, 0
+        if skip and rows:
+            payload = payload[skip:] if self._unbatched else slice_rows(payload, skip, rows)
+            rows -= skip
+        if self._unbatched:
+            for j, item in enumerate(payload or []):
+                last = j == len(payload) - 1
+                self._out.append((item, {"task": number + 1 if last else number, "offset": 0 if last else skip + j + 1}))
+            return
+        if self._plan.part.aligned:
+            if rows:
+                self._out.append((payload, {"task": number + 1, "offset": 0}))
+            return
+        if rows:
+            self._carry.append(payload)
+            self._carry_rows += rows
+            self._carry_task = (number, result.rows)
+        self._cut(final=False)
+
+    def _cut(self, final: bool) -> None:
+        size = self._size
+        while self._carry_rows >= size or (final and self._carry_rows and not self._plan.drop_remainder):
+            joined = self._carry[0] if len(self._carry) == 1 else concat_pieces(self._carry)
+            total = self._carry_rows
+            take = min(size, total)
+            batch = joined if take == total else slice_rows(joined, 0, take)
+            rest = total - take
+            self._carry = [slice_rows(joined, take, total)] if rest else []
+            self._carry_rows = rest
+            number, task_rows = self._carry_task
+            point = {"task": number, "offset": task_rows - rest} if rest else {"task": number + 1, "offset": 0}
+            self._out.append((self._consumer_batch_steps(batch), point))
+        if final:
+            self._carry, self._carry_rows = [], 0
+
+    def _emit_rows(self, result, point) -> None:
+        if self._unbatched:
+            for item in result.payload:
+                self._out.append((item, point))
+        else:
+            self._out.append((result.payload, point))
+
+    def _consumer_batch_steps(self, batch):
+        for op in self._plan.consumer_batch_ops:
+            t0 = time.perf_counter()
+            batch = op.fn(batch)
+            self.stats_.stage_seconds[op.name] += time.perf_counter() - t0
+        return batch
+
+    # ----------------------------------------------------------- protocol
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        if self._superseded:
+            raise FeedlineError(
+                f"this iterator (epoch {self.epoch}) was superseded: a newer iter(pipe), pipe.epoch() or "
+                "pipe.resume() started on the same pipeline. Iterate one epoch at a time, or build a "
+                "second pipeline for a second concurrent stream."
+            )
+        if self._finished:
+            raise StopIteration
+        now = time.perf_counter()
+        if self._started is None:
+            self._started = now
+        try:
+            item = self._next_item()
+        except StopIteration:
+            self._finish()
+            raise
+        except BaseException:
+            self._abort()
+            raise
+        after = time.perf_counter()
+        self.stats_.wait_seconds += after - now
+        self.stats_.wall_seconds = after - self._started
+        if self.stats_.first_batch_seconds is None:
+            self.stats_.first_batch_seconds = after - self._started
+        self.stats_.batches += 1
+        self.stats_.samples += 1 if self._unbatched else row_count(item)
+        return item
+
+    def _next_item(self):
+        while True:
+            if self._out:
+                item, point = self._out.popleft()
+                if item is _ERROR:
+                    raise _sample_error(self._error)
+                self._point = point
+                return item
+            self._submit_more()
+            if self._in_flight == 0:
+                # Nothing running and nothing left to submit: every result is taken.
+                if self._carry_rows:
+                    self._cut(final=True)
+                    if self._out:
+                        continue
+                raise StopIteration
+            self._collect()
+
+    def _finish(self) -> None:
+        if self._finished:
+            return
+        self._finished = True
+        if self.stats_.skipped:
+            shown = ", ".join(str(i) for i, _ in self.stats_.skipped[:10])
+            warnings.warn(
+                f"feedline skipped {len(self.stats_.skipped)} samples in epoch {self.epoch} "
+                f"(on_error='skip'): {shown}{' ...' if len(self.stats_.skipped) > 10 else ''}. "
+                "See it.stats() for the reasons.",
+                RuntimeWarning,
+                stacklevel=3,
+            )
+        self._runtime.last_stats = self.stats_
+
+    def _abort(self) -> None:
+        self._finished = True
+        self._executor.cancel(self._generation)
+        self._runtime.last_stats = self.stats_
+
+    def _supersede(self) -> None:
+        if not self._finished:
+            self._superseded = True
+            self._executor.cancel(self._generation)
+
+    def close(self) -> None:
+        """Stop this epoch early; outstanding work is cancelled (workers stay up)."""
+        if not self._finished:
+            self._abort()
+
+    def __del__(self):
+        try:
+            if not self._finished and not self._superseded:
+                self._executor.cancel(self._generation)
+        except Exception:  # interpreter shutdown: nothing left to cancel
+            return
+
+    # ----------------------------------------------------- state and stats
+    def state(self) -> dict:
+        """Where this epoch stands, as a small JSON-serialisable dict.
+
+        ``pipe.resume(state)`` continues right after the last batch this
+        iterator returned, with the same batches the uninterrupted run
+        would have produced.
+        """
+        if not self._ordered:
+            raise FeedlineError("state() needs ordered output; remove ordered=False from map() to checkpoint mid-epoch")
+        state = {
+            "version": STATE_VERSION,
+            "epoch": self.epoch,
+            "batches": self.stats_.batches,
+            "skipped": [[_jsonable(i), r] for i, r in self.stats_.skipped],
+            "fingerprint": self._pipeline._fingerprint(),
+        }
+        if self._plan.streaming:
+            state.update(task=0, offset=0, streams=self._point.get("streams", {"positions": {}, "exhausted": [], "cursor": 0}))
+        else:
+            state.update(task=self._point["task"], offset=self._point["offset"])
+        return state
+
+    def stats(self) -> Stats:
+        """Counters for this epoch so far (see `feedline.Stats`)."""
+        self.stats_.worker_restarts = getattr(self._executor, "restarts", 0)
+        return self.stats_
+
+
+_ERROR = object()
+
+
+def _jsonable(index):
+    return list(index) if isinstance(index, tuple) else int(index)
+
+
+def _sample_error(info: dict) -> BaseException:
+    index, where, stage = info["index"], info["where"], info["stage"]
+    sample = f"sample {index}" if index is not None else "a sample"
+    if where:
+        sample += f" ({where})"
+    if info.get("worker_exit"):
+        return WorkerError(info["message"])
+    message = f"{stage} failed on {sample}: {info['type']}: {info['message']}"
+    error = SampleError(message, index=index, where=where, stage=stage)
+    cause = None
+    if info.get("exception") is not None:
+        try:
+            cause = cloudpickle.loads(info["exception"])
+        except Exception:  # the exception class may not exist here; the text still travels
+            cause = None
+    remote = RemoteTraceback(info["traceback"])
+    if cause is not None and cause.__cause__ is None:
+        cause.__cause__ = remote
+    error.__cause__ = cause if cause is not None else remote
+    return error

@@ -1,0 +1,239 @@
+"""The public `Pipeline`: an immutable description of an input pipeline.
+
+Each method returns a new pipeline with one more step; nothing runs until
+the pipeline is iterated. Iterating builds a `Runtime` (workers, shared
+memory) that persists across epochs until `close`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import sys
+import weakref
+
+from ._errors import FeedlineError
+from ._iterator import STATE_VERSION, EpochIterator
+from ._plan import compile_plan, new_seed
+from ._steps import Batch, Filter, Map, MapBatch, Prefetch, Shard, Shuffle
+
+__all__ = ["Pipeline"]
+
+
+class Pipeline:
+    """An input pipeline: a source and the steps applied to it.
+
+    Build one with a source function (`feedline.from_arrays`, ...), chain
+    steps, then iterate: each ``iter(pipe)`` is the next epoch.
+
+    >>> import numpy as np, feedline as fl
+    >>> pipe = fl.from_arrays(np.arange(10)).shuffle(seed=0).batch(4)
+    >>> sorted(int(v) for b in pipe for v in b)
+    [0, 1, 2, 3, 4, 5, 6, 7, 8, 9]
+    """
+
+    def __init__(self, source, steps: tuple = ()):
+        self._source = source
+        self._steps = tuple(steps)
+        self._plan = compile_plan(source, self._steps, self._seed())  # validates step order now
+        self._runtime = None
+        self._next_epoch = 0
+        self._finalizer = None
+
+    # ------------------------------------------------------------ building
+    def _with(self, step) -> "Pipeline":
+        return Pipeline(self._source, self._steps + (step,))
+
+    def _seed(self) -> int:
+        for step in self._steps:
+            if isinstance(step, Shuffle):
+                return step.seed
+        return 0
+
+    def shuffle(self, seed: int | None = None) -> "Pipeline":
+        """Visit samples in a new order each epoch, a permutation from ``(seed, epoch)``.
+
+        Only indices are permuted (never a buffer of decoded samples), so the
+        shuffle is perfect and costs nothing. ``seed=None`` draws a seed now;
+        it is shown by ``print(pipe)`` and kept in checkpoints. The seed also
+        seeds the ``rng`` given to ``map`` functions. For a generator source,
+        the order of shards is shuffled.
+        """
+        return self._with(Shuffle(new_seed() if seed is None else seed))
+
+    def map(self, fn, *, workers: int | None = None, backend: str | None = None, on_error="raise", ordered: bool = True) -> "Pipeline":
+        """Apply ``fn(sample)`` or ``fn(sample, rng)`` to every sample, in parallel.
+
+        Args:
+            fn: any function, lambda or closure; with a second parameter (or
+                one named ``rng``) it receives a `numpy.random.Generator`
+                seeded from ``(seed, epoch, index)``, so augmentation is the
+                same for any backend and worker count.
+            workers: number of workers (default: one per available core).
+            backend: ``"serial"``, ``"thread"``, ``"process"`` or None to let
+                feedline choose (see the README's "Backends").
+            on_error: ``"raise"`` (default), ``"skip"`` (drop the sample,
+                count it in ``stats()`` and warn once per epoch), or a function
+                ``(index, error) -> replacement sample``.
+            ordered: False lets batches arrive in completion order (faster
+                when sample costs vary; not resumable mid-epoch).
+        """
+        return self._with(Map(fn, workers=workers, backend=backend, on_error=on_error, ordered=ordered))
+
+    def filter(self, pred) -> "Pipeline":
+        """Keep the samples for which ``pred(sample)`` is true."""
+        return self._with(Filter(pred))
+
+    def batch(self, size: int, drop_remainder: bool = False, collate=None) -> "Pipeline":
+        """Group samples into batches of ``size``.
+
+        The default collation stacks arrays (and numbers) along a new first
+        axis, through tuples, lists and dicts; other values become lists.
+        ``collate(list_of_samples)`` replaces it.
+        """
+        return self._with(Batch(size, drop_remainder, collate))
+
+    def map_batch(self, fn) -> "Pipeline":
+        """Apply ``fn(batch)`` to each batch (vectorised work, after `batch`)."""
+        return self._with(MapBatch(fn))
+
+    def shard(self, index: int | None = None, count: int | None = None) -> "Pipeline":
+        """Keep this rank's share of every epoch: indices ``index::count`` of the order.
+
+        With no arguments, rank and world size come from an initialised
+        ``torch.distributed``, from JAX's process index and count, or from
+        the ``RANK`` and ``WORLD_SIZE`` environment variables.
+        """
+        if index is None and count is None:
+            index, count = _rank_from_environment()
+        elif index is None or count is None:
+            raise ValueError("shard() takes both index and count, or neither (to read them from the environment)")
+        return self._with(Shard(index, count))
+
+    def prefetch(self, depth: int | None = None) -> "Pipeline":
+        """How many batches may be prepared ahead of the consumer (default: 2 per worker)."""
+        return self._with(Prefetch(depth))
+
+    # ---------------------------------------------------------- consuming
+    def _ensure_runtime(self):
+        if self._runtime is None or self._runtime.closed:
+            from ._runtime import Runtime
+
+            self._runtime = Runtime(self._plan)
+            if self._finalizer is not None:
+                self._finalizer.detach()
+            self._finalizer = weakref.finalize(self, self._runtime.close)
+        return self._runtime
+
+    def __iter__(self) -> EpochIterator:
+        epoch = self._next_epoch
+        self._next_epoch += 1
+        return EpochIterator(self, self._ensure_runtime(), epoch)
+
+    def epoch(self, k: int) -> EpochIterator:
+        """An iterator over epoch ``k``; the next ``iter(pipe)`` is epoch ``k + 1``."""
+        if isinstance(k, bool) or not isinstance(k, int) or k < 0:
+            raise ValueError(f"epoch(k) needs an integer k >= 0, got {k!r}")
+        self._next_epoch = k + 1
+        return EpochIterator(self, self._ensure_runtime(), k)
+
+    def resume(self, state: dict) -> EpochIterator:
+        """Continue an epoch from ``it.state()``, exactly after its last batch."""
+        if not isinstance(state, dict) or state.get("version") != STATE_VERSION:
+            raise ValueError(f"resume() needs a dict from it.state() (version {STATE_VERSION}); got {state!r:.80}")
+        if state.get("fingerprint") != self._fingerprint():
+            raise ValueError(
+                "resume(): this state was saved from a different pipeline (its source length, steps, "
+                "seed or batch size differ); resume with the pipeline that produced it"
+            )
+        self._next_epoch = state["epoch"] + 1
+        return EpochIterator(self, self._ensure_runtime(), state["epoch"], state)
+
+    def __len__(self) -> int:
+        """Batches per epoch (samples, if the pipeline does not batch)."""
+        return self._plan.num_batches()
+
+    def stats(self):
+        """Statistics of the most recent epoch (see `EpochIterator.stats`)."""
+        runtime = self._runtime
+        stats = getattr(runtime, "last_stats", None) if runtime else None
+        if runtime is not None and runtime.active is not None and runtime.active() is not None:
+            stats = runtime.active().stats()
+        if stats is None:
+            raise FeedlineError("stats() is available once the pipeline has been iterated")
+        return stats
+
+    def close(self) -> None:
+        """Stop the workers and free shared memory; iterating again restarts them."""
+        if self._runtime is not None:
+            self._runtime.close()
+
+    def __enter__(self) -> "Pipeline":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # ------------------------------------------------------------ reading
+    def _fingerprint(self) -> str:
+        plan = self._plan
+        try:
+            length = len(self._source)
+        except TypeError:
+            length = getattr(self._source, "num_shards", -1)
+        parts = [type(self._source).__name__, str(length)]
+        for step in self._steps:
+            if isinstance(step, (Shuffle, Shard, Batch)):
+                parts.append(repr((type(step).__name__, getattr(step, "seed", None), getattr(step, "index", None), getattr(step, "count", None), getattr(step, "size", None), getattr(step, "drop_remainder", None))))
+            elif isinstance(step, (Map, Filter, MapBatch)):
+                parts.append(f"{type(step).__name__}:{step.name}")
+        del plan
+        return hashlib.sha256("|".join(parts).encode()).hexdigest()[:16]
+
+    def __repr__(self) -> str:
+        lines = [self._source.describe()]
+        for step in self._steps:
+            lines.append("  ." + _describe_step(step))
+        if self._runtime is not None and not self._runtime.closed:
+            rt = self._runtime
+            lines.append(f"  # running: backend={rt.backend} workers={rt.workers} prefetch={rt.depth} ({rt.decision})")
+        return "\n".join(lines)
+
+
+def _describe_step(step) -> str:
+    if isinstance(step, Shuffle):
+        return f"shuffle(seed={step.seed})"
+    if isinstance(step, Shard):
+        return f"shard(index={step.index}, count={step.count})"
+    if isinstance(step, Map):
+        extras = [f"{k}={v!r}" for k, v in (("workers", step.workers), ("backend", step.backend)) if v is not None]
+        if step.on_error != "raise":
+            extras.append(f"on_error={getattr(step.on_error, '__name__', step.on_error)!r}")
+        if not step.ordered:
+            extras.append("ordered=False")
+        return f"map({', '.join([step.name + (' (rng)' if step.rng else '')] + extras)})"
+    if isinstance(step, Filter):
+        return f"filter({step.name})"
+    if isinstance(step, Batch):
+        return f"batch({step.size}{', drop_remainder=True' if step.drop_remainder else ''}{', collate=' + getattr(step.collate, '__name__', 'custom') if step.collate else ''})"
+    if isinstance(step, MapBatch):
+        return f"map_batch({step.name})"
+    if isinstance(step, Prefetch):
+        return f"prefetch({step.depth if step.depth is not None else ''})"
+    return repr(step)
+
+
+def _rank_from_environment() -> tuple[int, int]:
+    """(rank, world size) from torch.distributed, JAX, or RANK/WORLD_SIZE."""
+    dist = sys.modules.get("torch.distributed")
+    if dist is not None and dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    jax = sys.modules.get("jax")
+    if jax is not None and jax.process_count() > 1:
+        return jax.process_index(), jax.process_count()
+    if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
+        return int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    raise FeedlineError(
+        "shard() found no rank: torch.distributed is not initialised, JAX runs one process, and "
+        "RANK/WORLD_SIZE are not set. Pass shard(index, count) explicitly."
+    )

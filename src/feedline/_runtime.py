@@ -1,0 +1,126 @@
+"""The machinery behind a pipeline: its executor, shared arrays, generations.
+
+A runtime is built the first time a pipeline is iterated and lives until
+``pipe.close()``, ``with pipe:`` ends, the pipeline is garbage collected, or
+the interpreter exits (an ``atexit`` hook closes every live runtime). Its
+workers persist across epochs.
+
+Only one epoch iterator is active per runtime: starting another (a new
+``iter(pipe)``) supersedes the old one, whose outstanding tasks are
+cancelled; using the old iterator afterwards raises a clear error.
+"""
+
+from __future__ import annotations
+
+import atexit
+import itertools
+import weakref
+
+import cloudpickle
+
+from ._errors import FeedlineError
+from ._plan import Plan, default_workers
+from ._steps import Map
+from .sources import FileSource, GeneratorSource, SequenceSource
+
+__all__ = ["Runtime"]
+
+_live: "weakref.WeakSet[Runtime]" = weakref.WeakSet()
+
+
+def _choose(plan: Plan) -> tuple[str, int, str]:
+    """Backend, worker count, and the reason, for settings left unset."""
+    cores = default_workers()
+    backend, workers = plan.backend, plan.workers
+    if backend is not None:
+        if backend == "ray":
+            raise FeedlineError("backend='ray' is not available yet in this version of feedline; use 'process'")
+        count = 1 if backend == "serial" else (workers or cores)
+        return backend, count, "backend set by map()"
+    if workers == 0:
+        return "serial", 1, "workers=0"
+    user_code = bool(plan.part.ops) or isinstance(plan.part.source, (SequenceSource, GeneratorSource))
+    if not user_code:
+        return "serial", 1, "no per-sample Python work: bulk reads in the calling thread are fastest"
+    if (workers or cores) < 2:
+        return "serial", 1, "one core available"
+    return "process", workers or cores, "per-sample Python may hold the GIL: processes, one per core"
+
+
+def _pickling_error(plan: Plan, error: Exception) -> TypeError:
+    culprits = []
+    for op in plan.part.ops:
+        fn = op.fn if isinstance(op, Map) else op.pred
+        try:
+            cloudpickle.dumps(fn)
+        except Exception as e:
+            culprits.append(f"{op.name!r} ({type(e).__name__}: {e})")
+    what = "map/filter function " + ", ".join(culprits) if culprits else "the pipeline's source or functions"
+    return TypeError(
+        f"{what} cannot be sent to process workers: {error}. Functions travel with cloudpickle; "
+        "objects such as open files, locks, sockets or database connections cannot. Create them "
+        "inside the function (lazily, once per worker), or use backend='thread'."
+    )
+
+
+class Runtime:
+    """Executor plus bookkeeping for one pipeline object."""
+
+    def __init__(self, plan: Plan):
+        from .backends import ProcessExecutor, SerialExecutor, ThreadExecutor
+        from .transport._transfer import SharedArrays, dumps_for_workers
+
+        self.plan = plan
+        self.shared = None
+        backend, workers, reason = _choose(plan)
+        self.backend, self.decision = backend, reason
+        self.depth = plan.depth or max(2, 2 * workers)
+        if backend == "process":
+            self.shared = SharedArrays()
+            try:
+                part_bytes = dumps_for_workers(plan.part, self.shared)
+            except Exception as e:
+                self.shared.close()
+                raise _pickling_error(plan, e) from e
+            source = plan.part.source
+            describe = source.where if isinstance(source, FileSource) else None
+            self.executor = ProcessExecutor(part_bytes, workers, describe)
+        elif backend == "thread":
+            self.executor = ThreadExecutor(plan.part, workers)
+        else:
+            self.executor = SerialExecutor(plan.part)
+        self.workers = workers
+        self._generations = itertools.count()
+        self.active = None  # weakref to the current iterator
+        self.closed = False
+        _live.add(self)
+
+    def begin(self, iterator) -> int:
+        """Make ``iterator`` the active one; supersede the previous one."""
+        self._check_open()
+        previous = self.active() if self.active is not None else None
+        if previous is not None:
+            previous._supersede()
+        self.active = weakref.ref(iterator)
+        return next(self._generations)
+
+    def _check_open(self) -> None:
+        if self.closed:
+            raise FeedlineError("this pipeline was closed; build it again (or iterate a new pipeline) to start workers")
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        try:
+            self.executor.close()
+        finally:
+            if self.shared is not None:
+                self.shared.close()
+        _live.discard(self)
+
+
+@atexit.register
+def _close_all() -> None:
+    for runtime in list(_live):
+        runtime.close()

@@ -1,0 +1,154 @@
+"""The steps a pipeline is made of: plain, immutable records.
+
+A step only describes work; `feedline._plan` turns a list of steps into
+what workers run. Validation of user arguments happens here, when the step
+is created, so a mistake is reported on the line that made it, before any
+worker starts.
+"""
+
+from __future__ import annotations
+
+import inspect
+import numbers
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+__all__ = ["Batch", "Filter", "Map", "MapBatch", "Prefetch", "Shard", "Shuffle", "BACKENDS", "takes_rng", "fn_name"]
+
+BACKENDS = ("serial", "thread", "process", "ray")
+ON_ERROR = ("raise", "skip")
+
+
+def fn_name(fn) -> str:
+    """A short readable name for a user function (for reports and errors)."""
+    name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None)
+    if name is None:
+        name = type(fn).__name__
+    return name.replace(".<locals>", "")
+
+
+def takes_rng(fn) -> bool:
+    """True if ``fn`` should be called as ``fn(sample, rng)``.
+
+    That is when it declares a parameter named ``rng`` or accepts two
+    positional arguments. Functions without an inspectable signature
+    (some builtins) are called with the sample alone.
+    """
+    try:
+        params = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):
+        return False
+    if any(p.name == "rng" for p in params):
+        return True
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    return len(positional) >= 2 or (len(positional) == 1 and any(p.kind == p.VAR_POSITIONAL for p in params))
+
+
+def _check_callable(fn, method: str) -> None:
+    if not callable(fn):
+        raise TypeError(f"{method}() needs a function; got {type(fn).__name__} {fn!r:.60}")
+
+
+def _check_count(value, what: str, minimum: int) -> None:
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
+        raise ValueError(f"{what} must be an integer >= {minimum}, got {value!r}")
+
+
+@dataclass(frozen=True)
+class Shuffle:
+    """Permute the sample indices of each epoch, from ``(seed, epoch)``."""
+
+    seed: int
+
+    def __post_init__(self):
+        if isinstance(self.seed, bool) or not isinstance(self.seed, numbers.Integral) or self.seed < 0:
+            raise ValueError(f"shuffle(seed=...) must be a non-negative integer or None, got {self.seed!r}")
+
+
+@dataclass(frozen=True)
+class Shard:
+    """Keep every ``count``-th index starting at ``index`` (data-parallel rank)."""
+
+    index: int
+    count: int
+
+    def __post_init__(self):
+        _check_count(self.count, "shard(count=...)", 1)
+        _check_count(self.index, "shard(index=...)", 0)
+        if self.index >= self.count:
+            raise ValueError(f"shard(index={self.index}, count={self.count}): index must be < count")
+
+
+@dataclass(frozen=True)
+class Map:
+    """Apply ``fn(sample)`` or ``fn(sample, rng)`` to every sample, in workers."""
+
+    fn: Callable
+    workers: int | None = None
+    backend: str | None = None
+    on_error: Any = "raise"
+    ordered: bool = True
+    name: str = field(default="")
+    rng: bool = False
+
+    def __post_init__(self):
+        _check_callable(self.fn, "map")
+        if self.backend is not None and self.backend not in BACKENDS:
+            raise ValueError(f"map(backend={self.backend!r}): choose one of {', '.join(BACKENDS)}, or None to let feedline pick")
+        _check_count(self.workers, f"map(workers=...) with backend={self.backend!r}", 0 if self.backend in (None, "serial") else 1)
+        if self.backend == "serial" and self.workers not in (None, 0, 1):
+            raise ValueError(f"map(backend='serial') runs in the calling thread; workers={self.workers} makes no sense there. Use backend='process' or 'thread'")
+        if not callable(self.on_error) and self.on_error not in ON_ERROR:
+            raise ValueError(f"map(on_error={self.on_error!r}): use 'raise', 'skip', or a function (index, error) -> replacement sample")
+        object.__setattr__(self, "name", self.name or fn_name(self.fn))
+        object.__setattr__(self, "rng", takes_rng(self.fn))
+
+
+@dataclass(frozen=True)
+class Filter:
+    """Keep the samples for which ``pred(sample)`` is true."""
+
+    pred: Callable
+    name: str = ""
+
+    def __post_init__(self):
+        _check_callable(self.pred, "filter")
+        object.__setattr__(self, "name", self.name or fn_name(self.pred))
+
+
+@dataclass(frozen=True)
+class Batch:
+    """Group samples into batches of ``size``."""
+
+    size: int
+    drop_remainder: bool = False
+    collate: Callable | None = None
+
+    def __post_init__(self):
+        _check_count(self.size, "batch(size=...)", 1)
+        if self.collate is not None:
+            _check_callable(self.collate, "batch(collate=...)")
+
+
+@dataclass(frozen=True)
+class MapBatch:
+    """Apply ``fn(batch)`` to whole batches (vectorised work)."""
+
+    fn: Callable
+    name: str = ""
+
+    def __post_init__(self):
+        _check_callable(self.fn, "map_batch")
+        object.__setattr__(self, "name", self.name or fn_name(self.fn))
+
+
+@dataclass(frozen=True)
+class Prefetch:
+    """How many batches may be in flight ahead of the consumer."""
+
+    depth: int | None = None
+
+    def __post_init__(self):
+        _check_count(self.depth, "prefetch(depth=...)", 1)

@@ -1,0 +1,37 @@
+"""The serial backend: tasks run in the calling thread, when collected."""
+
+from __future__ import annotations
+
+import collections
+
+from .._plan import run_task
+from ._base import Event, Executor
+
+__all__ = ["SerialExecutor"]
+
+
+class SerialExecutor(Executor):
+    """Runs each task inside `wait`, in submission order: the reference backend."""
+
+    name = "serial"
+    workers = 1
+
+    def __init__(self, part):
+        self.part = part
+        self.queue: collections.deque = collections.deque()
+        self.streams: dict = {}
+
+    def submit(self, key, task, affinity=None):
+        self.queue.append((key, task))
+
+    def wait(self, timeout):
+        if not self.queue:
+            return []
+        key, task = self.queue.popleft()
+        return [Event(key, run_task(self.part, task, streams=self.streams))]
+
+    def outstanding(self):
+        return len(self.queue)
+
+    def cancel(self, generation):
+        self.queue = collections.deque(item for item in self.queue if item[0][0] != generation)

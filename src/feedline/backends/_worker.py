@@ -1,0 +1,134 @@
+"""Entry point of a process worker (a fresh interpreter, never a fork).
+
+Started by `feedline.backends._process` as
+``python -c "from feedline.backends._worker import main; main()"`` with a
+bootstrap record on stdin. It does not import the parent's ``__main__``, so
+a script without an ``if __name__ == "__main__"`` guard is not re-run, and
+user functions arrive by value through cloudpickle.
+
+Messages (consumer -> worker): ``("part", bytes)`` once, then
+``("task", key, task)``, ``("release", [slot ids])``, ``("stop",)``.
+Messages (worker -> consumer, cloudpickled): ``("hello", ...)``,
+``("ready",)`` or ``("part_error", info)``, ``("done", key, fields)``.
+
+The worker ignores SIGINT (the consumer decides when workers stop) and
+exits when the consumer goes away: either its connection reaches EOF or,
+while a long task runs, a watchdog thread sees the parent gone; it then
+unlinks every segment name it still owns, so a killed consumer leaks
+nothing.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import signal
+import sys
+import threading
+import time
+import traceback
+
+_BLAS_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "VECLIB_MAXIMUM_THREADS", "NUMEXPR_NUM_THREADS")
+
+
+def _parent_alive(parent_pid: int) -> bool:
+    if sys.platform == "win32":
+        import _winapi
+
+        try:
+            handle = _winapi.OpenProcess(0x00100000, False, parent_pid)  # SYNCHRONIZE
+        except OSError:
+            return False
+        try:
+            return _winapi.WaitForSingleObject(handle, 0) != 0
+        finally:
+            _winapi.CloseHandle(handle)
+    return os.getppid() == parent_pid
+
+
+def main() -> None:
+    boot = pickle.load(sys.stdin.buffer)
+    sys.stdin.close()
+    if hasattr(signal, "SIGINT"):
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+    sys.path[:] = boot["sys_path"]
+
+    import cloudpickle
+    import numpy as np
+    from multiprocessing.connection import Client
+
+    from .._plan import Result, _error_info, run_task
+    from ..transport import _transfer
+    from ..transport._shm import Segment, unlink
+    from ..transport._slots import SlotWriter
+
+    wid, parent_pid, prefix = boot["worker_id"], boot["parent_pid"], boot["prefix"]
+    writer = SlotWriter(f"{prefix}w{wid}_")
+    status_seg = Segment.create(f"{prefix}w{wid}_status", 16)
+    status = np.ndarray((2,), np.int64, buffer=status_seg.buf)
+    status[:] = -1
+
+    def cleanup(parent_gone: bool) -> None:
+        writer.close()
+        unlink(status_seg.name)
+        if parent_gone:
+            for name in _transfer.attached_names():
+                unlink(name)
+
+    def watchdog() -> None:
+        while True:
+            time.sleep(0.2)
+            if not _parent_alive(parent_pid):
+                cleanup(parent_gone=True)
+                os._exit(0)
+
+    threading.Thread(target=watchdog, name="feedline-watchdog", daemon=True).start()
+    conn = Client(boot["address"], authkey=boot["authkey"])
+
+    def send(message) -> None:
+        conn.send_bytes(cloudpickle.dumps(message))
+
+    def progress(index) -> None:
+        status[1] = index if isinstance(index, int) else -1
+
+    send(("hello", wid, os.getpid(), status_seg.name))
+    part, streams = None, {}
+    try:
+        while True:
+            try:
+                message = conn.recv()
+            except (EOFError, OSError):
+                cleanup(parent_gone=not _parent_alive(parent_pid))
+                return
+            kind = message[0]
+            if kind == "task":
+                _, key, task = message
+                status[0] = task.number
+                try:
+                    result = run_task(part, task, writer.alloc, progress, streams)
+                except BaseException as exc:  # reported to the consumer, never swallowed
+                    result = Result(error=_error_info(exc, None, None, "worker"))
+                status[1] = -1
+                fields = None
+                if result.payload is not None and part.batch_size is not None:
+                    fields = writer.place(result.payload)
+                    result.payload = None
+                send(("done", key, result, fields))
+            elif kind == "release":
+                writer.release(message[1])
+            elif kind == "part":
+                try:
+                    part = cloudpickle.loads(message[1])
+                except BaseException:
+                    send(("part_error", traceback.format_exc()))
+                    continue
+                send(("ready",))
+            elif kind == "stop":
+                break
+    finally:
+        cleanup(parent_gone=False)
+        conn.close()
+
+
+if __name__ == "__main__":
+    main()

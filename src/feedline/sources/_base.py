@@ -1,0 +1,38 @@
+"""The source protocol shared by every kind of source."""
+
+from __future__ import annotations
+
+__all__ = ["Source"]
+
+
+class Source:
+    """Random access to samples by integer index.
+
+    Subclasses implement `__len__` and `read`. A source is pickled once and
+    sent to every worker, so it must hold its data compactly (arrays, not
+    Python lists of objects) and open files lazily, in the worker.
+
+    Attributes:
+        streaming: False for random-access sources; `GeneratorSource` sets it.
+        gather: optional bulk read ``gather(indices, alloc) -> batch``; when
+            a pipeline has no per-sample step, batches are read with one call
+            instead of one `read` per sample.
+    """
+
+    streaming = False
+    gather = None
+
+    def __len__(self) -> int:
+        raise NotImplementedError
+
+    def read(self, index: int):
+        """Return sample ``index`` (0 <= index < len(self))."""
+        raise NotImplementedError
+
+    def where(self, index: int) -> str | None:
+        """A human description of sample ``index`` for error messages (a file path)."""
+        return None
+
+    def describe(self) -> str:
+        """One line for ``print(pipe)``."""
+        return f"{type(self).__name__}(len={len(self)})"

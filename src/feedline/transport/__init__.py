@@ -1,0 +1,1 @@
+"""Moving batches and large arrays between processes through shared memory."""

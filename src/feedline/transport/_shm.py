@@ -1,0 +1,115 @@
+"""Named shared-memory segments, without Python's resource tracker.
+
+Protocol and ownership:
+- A segment is created by exactly one process (its owner) under a name that
+  starts with ``feedline_<consumer pid>_``, so a leak can always be traced
+  to the pipeline that made it, and swept.
+- A process that attaches to a segment it will keep (the consumer attaching
+  a worker's batch slot) unlinks the *name* at once: the memory lives on in
+  every existing mapping and is freed by the OS when the last mapping goes,
+  even if every process is killed. Names therefore exist only for the
+  moment between creation and the first attach.
+- ``multiprocessing.shared_memory`` is not used on POSIX because in Python
+  3.10-3.12 every process that merely attaches registers the segment with
+  its own resource tracker, which unlinks it (and warns) when that process
+  exits. We call ``shm_open``/``mmap`` directly instead; on Windows, where a
+  segment lives as long as a handle to it, the standard class is used.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import sys
+
+__all__ = ["Segment", "segment_prefix", "sweep", "unlink"]
+
+_WINDOWS = sys.platform == "win32"
+if not _WINDOWS:
+    import _posixshmem
+
+
+def segment_prefix(consumer_pid: int | None = None) -> str:
+    """Name prefix of every segment belonging to one consumer process."""
+    return f"feedline_{consumer_pid or os.getpid()}_"
+
+
+class Segment:
+    """A mapped shared-memory segment.
+
+    Attributes:
+        name: the segment's name (without a leading slash).
+        size: its size in bytes.
+        buf: a writable ``mmap`` over the whole segment.
+    """
+
+    __slots__ = ("name", "size", "buf", "_win")
+
+    def __init__(self, name: str, size: int, buf, win=None):
+        self.name, self.size, self.buf, self._win = name, size, buf, win
+
+    @classmethod
+    def create(cls, name: str, size: int) -> "Segment":
+        """Create a new segment of ``size`` bytes (at least one page)."""
+        size = max(int(size), mmap.PAGESIZE)
+        if _WINDOWS:
+            from multiprocessing import shared_memory
+
+            shm = shared_memory.SharedMemory(name=name, create=True, size=size)
+            return cls(name, size, shm._mmap, shm)
+        fd = _posixshmem.shm_open("/" + name, os.O_CREAT | os.O_EXCL | os.O_RDWR, mode=0o600)
+        try:
+            os.ftruncate(fd, size)
+            buf = mmap.mmap(fd, size)
+        except BaseException:
+            os.close(fd)
+            unlink(name)
+            raise
+        os.close(fd)
+        return cls(name, size, buf)
+
+    @classmethod
+    def attach(cls, name: str, *, readonly: bool = False) -> "Segment":
+        """Map an existing segment by name."""
+        if _WINDOWS:
+            from multiprocessing import shared_memory
+
+            shm = shared_memory.SharedMemory(name=name)
+            return cls(name, shm.size, shm._mmap, shm)
+        flags = os.O_RDONLY if readonly else os.O_RDWR
+        fd = _posixshmem.shm_open("/" + name, flags, mode=0o600)
+        try:
+            size = os.fstat(fd).st_size
+            access = mmap.ACCESS_READ if readonly else mmap.ACCESS_WRITE
+            buf = mmap.mmap(fd, size, access=access)
+        finally:
+            os.close(fd)
+        return cls(name, size, buf)
+
+
+def unlink(name: str) -> bool:
+    """Remove a segment's name; True if it existed. Mappings stay valid."""
+    if _WINDOWS:
+        return False  # Windows frees a segment with its last handle.
+    try:
+        _posixshmem.shm_unlink("/" + name)
+        return True
+    except FileNotFoundError:
+        return False
+
+
+def sweep(prefix: str) -> list[str]:
+    """Unlink every segment whose name starts with ``prefix``; return them.
+
+    Only possible where segments are listed as files (Linux's /dev/shm);
+    elsewhere owners unlink by the names they recorded.
+    """
+    removed = []
+    try:
+        names = os.listdir("/dev/shm")
+    except OSError:
+        return removed
+    for name in names:
+        if name.startswith(prefix) and unlink(name):
+            removed.append(name)
+    return removed

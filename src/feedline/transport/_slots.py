@@ -1,0 +1,162 @@
+"""Batch slots: how a process worker hands a finished batch to the consumer.
+
+Protocol (one writer, one reader per slot):
+- The worker owns its slots. To publish a batch it picks a free slot (or
+  creates one, named ``feedline_<consumer pid>_w<worker>_<n>``), writes every
+  array of the batch into it at 64-byte aligned offsets (collation writes
+  there directly, so usually nothing is copied), and sends a small message:
+  slot id, the slot's name the first time, the layout, and the batch's
+  skeleton (its non-array parts).
+- The consumer maps a slot the first time it sees it and unlinks its name
+  at once, then builds NumPy views over the layout: no copy, no pickle of
+  the data. The views share one base object; when the last view (the last
+  reference the user holds, through NumPy or ``torch.from_numpy``) is
+  garbage collected, a finalizer queues the slot id, and the consumer sends
+  it back to the worker with its next message. Only then may the worker
+  reuse the slot, so a batch the user still holds is never overwritten.
+- Back-pressure is not done here: the consumer bounds the number of tasks
+  in flight, so a worker holds at most (in-flight tasks + batches the user
+  still references) slots.
+- Shutdown: a worker unlinks the names of its slots on exit (names already
+  unlinked by the consumer are ignored). If the worker is killed before the
+  consumer attached a new slot, the consumer sweeps the worker's prefix.
+"""
+
+from __future__ import annotations
+
+import collections
+import itertools
+import mmap
+import weakref
+
+import numpy as np
+
+from .._tree import flatten, unflatten
+from ._shm import Segment, unlink
+
+__all__ = ["SlotReader", "SlotWriter"]
+
+_ALIGN = 64
+
+
+def _layout(specs):
+    offset, layout = 0, []
+    for shape, dtype in specs:
+        dtype = np.dtype(dtype)
+        nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        layout.append((offset, tuple(int(s) for s in shape), dtype.str))
+        offset += -(-nbytes // _ALIGN) * _ALIGN
+    return layout, offset
+
+
+def _views(buffer, layout, total):
+    flat = np.frombuffer(buffer, dtype=np.uint8, count=total) if total else np.empty(0, np.uint8)
+    arrays = []
+    for offset, shape, dtype in layout:
+        dtype = np.dtype(dtype)
+        nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        arrays.append(flat[offset : offset + nbytes].view(dtype).reshape(shape))
+    return flat, arrays
+
+
+class SlotWriter:
+    """Worker side: a pool of slots, reused once the consumer releases them."""
+
+    def __init__(self, prefix: str, max_free: int = 4):
+        self.prefix = prefix
+        self.max_free = max_free
+        self.slots: dict[int, Segment] = {}
+        self.free: set[int] = set()
+        self.announced: set[int] = set()
+        self.retired: list[int] = []
+        self._ids = itertools.count()
+        self._pending = None  # (slot id, layout, total, arrays) from the last alloc
+
+    def _take(self, total: int) -> int:
+        fitting = [s for s in self.free if self.slots[s].size >= total]
+        if fitting:
+            slot = min(fitting, key=lambda s: self.slots[s].size)
+            self.free.discard(slot)
+            return slot
+        if len(self.free) >= self.max_free:  # too small to reuse: retire one
+            victim = min(self.free, key=lambda s: self.slots[s].size)
+            self.free.discard(victim)
+            self._retire(victim)
+        slot = next(self._ids)
+        size = -(-total // mmap.PAGESIZE) * mmap.PAGESIZE
+        self.slots[slot] = Segment.create(f"{self.prefix}{slot}", size)
+        return slot
+
+    def _retire(self, slot: int) -> None:
+        seg = self.slots.pop(slot)
+        unlink(seg.name)
+        self.retired.append(slot)
+
+    def alloc(self, specs):
+        """Destination arrays for a batch, inside one slot (see `collate_into`)."""
+        if self._pending is not None:
+            self.free.add(self._pending[0])
+        layout, total = _layout(specs)
+        slot = self._take(total)
+        _, arrays = _views(self.slots[slot].buf, layout, total)
+        self._pending = (slot, layout, total, arrays)
+        return arrays
+
+    def place(self, tree) -> dict:
+        """Publish ``tree``; return the message fields that describe it."""
+        skeleton, arrays = flatten(tree)
+        pending, self._pending = self._pending, None
+        if pending is not None and len(arrays) == len(pending[3]) and all(a is b for a, b in zip(arrays, pending[3])):
+            slot, layout, total, _ = pending
+        else:
+            if pending is not None:
+                self.free.add(pending[0])
+            layout, total = _layout([(a.shape, a.dtype) for a in arrays])
+            slot = self._take(total)
+            _, dest = _views(self.slots[slot].buf, layout, total)
+            for d, a in zip(dest, arrays):
+                np.copyto(d, a)
+        name = None
+        if slot not in self.announced:
+            self.announced.add(slot)
+            name = self.slots[slot].name
+        retired, self.retired = self.retired, []
+        return {"skeleton": skeleton, "slot": slot, "name": name, "layout": layout, "total": total, "retired": retired}
+
+    def release(self, slots) -> None:
+        for slot in slots:
+            if slot in self.slots:
+                self.free.add(slot)
+
+    def close(self) -> None:
+        for seg in self.slots.values():
+            unlink(seg.name)
+        self.slots.clear()
+
+
+class SlotReader:
+    """Consumer side, one per worker: maps slots and builds zero-copy views.
+
+    ``released`` is a deque shared with the executor; finalizers append
+    ``(worker id, slot id)`` to it from whatever thread drops the last view
+    (``deque.append`` is atomic, so no lock is needed).
+    """
+
+    def __init__(self, worker_id: int, released: collections.deque):
+        self.worker_id = worker_id
+        self.released = released
+        self.maps: dict[int, Segment] = {}
+
+    def open(self, fields: dict):
+        for slot in fields["retired"]:
+            self.maps.pop(slot, None)
+        slot = fields["slot"]
+        if fields["name"] is not None:
+            self.maps[slot] = Segment.attach(fields["name"])
+            unlink(fields["name"])
+        flat, arrays = _views(self.maps[slot].buf, fields["layout"], fields["total"])
+        if flat.base is not None:
+            weakref.finalize(flat.base, self.released.append, (self.worker_id, slot))
+        else:
+            self.released.append((self.worker_id, slot))
+        return unflatten(fields["skeleton"], arrays)

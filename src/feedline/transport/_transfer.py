@@ -1,0 +1,119 @@
+"""Shipping a pipeline to worker processes: cloudpickle, minus the big arrays.
+
+A pipeline description (source, user functions, closures) is pickled once
+per runtime with cloudpickle, so lambdas, closures and functions defined in
+``__main__`` or a notebook travel by value. Two kinds of arrays are never
+copied into the pickle:
+
+- memory-mapped arrays (``np.memmap``, ``np.load(mmap_mode=...)``, and views
+  of them) travel as *file name + offset + layout* and are reopened by each
+  worker, so a 100 GB array is never read whole;
+- in-memory arrays of at least `SHARE_THRESHOLD` bytes are copied once into
+  a shared-memory segment owned by the consumer's runtime; workers map it
+  read-only. N workers cost one copy, not N.
+
+Ownership: the consumer's `SharedArrays` creates the segments and unlinks
+their names when the runtime closes. Workers record which names they
+mapped and unlink them too if they see the consumer die, so a killed
+consumer leaks nothing.
+"""
+
+from __future__ import annotations
+
+import io
+import itertools
+import os
+
+import cloudpickle
+import numpy as np
+
+from ._shm import Segment, segment_prefix, unlink
+
+__all__ = ["SHARE_THRESHOLD", "SharedArrays", "dumps_for_workers", "attached_names"]
+
+SHARE_THRESHOLD = 1 << 20  # 1 MiB: below this, pickling a copy is cheaper than a segment.
+
+_serial = itertools.count()
+_attached: dict[str, Segment] = {}  # worker side: segments this process mapped
+
+
+def attached_names() -> list[str]:
+    """Names of the shared arrays this (worker) process has mapped."""
+    return list(_attached)
+
+
+class SharedArrays:
+    """Consumer-side registry of arrays placed in shared memory for workers."""
+
+    def __init__(self):
+        self._by_id: dict[int, tuple[str, np.ndarray]] = {}
+
+    def share(self, array: np.ndarray) -> str:
+        key = id(array)
+        if key in self._by_id:
+            return self._by_id[key][0]
+        name = f"{segment_prefix()}a{next(_serial)}"
+        seg = Segment.create(name, array.nbytes)
+        view = np.ndarray(array.shape, array.dtype, buffer=seg.buf)
+        view[...] = array
+        # Keep the source array alive so id() stays unique while shared.
+        self._by_id[key] = (name, array)
+        return name
+
+    @property
+    def names(self) -> list[str]:
+        return [name for name, _ in self._by_id.values()]
+
+    def close(self) -> None:
+        for name, _ in self._by_id.values():
+            unlink(name)
+        self._by_id.clear()
+
+
+def _memmap_root(array: np.ndarray):
+    root = array
+    while isinstance(root.base, np.ndarray):
+        root = root.base
+    if isinstance(root, np.memmap) and getattr(root, "filename", None):
+        return root
+    return None
+
+
+def _reopen_memmap(filename, dtype, shape, order, offset, delta, view_shape, view_dtype, strides):
+    root = np.memmap(filename, dtype=dtype, mode="r", shape=shape, order=order, offset=offset)
+    return np.ndarray(view_shape, view_dtype, buffer=root, offset=delta, strides=strides)
+
+
+def _attach_array(name: str, shape, dtype):
+    seg = _attached.get(name)
+    if seg is None:
+        seg = _attached[name] = Segment.attach(name, readonly=True)
+    return np.ndarray(shape, dtype, buffer=seg.buf)
+
+
+class _WorkerPickler(cloudpickle.Pickler):
+    def __init__(self, file, shared: SharedArrays):
+        super().__init__(file)
+        self._shared = shared
+
+    def reducer_override(self, obj):
+        if isinstance(obj, np.ndarray) and obj.dtype != object:
+            root = _memmap_root(obj)
+            if root is not None:
+                delta = obj.__array_interface__["data"][0] - root.__array_interface__["data"][0]
+                order = "F" if root.flags.f_contiguous and not root.flags.c_contiguous else "C"
+                return _reopen_memmap, (
+                    os.fspath(root.filename), root.dtype.str, root.shape, order,
+                    int(root.offset), int(delta), obj.shape, obj.dtype.str, obj.strides,
+                )
+            if obj.nbytes >= SHARE_THRESHOLD:
+                data = obj if obj.flags.c_contiguous else np.ascontiguousarray(obj)
+                return _attach_array, (self._shared.share(data), obj.shape, obj.dtype.str)
+        return super().reducer_override(obj)
+
+
+def dumps_for_workers(obj, shared: SharedArrays) -> bytes:
+    """Pickle ``obj`` for worker processes (see the module docstring)."""
+    buf = io.BytesIO()
+    _WorkerPickler(buf, shared).dump(obj)
+    return buf.getvalue()
