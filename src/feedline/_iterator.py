@@ -142,7 +142,7 @@ class EpochIterator:
         self.stats_.add_result(result)
         if result.error is not None:
             self._error = result.error
-            self._out.append((_ERROR, None))
+            self._out.append((_ERROR, result.error))
             return
         if self._plan.streaming:
             shard, cursor = self._task_shard.pop(number)
@@ -241,7 +241,7 @@ class EpochIterator:
             if self._out:
                 item, point = self._out.popleft()
                 if item is _ERROR:
-                    raise _sample_error(self._error)
+                    raise _sample_error(point)
                 self._point = point
                 return item
             self._submit_more()

@@ -227,14 +227,19 @@ def _error_info(exc: BaseException, index, where, stage) -> dict:
 
 
 class _StreamState:
-    """A worker's open iterator over one generator shard."""
+    """A worker's open iterator over one generator shard (None once exhausted)."""
 
     def __init__(self, source, shard: int, epoch: int, start: int):
         self.iterator = source.open(shard)
         self.epoch, self.position = epoch, 0
         for _ in range(start):
-            next(self.iterator, None)
+            if next(self.iterator, _END) is _END:
+                self.iterator = None
+                break
             self.position += 1
+
+
+_END = object()
 
 
 def run_task(part: WorkerPart, task: Task, alloc=None, progress=None, streams=None) -> Result:
@@ -365,11 +370,14 @@ def _stream_items(part, task, streams, result, need_more):
     if state is None or state.epoch != task.epoch or (task.start is not None and task.start != state.position):
         state = streams[task.shard] = _StreamState(part.source, task.shard, task.epoch, task.start or 0)
     while need_more():
+        if state.iterator is None:
+            result.exhausted = True
+            break
         try:
             sample = next(state.iterator)
         except StopIteration:
+            state.iterator = None  # later tasks of this shard (sent ahead) come back empty
             result.exhausted = True
-            del streams[task.shard]
             break
         position = state.position
         state.position += 1

@@ -98,8 +98,6 @@ class Map:
         if self.backend is not None and self.backend not in BACKENDS:
             raise ValueError(f"map(backend={self.backend!r}): choose one of {', '.join(BACKENDS)}, or None to let feedline pick")
         _check_count(self.workers, f"map(workers=...) with backend={self.backend!r}", 0 if self.backend in (None, "serial") else 1)
-        if self.backend == "serial" and self.workers not in (None, 0, 1):
-            raise ValueError(f"map(backend='serial') runs in the calling thread; workers={self.workers} makes no sense there. Use backend='process' or 'thread'")
         if not callable(self.on_error) and self.on_error not in ON_ERROR:
             raise ValueError(f"map(on_error={self.on_error!r}): use 'raise', 'skip', or a function (index, error) -> replacement sample")
         object.__setattr__(self, "name", self.name or fn_name(self.fn))

@@ -367,6 +367,9 @@ class ProcessExecutor(Executor):
                     pass
         deadline = time.monotonic() + 1.0
         for w in workers:
+            if w.conn is None:
+                w.proc.terminate()  # still starting: nothing to finish
+                continue
             try:
                 w.proc.wait(timeout=max(0.0, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:

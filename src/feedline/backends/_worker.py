@@ -83,7 +83,6 @@ def main() -> None:
                 os._exit(0)
 
     threading.Thread(target=watchdog, name="feedline-watchdog", daemon=True).start()
-    conn = Client(boot["address"], authkey=boot["authkey"])
 
     def send(message) -> None:
         conn.send_bytes(cloudpickle.dumps(message))
@@ -91,7 +90,12 @@ def main() -> None:
     def progress(index) -> None:
         status[1] = index if isinstance(index, int) else -1
 
-    send(("hello", wid, os.getpid(), status_seg.name))
+    try:
+        conn = Client(boot["address"], authkey=boot["authkey"])
+        send(("hello", wid, os.getpid(), status_seg.name))
+    except (OSError, EOFError):  # the consumer closed before we were up: nothing to do
+        cleanup(parent_gone=False)
+        return
     part, streams = None, {}
     try:
         while True:
@@ -113,7 +117,11 @@ def main() -> None:
                 if result.payload is not None and part.batch_size is not None:
                     fields = writer.place(result.payload)
                     result.payload = None
-                send(("done", key, result, fields))
+                try:
+                    send(("done", key, result, fields))
+                except (OSError, EOFError):  # the consumer is gone
+                    cleanup(parent_gone=not _parent_alive(parent_pid))
+                    return
             elif kind == "release":
                 writer.release(message[1])
             elif kind == "part":
