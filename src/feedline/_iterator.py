@@ -28,7 +28,7 @@ import cloudpickle
 from ._errors import FeedlineError, RemoteTraceback, SampleError, WorkerError
 from ._plan import Task
 from ._stats import Stats
-from ._tree import concat_pieces, row_count, slice_rows
+from ._tree import concat_pieces, slice_rows
 
 __all__ = ["EpochIterator", "STATE_VERSION"]
 
@@ -50,7 +50,8 @@ class EpochIterator:
         self._ordered = plan.ordered
         self._unbatched = self._size is None
         self._done: dict[int, object] = {}
-        self._out: collections.deque = collections.deque()  # (item, resume point)
+        self._out: collections.deque = collections.deque()  # (item, resume point, rows)
+        self._last_rows = 0
         self._carry: list = []
         self._carry_rows = 0
         self._carry_task = None  # task number and row count of the last piece carried
@@ -142,7 +143,7 @@ class EpochIterator:
         self.stats_.add_result(result)
         if result.error is not None:
             self._error = result.error
-            self._out.append((_ERROR, result.error))
+            self._out.append((_ERROR, result.error, 0))
             return
         if self._plan.streaming:
             shard, cursor = self._task_shard.pop(number)
@@ -161,11 +162,11 @@ class EpochIterator:
         if self._unbatched:
             for j, item in enumerate(payload or []):
                 last = j == len(payload) - 1
-                self._out.append((item, {"task": number + 1 if last else number, "offset": 0 if last else skip + j + 1}))
+                self._out.append((item, {"task": number + 1 if last else number, "offset": 0 if last else skip + j + 1}, 1))
             return
         if self._plan.part.aligned:
             if rows:
-                self._out.append((payload, {"task": number + 1, "offset": 0}))
+                self._out.append((payload, {"task": number + 1, "offset": 0}, rows))
             return
         if rows:
             self._carry.append(payload)
@@ -185,16 +186,16 @@ class EpochIterator:
             self._carry_rows = rest
             number, task_rows = self._carry_task
             point = {"task": number, "offset": task_rows - rest} if rest else {"task": number + 1, "offset": 0}
-            self._out.append((self._consumer_batch_steps(batch), point))
+            self._out.append((self._consumer_batch_steps(batch), point, take))
         if final:
             self._carry, self._carry_rows = [], 0
 
     def _emit_rows(self, result, point) -> None:
         if self._unbatched:
             for item in result.payload:
-                self._out.append((item, point))
+                self._out.append((item, point, 1))
         else:
-            self._out.append((result.payload, point))
+            self._out.append((result.payload, point, result.rows))
 
     def _consumer_batch_steps(self, batch):
         for op in self._plan.consumer_batch_ops:
@@ -224,6 +225,11 @@ class EpochIterator:
         except StopIteration:
             self._finish()
             raise
+        except KeyboardInterrupt:
+            # Ctrl-C: stop the workers now; iterating again starts fresh ones.
+            self._abort()
+            self._runtime.close()
+            raise
         except BaseException:
             self._abort()
             raise
@@ -233,13 +239,13 @@ class EpochIterator:
         if self.stats_.first_batch_seconds is None:
             self.stats_.first_batch_seconds = after - self._started
         self.stats_.batches += 1
-        self.stats_.samples += 1 if self._unbatched else row_count(item)
+        self.stats_.samples += self._last_rows
         return item
 
     def _next_item(self):
         while True:
             if self._out:
-                item, point = self._out.popleft()
+                item, point, self._last_rows = self._out.popleft()
                 if item is _ERROR:
                     raise _sample_error(point)
                 self._point = point

@@ -125,6 +125,8 @@ class Batch:
     collate: Callable | None = None
 
     def __post_init__(self):
+        if self.size is None:
+            raise ValueError("batch(size=...) must be an integer >= 1, got None; leave out batch() for single samples")
         _check_count(self.size, "batch(size=...)", 1)
         if self.collate is not None:
             _check_callable(self.collate, "batch(collate=...)")

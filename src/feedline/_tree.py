@@ -15,7 +15,7 @@ import numpy as np
 
 from ._errors import SampleError
 
-__all__ = ["ArraySpec", "Leaf", "collate_into", "concat_pieces", "flatten", "unflatten"]
+__all__ = ["ArraySpec", "Leaf", "collate_into", "concat_pieces", "flatten", "flatten_all", "slice_rows", "unflatten"]
 
 ArraySpec = tuple  # (shape, dtype): what a leaf array needs in memory.
 
@@ -39,40 +39,45 @@ def _is_array_leaf(x) -> bool:
     return isinstance(x, np.ndarray) and x.dtype != object
 
 
+def _is_plain_tuple(node) -> bool:
+    return isinstance(node, tuple) and not hasattr(node, "_fields")
+
+
+def _flatten_into(node, arrays: list):
+    if _is_array_leaf(node):
+        arrays.append(node)
+        return Leaf(len(arrays) - 1)
+    if _is_plain_tuple(node):
+        return tuple(_flatten_into(v, arrays) for v in node)
+    if isinstance(node, list):
+        return [_flatten_into(v, arrays) for v in node]
+    if isinstance(node, dict):
+        return {k: _flatten_into(v, arrays) for k, v in node.items()}
+    return node
+
+
 def flatten(tree) -> tuple[Any, list[np.ndarray]]:
     """Split ``tree`` into a skeleton (arrays replaced by `Leaf`) and its arrays."""
     arrays: list[np.ndarray] = []
-
-    def walk(node):
-        if _is_array_leaf(node):
-            arrays.append(node)
-            return Leaf(len(arrays) - 1)
-        if isinstance(node, tuple) and not hasattr(node, "_fields"):
-            return tuple(walk(v) for v in node)
-        if isinstance(node, list):
-            return [walk(v) for v in node]
-        if isinstance(node, dict):
-            return {k: walk(v) for k, v in node.items()}
-        return node
-
-    return walk(tree), arrays
+    return _flatten_into(tree, arrays), arrays
 
 
 def unflatten(skeleton, arrays: Sequence[np.ndarray]):
-    """Inverse of `flatten`."""
+    """Inverse of `flatten`.
 
-    def walk(node):
-        if isinstance(node, Leaf):
-            return arrays[node.i]
-        if isinstance(node, tuple) and not hasattr(node, "_fields"):
-            return tuple(walk(v) for v in node)
-        if isinstance(node, list):
-            return [walk(v) for v in node]
-        if isinstance(node, dict):
-            return {k: walk(v) for k, v in node.items()}
-        return node
-
-    return walk(skeleton)
+    Written without a self-referencing closure on purpose: a closure cycle
+    would keep ``arrays`` (zero-copy views of a shared-memory slot) alive
+    until the cyclic garbage collector runs, delaying the slot's release.
+    """
+    if isinstance(skeleton, Leaf):
+        return arrays[skeleton.i]
+    if _is_plain_tuple(skeleton):
+        return tuple(unflatten(v, arrays) for v in skeleton)
+    if isinstance(skeleton, list):
+        return [unflatten(v, arrays) for v in skeleton]
+    if isinstance(skeleton, dict):
+        return {k: unflatten(v, arrays) for k, v in skeleton.items()}
+    return skeleton
 
 
 def _structure(tree):
@@ -120,21 +125,20 @@ def _count_leaves(tree) -> int:
     return len(_leaves(tree))
 
 
+def _number_leaves(node, counter: list):
+    if _is_plain_tuple(node):
+        return tuple(_number_leaves(v, counter) for v in node)
+    if isinstance(node, list):
+        return [_number_leaves(v, counter) for v in node]
+    if isinstance(node, dict):
+        return {k: _number_leaves(v, counter) for k, v in node.items()}
+    counter[0] += 1
+    return Leaf(counter[0] - 1)
+
+
 def flatten_all(tree):
     """Like `flatten`, but every leaf (not only arrays) becomes a `Leaf`."""
-    count = [0]
-
-    def walk(node):
-        if isinstance(node, tuple) and not hasattr(node, "_fields"):
-            return tuple(walk(v) for v in node)
-        if isinstance(node, list):
-            return [walk(v) for v in node]
-        if isinstance(node, dict):
-            return {k: walk(v) for k, v in node.items()}
-        count[0] += 1
-        return Leaf(count[0] - 1)
-
-    return walk(tree), None
+    return _number_leaves(tree, [0]), None
 
 
 def _describe(tree) -> str:
@@ -241,11 +245,3 @@ def slice_rows(batch, start: int, stop: int):
     """Rows ``start:stop`` of every leaf of a batch."""
     skeleton, _ = flatten_all(batch)
     return unflatten(skeleton, [leaf[start:stop] for leaf in _leaves(batch)])
-
-
-def row_count(batch) -> int:
-    """Number of rows (samples) in a batch: the first axis of its first leaf."""
-    for leaf in _leaves(batch):
-        if isinstance(leaf, (np.ndarray, list)):
-            return len(leaf)
-    raise SampleError("a batch with no array or list leaves has no row count")
