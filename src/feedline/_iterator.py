@@ -65,8 +65,12 @@ class EpochIterator:
         start_task, self._skip_rows = 0, 0
         if state is not None:
             start_task, self._skip_rows = state["task"], state["offset"]
-            self.stats_.skipped = [tuple(s) for s in state.get("skipped", [])]
+            self.stats_.skipped = [(_index_from_json(i), r) for i, r in state.get("skipped", [])]
             self.stats_.batches = state.get("batches", 0)
+        # (task number, index, reason) of every skip; a checkpoint keeps only those
+        # of tasks before its position, because resuming re-runs the rest.
+        self._skip_log = [(-1, i, r) for i, r in self.stats_.skipped]
+        self._restarts_at_start = getattr(self._executor, "restarts", 0)
         self._point = {"task": start_task, "offset": self._skip_rows}
         if plan.streaming:
             self._init_streams(state)
@@ -141,6 +145,7 @@ class EpochIterator:
     # ---------------------------------------------------------- assembly
     def _take(self, number: int, result) -> None:
         self.stats_.add_result(result)
+        self._skip_log.extend((number, index, reason) for index, reason in result.skipped)
         if result.error is not None:
             self._error = result.error
             self._out.append((_ERROR, result.error, 0))
@@ -150,7 +155,7 @@ class EpochIterator:
             self._positions[shard] = result.consumed
             if result.exhausted:
                 self._exhausted.add(shard)
-            point = {"streams": {"positions": dict(self._positions), "exhausted": sorted(self._exhausted), "cursor": cursor}}
+            point = {"task": number + 1, "streams": {"positions": dict(self._positions), "exhausted": sorted(self._exhausted), "cursor": cursor}}
             if result.rows and not (self._plan.drop_remainder and not self._unbatched and result.rows < self._size):
                 self._emit_rows(result, point)
             return
@@ -273,11 +278,13 @@ class EpochIterator:
                 RuntimeWarning,
                 stacklevel=3,
             )
+        self._count_restarts()
         self._runtime.last_stats = self.stats_
 
     def _abort(self) -> None:
         self._finished = True
         self._executor.cancel(self._generation)
+        self._count_restarts()
         self._runtime.last_stats = self.stats_
 
     def _supersede(self) -> None:
@@ -311,7 +318,7 @@ class EpochIterator:
             "version": STATE_VERSION,
             "epoch": self.epoch,
             "batches": self.stats_.batches,
-            "skipped": [[_jsonable(i), r] for i, r in self.stats_.skipped],
+            "skipped": [[_jsonable(i), r] for t, i, r in self._skip_log if t < self._point.get("task", 0)],
             "fingerprint": self._pipeline._fingerprint(),
         }
         if self._plan.streaming:
@@ -322,11 +329,18 @@ class EpochIterator:
 
     def stats(self) -> Stats:
         """Counters for this epoch so far (see `feedline.Stats`)."""
-        self.stats_.worker_restarts = getattr(self._executor, "restarts", 0)
+        self._count_restarts()
         return self.stats_
+
+    def _count_restarts(self) -> None:
+        self.stats_.worker_restarts = getattr(self._executor, "restarts", 0) - self._restarts_at_start
 
 
 _ERROR = object()
+
+
+def _index_from_json(index):
+    return tuple(index) if isinstance(index, list) else index
 
 
 def _jsonable(index):
