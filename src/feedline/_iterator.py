@@ -222,6 +222,11 @@ class EpochIterator:
             )
         if self._finished:
             raise StopIteration
+        if self._runtime.closed:
+            raise FeedlineError(
+                f"this iterator (epoch {self.epoch}) belongs to a pipeline that was closed; "
+                "start a new epoch with iter(pipe), which starts fresh workers"
+            )
         now = time.perf_counter()
         if self._started is None:
             self._started = now

@@ -242,6 +242,15 @@ class _StreamState:
 _END = object()
 
 
+class _ReadFailure:
+    """An exception raised by a generator shard, carried to the per-sample handler."""
+
+    __slots__ = ("error",)
+
+    def __init__(self, error: Exception):
+        self.error = error
+
+
 def run_task(part: WorkerPart, task: Task, alloc=None, progress=None, streams=None) -> Result:
     """Run one task: read, per-sample steps, collate, batch steps.
 
@@ -282,6 +291,8 @@ def run_task(part: WorkerPart, task: Task, alloc=None, progress=None, streams=No
         t0 = time.perf_counter()
         try:
             sample = streamed if task.indices is None else source.read(index)
+            if isinstance(sample, _ReadFailure):
+                raise sample.error
             t1 = time.perf_counter()
             read_time += t1 - t0
             keep = True
@@ -379,6 +390,9 @@ def _stream_items(part, task, streams, result, need_more):
             state.iterator = None  # later tasks of this shard (sent ahead) come back empty
             result.exhausted = True
             break
+        except Exception as exc:  # the shard's own code failed: a read error of this item
+            state.iterator = None  # a generator that raised cannot continue
+            sample = _ReadFailure(exc)
         position = state.position
         state.position += 1
         result.consumed = state.position

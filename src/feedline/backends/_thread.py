@@ -53,7 +53,7 @@ class ThreadExecutor(Executor):
             try:
                 result = run_task(self.part, task, streams=streams)
             except BaseException as exc:  # reported to the consumer, never swallowed
-                result = Result(error=_error_info(exc, getattr(task, "number", None), None, "worker"))
+                result = Result(error=_error_info(exc, None, None, "worker"))
             self.results.put((n, key, result))
 
     def submit(self, key, task, affinity=None):

@@ -102,7 +102,9 @@ def main() -> None:
             try:
                 message = conn.recv()
             except (EOFError, OSError):
-                cleanup(parent_gone=not _parent_alive(parent_pid))
+                # A clean shutdown always sends ("stop",) first, so EOF means the
+                # consumer died (its pid may not have been reaped yet): clean up for it.
+                cleanup(parent_gone=True)
                 return
             kind = message[0]
             if kind == "task":
@@ -120,7 +122,7 @@ def main() -> None:
                 try:
                     send(("done", key, result, fields))
                 except (OSError, EOFError):  # the consumer is gone
-                    cleanup(parent_gone=not _parent_alive(parent_pid))
+                    cleanup(parent_gone=True)
                     return
             elif kind == "release":
                 writer.release(message[1])
