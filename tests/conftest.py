@@ -1,0 +1,77 @@
+"""Shared fixtures: every test is checked for leaked workers, threads and segments."""
+
+from __future__ import annotations
+
+import gc
+import os
+import threading
+import time
+
+import pytest
+
+BACKENDS = ["serial", "thread", "process"]
+
+
+def feedline_segments() -> set[str]:
+    """Shared-memory segments of this test process (Linux lists them in /dev/shm)."""
+    prefix = f"feedline_{os.getpid()}_"
+    try:
+        return {n for n in os.listdir("/dev/shm") if n.startswith(prefix)}
+    except FileNotFoundError:
+        return set()
+
+
+def child_pids() -> set[int]:
+    """Live (non-zombie) child processes of this test process."""
+    me = os.getpid()
+    children = set()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        state, ppid = fields[0], int(fields[1])
+        if ppid == me and state != "Z":
+            children.add(int(entry))
+    return children
+
+
+def feedline_threads() -> set[threading.Thread]:
+    return {t for t in threading.enumerate() if t.name.startswith("feedline")}
+
+
+def wait_until_clean(before_segments, before_children, before_threads, timeout=10.0):
+    """Wait for resources to go back to what they were; return what is left."""
+    deadline = time.monotonic() + timeout
+    while True:
+        gc.collect()
+        leaks = {
+            "segments": feedline_segments() - before_segments,
+            "processes": child_pids() - before_children,
+            "threads": {t.name for t in feedline_threads() - before_threads},
+        }
+        if not any(leaks.values()) or time.monotonic() > deadline:
+            return {k: v for k, v in leaks.items() if v}
+        time.sleep(0.05)
+
+
+@pytest.fixture
+def no_leaks():
+    """Fail the test if it leaves a feedline segment, worker process or thread behind.
+
+    Tests must close their pipelines (``with pipe:`` or ``pipe.close()``) or
+    drop them; the fixture collects garbage before checking.
+    """
+    before = (feedline_segments(), child_pids(), feedline_threads())
+    yield
+    leaks = wait_until_clean(*before)
+    assert not leaks, f"leaked resources: {leaks}"
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request):
+    """Run the test once per backend."""
+    return request.param
