@@ -73,9 +73,9 @@ class Plan:
     def task_size(self) -> int:
         return self.part.batch_size or _CHUNK_UNBATCHED
 
-    def epoch_indices(self, epoch: int) -> np.ndarray:
-        """The epoch's sample indices in delivery order (indexed sources)."""
-        order = np.arange(len(self.part.source), dtype=np.int64)
+    def _ordered(self, count: int, epoch: int) -> np.ndarray:
+        """``arange(count)`` permuted by each shuffle and strided by each shard, in step order."""
+        order = np.arange(count, dtype=np.int64)
         for step in self.index_steps:
             if isinstance(step, Shuffle):
                 rng = np.random.Generator(np.random.PCG64(np.random.SeedSequence(step.seed, spawn_key=(epoch,))))
@@ -84,16 +84,13 @@ class Plan:
                 order = order[step.index :: step.count]
         return order
 
+    def epoch_indices(self, epoch: int) -> np.ndarray:
+        """The epoch's sample indices in delivery order (indexed sources)."""
+        return self._ordered(len(self.part.source), epoch)
+
     def epoch_shards(self, epoch: int) -> list[int]:
         """The epoch's generator shards in delivery order (streaming sources)."""
-        shards = np.arange(self.part.source.num_shards, dtype=np.int64)
-        for step in self.index_steps:
-            if isinstance(step, Shuffle):
-                rng = np.random.Generator(np.random.PCG64(np.random.SeedSequence(step.seed, spawn_key=(epoch,))))
-                shards = shards[rng.permutation(len(shards))]
-            else:
-                shards = shards[step.index :: step.count]
-        return [int(s) for s in shards]
+        return [int(s) for s in self._ordered(self.part.source.num_shards, epoch)]
 
     def num_batches(self) -> int:
         """Batches per epoch; TypeError when it cannot be known in advance."""
