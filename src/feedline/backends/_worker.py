@@ -59,7 +59,7 @@ def main() -> None:
 
     from .._plan import Result, _error_info, run_task
     from ..transport import _transfer
-    from ..transport._shm import Segment, unlink
+    from ..transport._shm import Segment, sweep, unlink
     from ..transport._slots import SlotWriter
 
     wid, parent_pid, prefix = boot["worker_id"], boot["parent_pid"], boot["prefix"]
@@ -72,8 +72,21 @@ def main() -> None:
         writer.close()
         unlink(status_seg.name)
         if parent_gone:
+            # The consumer cannot clean up any more: remove every name it owned
+            # (its shared arrays, slots other workers had not handed over).
             for name in _transfer.attached_names():
                 unlink(name)
+            sweep(prefix)
+
+    def consumer_gone() -> bool:
+        # A dying process closes its files before its children are re-parented,
+        # so EOF can arrive while getppid() still names it: wait to be sure.
+        deadline = time.monotonic() + 1.0
+        while _parent_alive(parent_pid):
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.01)
+        return True
 
     def watchdog() -> None:
         while True:
@@ -93,8 +106,8 @@ def main() -> None:
     try:
         conn = Client(boot["address"], authkey=boot["authkey"])
         send(("hello", wid, os.getpid(), status_seg.name))
-    except (OSError, EOFError):  # the consumer closed before we were up: nothing to do
-        cleanup(parent_gone=False)
+    except (OSError, EOFError):  # the consumer closed (or died) before we were up
+        cleanup(parent_gone=consumer_gone())
         return
     part, streams = None, {}
     try:
@@ -102,9 +115,8 @@ def main() -> None:
             try:
                 message = conn.recv()
             except (EOFError, OSError):
-                # A clean shutdown always sends ("stop",) first, so EOF means the
-                # consumer died (its pid may not have been reaped yet): clean up for it.
-                cleanup(parent_gone=True)
+                # A clean shutdown sends ("stop",) first, so EOF means the consumer died.
+                cleanup(parent_gone=consumer_gone())
                 return
             kind = message[0]
             if kind == "task":
@@ -122,7 +134,7 @@ def main() -> None:
                 try:
                     send(("done", key, result, fields))
                 except (OSError, EOFError):  # the consumer is gone
-                    cleanup(parent_gone=True)
+                    cleanup(parent_gone=consumer_gone())
                     return
             elif kind == "release":
                 writer.release(message[1])
