@@ -39,6 +39,15 @@ def child_pids() -> set[int]:
     return children
 
 
+def rss_anon_bytes(pid: int) -> int:
+    """Private (anonymous) resident memory of ``pid``: what a pickled copy of data would cost."""
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("RssAnon:"):
+                return int(line.split()[1]) * 1024
+    raise AssertionError("no RssAnon in /proc/<pid>/status")
+
+
 def feedline_threads() -> set[threading.Thread]:
     return {t for t in threading.enumerate() if t.name.startswith("feedline")}
 

@@ -19,7 +19,7 @@ import time
 
 import numpy as np
 import pytest
-from conftest import child_pids
+from conftest import child_pids, rss_anon_bytes
 
 import feedline as fl
 from feedline.transport._transfer import SharedArrays, dumps_for_workers
@@ -55,15 +55,6 @@ def slot_segments(pid: int, consumer_pid: int) -> set[str]:
     """Batch-slot segments (``feedline_<consumer>_w<k>_<n>``) mapped in process ``pid``."""
     pattern = re.compile(rf"/dev/shm/feedline_{consumer_pid}_w\d+_\d+\b")
     return {m.group(0) for path in mapped_paths(pid) for m in [pattern.match(path)] if m}
-
-
-def rss_anon_bytes(pid: int) -> int:
-    """Private (anonymous) resident memory of ``pid``: what a pickled copy of data would cost."""
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("RssAnon:"):
-                return int(line.split()[1]) * 1024
-    raise AssertionError("no RssAnon in /proc/<pid>/status")
 
 
 def ready_worker_pids(executor) -> list[int]:

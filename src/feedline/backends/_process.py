@@ -115,7 +115,8 @@ class ProcessExecutor(Executor):
         self.cancelled: set[int] = set()
         self.pool: list[_Worker | None] = [None] * workers
         self.by_id: dict[int, _Worker] = {}
-        self.restarts = 0
+        self.restarts = 0  # workers replaced after dying with work in hand
+        self.start_failures = 0  # workers that died before becoming ready
         self.shard_positions: dict = {}  # (epoch, shard) -> raw position after the last result
         self.acceptor = threading.Thread(target=self._accept_loop, name="feedline-accept", daemon=True)
         self.acceptor.start()
@@ -309,8 +310,8 @@ class ProcessExecutor(Executor):
         how = describe_exit(code)
         if not worker.ready and not worker.outstanding and worker.conn is None:
             # Died while starting, before any work: a broken environment, not a bad sample.
-            self.restarts += 1
-            if self.restarts > MAX_ATTEMPTS * self.workers:
+            self.start_failures += 1
+            if self.start_failures > MAX_ATTEMPTS * self.workers:
                 self.close()
                 raise WorkerError(f"process workers keep dying while starting ({how}); see their error output above")
             self._spawn(worker.position)
