@@ -174,6 +174,33 @@ class Pipeline:
     def __exit__(self, *exc) -> None:
         self.close()
 
+    # ------------------------------------------------------------ adapters
+    # Each adapter lives in feedline/adapters/ and imports its framework lazily,
+    # so the core needs only NumPy; a missing framework names the extra to install.
+    def torch(self, device=None, pin_memory=None):
+        """Batches as torch tensors; with a CUDA device, copied ahead of time (see `feedline.adapters.torch`)."""
+        from .adapters.torch import to_torch
+
+        return to_torch(self, device=device, pin_memory=pin_memory)
+
+    def jax(self, sharding=None):
+        """Batches as JAX arrays, put on device ahead of time (see `feedline.adapters.jax`)."""
+        from .adapters.jax import to_jax
+
+        return to_jax(self, sharding=sharding)
+
+    def tf(self, element_spec=None):
+        """A `tf.data.Dataset` over the pipeline's batches (see `feedline.adapters.tf`)."""
+        from .adapters.tf import to_tf
+
+        return to_tf(self, element_spec=element_spec)
+
+    def keras(self):
+        """An input for Keras 3 ``model.fit``/``evaluate``/``predict`` (see `feedline.adapters.keras`)."""
+        from .adapters.keras import to_keras
+
+        return to_keras(self)
+
     # ------------------------------------------------------------ reading
     def _fingerprint(self) -> str:
         plan = self._plan

@@ -1,0 +1,1 @@
+"""Framework adapters: Keras 3, PyTorch, JAX, TensorFlow; each imported lazily."""
