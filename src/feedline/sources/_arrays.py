@@ -42,7 +42,9 @@ class ArraySource(Source):
         indices = np.asarray(indices, dtype=np.intp)
         outs = alloc([((len(indices),) + a.shape[1:], a.dtype) for a in self.arrays])
         for a, out in zip(self.arrays, outs):
-            np.take(a, indices, axis=0, out=out)
+            # mode="clip" skips the buffered copy numpy makes for mode="raise" with
+            # out= (2-3x slower); indices come from the epoch order, always in range.
+            np.take(a, indices, axis=0, out=out, mode="clip")
         return self._pack(outs)
 
     def describe(self) -> str:
