@@ -26,7 +26,7 @@ import warnings
 import cloudpickle
 
 from ._errors import FeedlineError, RemoteTraceback, SampleError, WorkerError
-from ._plan import Task
+from ._plan import Task, default_workers
 from ._stats import Stats
 from ._tree import concat_pieces, slice_rows
 
@@ -38,7 +38,8 @@ STATE_VERSION = 1
 class EpochIterator:
     """Iterates one epoch; made by ``iter(pipe)``, ``pipe.epoch(k)`` or ``pipe.resume(state)``."""
 
-    def __init__(self, pipeline, runtime, epoch: int, state: dict | None = None):
+    def __init__(self, pipeline, runtime, epoch: int, state: dict | None = None, created: float | None = None):
+        self._created = created if created is not None else time.perf_counter()
         self._pipeline = pipeline  # keeps the pipeline (and its workers) alive while iterating
         self._runtime = runtime
         self._plan = plan = runtime.plan
@@ -59,7 +60,7 @@ class EpochIterator:
         self._finished = False
         self._superseded = False
         self._error = None
-        self.stats_ = Stats(runtime.backend, runtime.workers, self._depth, runtime.decision)
+        self.stats_ = Stats(runtime.backend, runtime.workers, self._depth, runtime.decision, default_workers())
         self.stats_.epoch = epoch
         self._started = None
         start_task, self._skip_rows = 0, 0
@@ -145,6 +146,7 @@ class EpochIterator:
     # ---------------------------------------------------------- assembly
     def _take(self, number: int, result) -> None:
         self.stats_.add_result(result)
+        self.stats_.add_span(result, number)
         self._skip_log.extend((number, index, reason) for index, reason in result.skipped)
         if result.error is not None:
             self._error = result.error
@@ -206,7 +208,7 @@ class EpochIterator:
         for op in self._plan.consumer_batch_ops:
             t0 = time.perf_counter()
             batch = op.fn(batch)
-            self.stats_.stage_seconds[op.name] += time.perf_counter() - t0
+            self.stats_.consumer_seconds[op.name] += time.perf_counter() - t0
         return batch
 
     # ----------------------------------------------------------- protocol
@@ -230,6 +232,8 @@ class EpochIterator:
         now = time.perf_counter()
         if self._started is None:
             self._started = now
+            self.stats_.started_at = now
+        self.stats_.inflight_total += self._in_flight
         try:
             item = self._next_item()
         except StopIteration:
@@ -244,12 +248,14 @@ class EpochIterator:
             self._abort()
             raise
         after = time.perf_counter()
-        self.stats_.wait_seconds += after - now
-        self.stats_.wall_seconds = after - self._started
-        if self.stats_.first_batch_seconds is None:
-            self.stats_.first_batch_seconds = after - self._started
-        self.stats_.batches += 1
-        self.stats_.samples += self._last_rows
+        stats = self.stats_
+        stats.wait_seconds += after - now
+        stats.wall_seconds = after - self._started
+        if stats.first_batch_seconds is None:
+            stats.first_batch_seconds = after - self._created  # from iter(): includes starting workers
+        stats.batches += 1
+        stats.samples += self._last_rows
+        stats.waits.append((now, after, self._last_rows))
         return item
 
     def _next_item(self):

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import os
 import sys
+import time
 import weakref
 
 from ._errors import FeedlineError
@@ -126,16 +127,18 @@ class Pipeline:
         return self._runtime
 
     def __iter__(self) -> EpochIterator:
+        created = time.perf_counter()
         epoch = self._next_epoch
         self._next_epoch += 1
-        return EpochIterator(self, self._ensure_runtime(), epoch)
+        return EpochIterator(self, self._ensure_runtime(), epoch, created=created)
 
     def epoch(self, k: int) -> EpochIterator:
         """An iterator over epoch ``k``; the next ``iter(pipe)`` is epoch ``k + 1``."""
         if isinstance(k, bool) or not isinstance(k, int) or k < 0:
             raise ValueError(f"epoch(k) needs an integer k >= 0, got {k!r}")
+        created = time.perf_counter()
         self._next_epoch = k + 1
-        return EpochIterator(self, self._ensure_runtime(), k)
+        return EpochIterator(self, self._ensure_runtime(), k, created=created)
 
     def resume(self, state: dict) -> EpochIterator:
         """Continue an epoch from ``it.state()``, exactly after its last batch."""

@@ -202,6 +202,9 @@ class Result:
     error: dict | None = None  # see _error_info
     exhausted: bool = False  # streaming: the shard has no more samples
     consumed: int = 0  # streaming: raw position after this task
+    span: tuple = (0.0, 0.0)  # perf_counter at start and end, in the worker (a system-wide clock)
+    worker: int = 0  # which worker ran it (position in the pool)
+    transport: float = 0.0  # consumer seconds spent receiving and mapping the batch
 
 
 def _error_info(exc: BaseException, index, where, stage) -> dict:
@@ -249,6 +252,14 @@ class _ReadFailure:
 
 
 def run_task(part: WorkerPart, task: Task, alloc=None, progress=None, streams=None) -> Result:
+    """Run one task (see `_run_task`) and record when it ran, for traces."""
+    start = time.perf_counter()
+    result = _run_task(part, task, alloc, progress, streams)
+    result.span = (start, time.perf_counter())
+    return result
+
+
+def _run_task(part: WorkerPart, task: Task, alloc=None, progress=None, streams=None) -> Result:
     """Run one task: read, per-sample steps, collate, batch steps.
 
     Args:

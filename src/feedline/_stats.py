@@ -1,8 +1,13 @@
 """What an epoch did: counts, time per stage, and how long the consumer waited.
 
-The profiler issue grows this into the full report (verdict, advice,
-traces); the numbers collected here are its raw material and are cheap
-enough to collect always (a few clock reads per task and per sample).
+Collected always, at a cost of a few clock reads per batch and per sample
+(measured in benchmarks/RESULTS.md). `str(stats)` adds the verdict and
+advice from `feedline._report`; `save_trace` and `save_plot` (in
+`feedline._trace`) draw the same numbers.
+
+Time-stamped records (one per task and per batch) are kept in bounded
+deques, so a long epoch keeps its most recent `TIMELINE` entries and the
+totals stay exact.
 """
 
 from __future__ import annotations
@@ -10,70 +15,129 @@ from __future__ import annotations
 import collections
 import json
 
-__all__ = ["Stats"]
+__all__ = ["Stats", "TIMELINE"]
+
+TIMELINE = 20_000  # time-stamped records kept per epoch (the most recent)
 
 
 class Stats:
-    """Counters for one epoch (``it.stats()``) or a pipeline's last epoch.
+    """Counters for one epoch (``it.stats()``) or a pipeline's last epoch (``pipe.stats()``).
 
-    ``str(stats)`` is a readable table; ``stats.as_dict()`` is JSON-ready.
+    ``str(stats)`` is a readable table with a verdict and advice;
+    ``stats.as_dict()`` is JSON-ready for logging; ``stats.save_trace(path)``
+    writes a Chrome trace (open in https://ui.perfetto.dev), and
+    ``stats.save_plot(path)`` a PNG of throughput and stall over time.
     """
 
-    def __init__(self, backend: str, workers: int, depth: int, decision: str):
-        self.backend, self.workers, self.depth, self.decision = backend, workers, depth, decision
+    def __init__(self, backend: str, workers: int, depth: int, decision: str, cores: int = 1):
+        self.backend, self.workers, self.depth, self.decision, self.cores = backend, workers, depth, decision, cores
         self.epoch = None
         self.batches = 0
         self.samples = 0
         self.skipped: list = []  # [(index, reason)]
-        self.stage_seconds: collections.Counter = collections.Counter()
+        self.stage_seconds: collections.Counter = collections.Counter()  # in workers
+        self.consumer_seconds: collections.Counter = collections.Counter()  # in the consumer process
         self.wait_seconds = 0.0  # consumer blocked in next()
         self.wall_seconds = 0.0  # first next() to last
         self.first_batch_seconds = None
         self.worker_restarts = 0
+        self.tasks = 0
+        self.task_seconds = 0.0  # sum of task spans: worker busy time
+        self.first_task_start = None  # perf_counter bounds of the tasks run, for the busy share
+        self.last_task_end = None
+        self.inflight_total = 0  # sum over batches of tasks in flight when next() was called
+        self.decisions: list[str] = []  # autotuning changes made during the epoch, with reasons
+        self.started_at = None  # perf_counter of the first next()
+        self.task_spans: collections.deque = collections.deque(maxlen=TIMELINE)  # (worker, start, end, number, rows)
+        self.waits: collections.deque = collections.deque(maxlen=TIMELINE)  # (start, end, rows)
 
     def add_result(self, result) -> None:
         self.stage_seconds.update(result.times)
         self.skipped.extend(result.skipped)
+        start, end = result.span
+        self.tasks += 1
+        self.task_seconds += end - start
+        if self.first_task_start is None or start < self.first_task_start:
+            self.first_task_start = start
+        if self.last_task_end is None or end > self.last_task_end:
+            self.last_task_end = end
+        if result.transport:
+            self.consumer_seconds["transport"] += result.transport
+
+    def add_span(self, result, number: int) -> None:
+        start, end = result.span
+        self.task_spans.append((result.worker, start, end, number, result.rows))
+
+    # -------------------------------------------------------------- reading
+    @property
+    def worker_busy_share(self) -> float | None:
+        """Share of the workers' time spent running tasks (1.0 = saturated).
+
+        Measured over the span from the first task's start to the last task's
+        end, so worker start-up does not count as idleness.
+        """
+        if self.first_task_start is None or not self.workers:
+            return None
+        window = self.last_task_end - self.first_task_start
+        return min(1.0, self.task_seconds / (self.workers * window)) if window > 0 else None
+
+    @property
+    def input_bound_share(self) -> float | None:
+        """Share of the consumer's time spent waiting for data."""
+        return self.wait_seconds / self.wall_seconds if self.wall_seconds else None
+
+    def verdict(self):
+        """The analysis of these numbers (see `feedline._report.Verdict`)."""
+        from ._report import analyse
+
+        return analyse(self)
 
     def as_dict(self) -> dict:
         wall = self.wall_seconds or 0.0
+        verdict = self.verdict()
         return {
             "epoch": self.epoch,
             "backend": self.backend,
             "workers": self.workers,
+            "cores": self.cores,
             "prefetch_depth": self.depth,
             "decision": self.decision,
+            "decisions": list(self.decisions),
             "batches": self.batches,
             "samples": self.samples,
             "samples_per_second": self.samples / wall if wall > 0 else None,
             "skipped": len(self.skipped),
             "skipped_indices": [index for index, _ in self.skipped],
             "stage_seconds": dict(self.stage_seconds),
+            "consumer_seconds": dict(self.consumer_seconds),
             "consumer_wait_seconds": self.wait_seconds,
             "wall_seconds": wall,
-            "input_bound_share": self.wait_seconds / wall if wall > 0 else None,
+            "input_bound_share": self.input_bound_share,
+            "worker_busy_share": self.worker_busy_share,
+            "mean_tasks_in_flight": self.inflight_total / self.batches if self.batches else None,
             "first_batch_seconds": self.first_batch_seconds,
             "worker_restarts": self.worker_restarts,
+            "verdict": verdict.summary,
+            "bottleneck": verdict.bottleneck,
+            "advice": [text for _, text in verdict.advice],
         }
 
+    def save_trace(self, path) -> None:
+        """Write a Chrome trace-event JSON file: one track per worker and one for the consumer."""
+        from ._trace import save_trace
+
+        save_trace(self, path)
+
+    def save_plot(self, path) -> None:
+        """Write a PNG of throughput and consumer stall over time (needs matplotlib)."""
+        from ._trace import save_plot
+
+        save_plot(self, path)
+
     def __str__(self) -> str:
-        d = self.as_dict()
-        rate = f"{d['samples_per_second']:.1f}" if d["samples_per_second"] else "-"
-        lines = [
-            f"feedline epoch {d['epoch']}: {d['batches']} batches, {d['samples']} samples, {rate} samples/s",
-            f"  backend {d['backend']} x{d['workers']}, prefetch {d['prefetch_depth']} ({d['decision']})",
-            f"  consumer waited {d['consumer_wait_seconds']:.3f} s of {d['wall_seconds']:.3f} s"
-            + (f"; first batch after {d['first_batch_seconds']:.3f} s" if d["first_batch_seconds"] is not None else ""),
-        ]
-        total = sum(self.stage_seconds.values()) or 1.0
-        for stage, seconds in self.stage_seconds.most_common():
-            lines.append(f"  {stage:<24} {seconds:9.3f} s worker time  {100 * seconds / total:5.1f} %")
-        if self.skipped:
-            shown = ", ".join(str(i) for i, _ in self.skipped[:10])
-            lines.append(f"  skipped {len(self.skipped)} samples: {shown}{' ...' if len(self.skipped) > 10 else ''}")
-        if self.worker_restarts:
-            lines.append(f"  worker restarts: {self.worker_restarts}")
-        return "\n".join(lines)
+        from ._report import render
+
+        return render(self)
 
     def __repr__(self) -> str:
         return f"Stats({json.dumps(self.as_dict(), default=str)})"

@@ -248,12 +248,16 @@ class ProcessExecutor(Executor):
                     self.wake_r.recv_bytes()
                     continue
                 worker = conns[conn]
+                received = time.perf_counter()
                 try:
                     message = cloudpickle.loads(conn.recv_bytes())
                 except (EOFError, OSError):
                     self._on_death(worker)
                     continue
-                events.extend(self._on_message(worker, message))
+                new = self._on_message(worker, message)
+                for event in new:
+                    event.result.transport = time.perf_counter() - received
+                events.extend(new)
             for worker in starting:
                 if worker.proc.poll() is not None and self.pool[worker.position] is worker and worker.conn is None:
                     self._on_death(worker)
@@ -278,6 +282,7 @@ class ProcessExecutor(Executor):
                 + message[1]
             )
         _, key, result, fields = message
+        result.worker = worker.position
         task = worker.outstanding.pop(key, None)
         self.attempts.pop(key, None)
         if task is not None and task.shard is not None:

@@ -54,6 +54,7 @@ class ThreadExecutor(Executor):
                 result = run_task(self.part, task, streams=streams)
             except BaseException as exc:  # reported to the consumer, never swallowed
                 result = Result(error=_error_info(exc, None, None, "worker"))
+            result.worker = n
             self.results.put((n, key, result))
 
     def submit(self, key, task, affinity=None):

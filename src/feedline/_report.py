@@ -1,0 +1,120 @@
+"""Turning an epoch's numbers into a verdict and advice a person can act on.
+
+The rules, each from a measurable quantity in `Stats`:
+- input-bound when the consumer spent more than `INPUT_BOUND` of its time
+  waiting for batches, else compute-bound (the training step is the limit);
+- the bottleneck is the stage with the largest share of worker time;
+- workers are saturated when their busy share is above `SATURATED`.
+Advice is ranked by estimated gain (an Amdahl estimate from the shares);
+every estimate says what it assumes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+__all__ = ["INPUT_BOUND", "SATURATED", "Verdict", "analyse", "render"]
+
+INPUT_BOUND = 0.10  # consumer waiting more than 10 % of the time: the input pipeline limits training
+SATURATED = 0.85  # workers busy more than 85 % of the time: more of the same cannot go faster
+_DECODE_WORDS = ("decode", "load", "read", "png", "jpeg", "jpg", "open", "imread", "wav", "audio")
+
+
+@dataclass
+class Verdict:
+    input_bound: bool | None
+    summary: str
+    bottleneck: str | None
+    bottleneck_share: float | None
+    saturated: bool | None
+    advice: list = field(default_factory=list)  # [(estimated gain, text)], best first
+
+
+def analyse(stats) -> Verdict:
+    wait = stats.input_bound_share
+    busy = stats.worker_busy_share
+    stages = {k: v for k, v in stats.stage_seconds.items() if v > 0}
+    total = sum(stages.values())
+    bottleneck, share = (max(stages.items(), key=lambda kv: kv[1]) if stages else (None, 0.0))
+    share = share / total if total else None
+    if wait is None:
+        return Verdict(None, "no batches yet", bottleneck, share, None)
+    input_bound = wait > INPUT_BOUND
+    saturated = busy is not None and busy > SATURATED
+    if input_bound:
+        summary = f"input-bound: the consumer waited {wait:.0%} of the time for data"
+    else:
+        summary = f"compute-bound: the consumer waited only {wait:.0%} of the time; the input pipeline keeps up"
+    advice = []
+    if input_bound:
+        advice.extend(_input_bound_advice(stats, wait, busy, saturated, bottleneck, share))
+    elif busy is not None and stats.workers > 1 and busy < 0.3:
+        advice.append((1.0, f"workers are busy only {busy:.0%} of the time: {max(1, round(stats.workers * busy * 2))} workers would do, freeing cores for training"))
+    advice.sort(key=lambda item: -item[0])
+    return Verdict(input_bound, summary, bottleneck, share, saturated, advice)
+
+
+def _input_bound_advice(stats, wait, busy, saturated, bottleneck, share):
+    advice = []
+    # If the input pipeline were infinitely fast the epoch would take wall*(1-wait).
+    ceiling = 1.0 / max(1e-9, 1.0 - wait)
+    if stats.backend == "thread" and busy is not None and busy * stats.workers < 1.3 and stats.workers > 1:
+        gain = min(ceiling, stats.workers / max(busy * stats.workers, 1e-9))
+        advice.append((gain, f"threads run about {busy * stats.workers:.1f} at a time of {stats.workers}: the work holds the GIL; use backend='process' (estimated {gain:.1f}x)"))
+    if saturated and stats.workers < stats.cores:
+        gain = min(ceiling, stats.cores / stats.workers)
+        advice.append((gain, f"all {stats.workers} workers are saturated and {stats.cores} cores are available: raise workers to {stats.cores} (estimated {gain:.1f}x)"))
+    if saturated and bottleneck is not None and share:
+        gain = min(ceiling, 1.0 / max(1e-9, 1.0 - share))
+        if any(word in bottleneck.lower() for word in _DECODE_WORDS):
+            advice.append((gain, f"{bottleneck} takes {share:.0%} of worker time: decode once into a store (feedline convert / .cache()) or decode at reduced size (estimated up to {gain:.1f}x)"))
+        else:
+            advice.append((gain, f"{bottleneck} takes {share:.0%} of worker time: make it cheaper, or move vectorisable work to map_batch (removing it entirely would give {gain:.1f}x)"))
+        if stats.workers >= stats.cores:
+            advice.append((min(ceiling, 2.0), f"every core is busy feeding: more CPUs are the remaining lever (backend='ray' on a cluster, when available)"))
+    if not saturated and busy is not None:
+        inflight = stats.inflight_total / stats.batches if stats.batches else 0.0
+        gain = min(ceiling, 1.0 / max(busy, 1e-9))
+        if inflight >= 0.9 * stats.depth:
+            advice.append((gain, f"workers idle {1 - busy:.0%} of the time with all {stats.depth} prefetch slots taken: finished batches wait behind a slow one; raise prefetch depth or use map(..., ordered=False) (estimated up to {gain:.1f}x)"))
+        else:
+            consumer = sum(stats.consumer_seconds.values())
+            advice.append((gain, f"workers idle {1 - busy:.0%} of the time although the consumer waits: the consumer process hands out work too slowly ({consumer:.2f} s in consumer-side stages); move map_batch work before batch() or use larger batches (estimated up to {gain:.1f}x)"))
+        transport = stats.consumer_seconds.get("transport", 0.0)
+        if stats.batches and transport / max(stats.wall_seconds, 1e-9) > 0.2:
+            advice.append((min(ceiling, 1.5), f"receiving batches takes {transport / stats.wall_seconds:.0%} of the consumer's time: use larger batches (estimated 1.5x)"))
+    return advice
+
+
+def render(stats) -> str:
+    d = stats.as_dict()
+    rate = f"{d['samples_per_second']:.1f}" if d["samples_per_second"] else "-"
+    lines = [
+        f"feedline epoch {d['epoch']}: {d['batches']} batches, {d['samples']} samples, {rate} samples/s",
+        f"  backend {d['backend']} x{d['workers']} ({d['cores']} cores), prefetch {d['prefetch_depth']}: {d['decision']}",
+    ]
+    for decision in d["decisions"]:
+        lines.append(f"  autotune: {decision}")
+    timing = f"  consumer waited {d['consumer_wait_seconds']:.3f} s of {d['wall_seconds']:.3f} s"
+    if d["first_batch_seconds"] is not None:
+        timing += f"; first batch after {d['first_batch_seconds']:.3f} s"
+    lines.append(timing)
+    if d["worker_busy_share"] is not None:
+        lines.append(f"  workers busy {d['worker_busy_share']:.0%}; tasks in flight on average {d['mean_tasks_in_flight'] or 0:.1f}")
+    total = sum(stats.stage_seconds.values()) or 1.0
+    lines.append(f"  {'stage':<28} {'seconds':>9}  {'share':>6}")
+    for stage, seconds in stats.stage_seconds.most_common():
+        lines.append(f"  {stage:<28} {seconds:9.3f}  {100 * seconds / total:5.1f}%")
+    for stage, seconds in stats.consumer_seconds.most_common():
+        lines.append(f"  {stage + ' (consumer)':<28} {seconds:9.3f}")
+    if stats.skipped:
+        shown = ", ".join(str(i) for i, _ in stats.skipped[:10])
+        lines.append(f"  skipped {len(stats.skipped)} samples: {shown}{' ...' if len(stats.skipped) > 10 else ''}")
+    if stats.worker_restarts:
+        lines.append(f"  worker restarts: {stats.worker_restarts}")
+    lines.append(f"  verdict: {d['verdict']}")
+    if d["bottleneck"]:
+        lines.append(f"  slowest stage: {d['bottleneck']}")
+    for n, text in enumerate(d["advice"], 1):
+        lines.append(f"  advice {n}: {text}")
+    return "\n".join(lines)
