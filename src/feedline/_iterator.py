@@ -62,6 +62,7 @@ class EpochIterator:
         self._error = None
         self.stats_ = Stats(runtime.backend, runtime.workers, self._depth, runtime.decision, default_workers())
         self.stats_.epoch = epoch
+        runtime.last_stats = self.stats_  # pipe.stats() reads the latest epoch, even mid-way
         self._started = None
         start_task, self._skip_rows = 0, 0
         if state is not None:
@@ -109,8 +110,15 @@ class EpochIterator:
         return None
 
     # -------------------------------------------------------------- tasks
+    def _window_full(self) -> bool:
+        # Ordered: tasks not yet handed to the consumer (running, or finished and
+        # waiting behind an earlier one) are bounded, so the reorder buffer is too.
+        if self._ordered:
+            return self._next_submit - self._next_take >= self._depth
+        return self._in_flight >= self._depth
+
     def _submit_more(self) -> None:
-        while self._in_flight < self._depth and not self._error:
+        while not self._window_full() and not self._error:
             number = self._next_submit
             if self._plan.streaming:
                 picked = self._next_stream_task()
@@ -234,6 +242,8 @@ class EpochIterator:
             self._started = now
             self.stats_.started_at = now
         self.stats_.inflight_total += self._in_flight
+        blocked = self._window_full() and self._in_flight < self._runtime.workers
+        self._waited = False
         try:
             item = self._next_item()
         except StopIteration:
@@ -256,6 +266,11 @@ class EpochIterator:
         stats.batches += 1
         stats.samples += self._last_rows
         stats.waits.append((now, after, self._last_rows))
+        decision = self._runtime.tuner.observe(self._waited, blocked, item)
+        if decision is not None:
+            self._depth = self._runtime.depth = self._runtime.tuner.depth
+            stats.depth = self._depth
+            stats.decisions.append(decision)
         return item
 
     def _next_item(self):
@@ -274,6 +289,7 @@ class EpochIterator:
                     if self._out:
                         continue
                 raise StopIteration
+            self._waited = True
             self._collect()
 
     def _finish(self) -> None:

@@ -205,6 +205,7 @@ class Result:
     span: tuple = (0.0, 0.0)  # perf_counter at start and end, in the worker (a system-wide clock)
     worker: int = 0  # which worker ran it (position in the pool)
     transport: float = 0.0  # consumer seconds spent receiving and mapping the batch
+    cpu: float = 0.0  # CPU seconds the worker thread used on the task
 
 
 def _error_info(exc: BaseException, index, where, stage) -> dict:
@@ -253,9 +254,10 @@ class _ReadFailure:
 
 def run_task(part: WorkerPart, task: Task, alloc=None, progress=None, streams=None) -> Result:
     """Run one task (see `_run_task`) and record when it ran, for traces."""
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.thread_time()
     result = _run_task(part, task, alloc, progress, streams)
     result.span = (start, time.perf_counter())
+    result.cpu = time.thread_time() - cpu
     return result
 
 

@@ -58,32 +58,53 @@ def _input_bound_advice(stats, wait, busy, saturated, bottleneck, share):
     advice = []
     # If the input pipeline were infinitely fast the epoch would take wall*(1-wait).
     ceiling = 1.0 / max(1e-9, 1.0 - wait)
-    if stats.backend == "thread" and busy is not None and busy * stats.workers < 1.3 and stats.workers > 1:
-        gain = min(ceiling, stats.workers / max(busy * stats.workers, 1e-9))
-        advice.append((gain, f"threads run about {busy * stats.workers:.1f} at a time of {stats.workers}: the work holds the GIL; use backend='process' (estimated {gain:.1f}x)"))
-    if saturated and stats.workers < stats.cores:
+    cpu = stats.cpu_share
+    windows = list(stats.worker_windows.values())
+    span = max(end for _, end in windows) - min(start for start, _ in windows) if windows else 0.0
+    cores_used = stats.task_cpu_seconds / span if span > 0 else None
+    # Threads that together keep about one core busy are serialised by the GIL;
+    # tasks that use far less CPU than their duration are waiting on I/O.
+    # (A thread waiting for the GIL is off the CPU, like one waiting on a file,
+    # but GIL-bound threads still add up to about one busy core.)
+    parallel = min(stats.workers, stats.cores)
+    gil_bound = (stats.backend == "thread" and parallel >= 2 and cpu is not None and cores_used is not None
+                 and 0.2 <= cpu < 1.3 / parallel and cores_used < 0.65 * parallel)
+    off_cpu = saturated and cpu is not None and cpu < 0.2 and not gil_bound
+    if gil_bound:
+        gain = min(ceiling, stats.workers / cores_used, stats.cores)
+        advice.append((gain, f"{stats.workers} threads keep only {cores_used:.1f} cores busy: the work holds the GIL; use backend='process' (estimated {_x(gain)})"))
+    elif off_cpu:
+        gain = min(ceiling, 1.0 / max(cpu, 1e-9))
+        more = f"workers={4 * stats.cores} with backend='thread'" if stats.backend != "process" else f"workers={2 * stats.cores}"
+        advice.append((gain, f"tasks use the CPU only {cpu:.0%} of their time (they wait on I/O or sleep): run more workers than cores, e.g. {more} (estimated {_x(gain)})"))
+    if saturated and not off_cpu and stats.workers < stats.cores:
         gain = min(ceiling, stats.cores / stats.workers)
-        advice.append((gain, f"all {stats.workers} workers are saturated and {stats.cores} cores are available: raise workers to {stats.cores} (estimated {gain:.1f}x)"))
-    if saturated and bottleneck is not None and share:
+        advice.append((gain, f"all {stats.workers} workers are saturated and {stats.cores} cores are available: raise workers to {stats.cores} (estimated {_x(gain)})"))
+    if saturated and not off_cpu and bottleneck is not None and share:
         gain = min(ceiling, 1.0 / max(1e-9, 1.0 - share))
         if any(word in bottleneck.lower() for word in _DECODE_WORDS):
-            advice.append((gain, f"{bottleneck} takes {share:.0%} of worker time: decode once into a store (feedline convert / .cache()) or decode at reduced size (estimated up to {gain:.1f}x)"))
+            advice.append((gain, f"{bottleneck} takes {share:.0%} of worker time: decode once into a store (feedline convert / .cache()) or decode at reduced size (estimated up to {_x(gain)})"))
         else:
-            advice.append((gain, f"{bottleneck} takes {share:.0%} of worker time: make it cheaper, or move vectorisable work to map_batch (removing it entirely would give {gain:.1f}x)"))
+            advice.append((gain, f"{bottleneck} takes {share:.0%} of worker time: make it cheaper, or move vectorisable work to map_batch (removing it entirely would give {_x(gain)})"))
         if stats.workers >= stats.cores:
-            advice.append((min(ceiling, 2.0), f"every core is busy feeding: more CPUs are the remaining lever (backend='ray' on a cluster, when available)"))
-    if not saturated and busy is not None:
+            advice.append((min(ceiling, 2.0), "every core is busy feeding: more CPUs are the remaining lever (backend='ray' on a cluster, when available)"))
+    if not saturated and not gil_bound and busy is not None:
         inflight = stats.inflight_total / stats.batches if stats.batches else 0.0
         gain = min(ceiling, 1.0 / max(busy, 1e-9))
         if inflight >= 0.9 * stats.depth:
-            advice.append((gain, f"workers idle {1 - busy:.0%} of the time with all {stats.depth} prefetch slots taken: finished batches wait behind a slow one; raise prefetch depth or use map(..., ordered=False) (estimated up to {gain:.1f}x)"))
+            advice.append((gain, f"workers idle {1 - busy:.0%} of the time with all {stats.depth} prefetch slots taken: finished batches wait behind a slow one; raise prefetch depth or use map(..., ordered=False) (estimated up to {_x(gain)})"))
         else:
             consumer = sum(stats.consumer_seconds.values())
-            advice.append((gain, f"workers idle {1 - busy:.0%} of the time although the consumer waits: the consumer process hands out work too slowly ({consumer:.2f} s in consumer-side stages); move map_batch work before batch() or use larger batches (estimated up to {gain:.1f}x)"))
+            advice.append((gain, f"workers idle {1 - busy:.0%} of the time although the consumer waits: the consumer process hands out work too slowly ({consumer:.2f} s in consumer-side stages) or other programs compete for the cores; move map_batch work before batch() or use larger batches (estimated up to {_x(gain)})"))
         transport = stats.consumer_seconds.get("transport", 0.0)
         if stats.batches and transport / max(stats.wall_seconds, 1e-9) > 0.2:
             advice.append((min(ceiling, 1.5), f"receiving batches takes {transport / stats.wall_seconds:.0%} of the consumer's time: use larger batches (estimated 1.5x)"))
     return advice
+
+
+def _x(gain: float) -> str:
+    """A speed-up estimate as text; beyond 10x the estimate means little."""
+    return "over 10x" if gain > 10 else f"{gain:.1f}x"
 
 
 def render(stats) -> str:

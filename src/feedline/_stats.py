@@ -43,8 +43,8 @@ class Stats:
         self.worker_restarts = 0
         self.tasks = 0
         self.task_seconds = 0.0  # sum of task spans: worker busy time
-        self.first_task_start = None  # perf_counter bounds of the tasks run, for the busy share
-        self.last_task_end = None
+        self.task_cpu_seconds = 0.0  # CPU time of those tasks: less than their span means waiting (I/O, GIL)
+        self.worker_windows: dict = {}  # worker -> [first task start, last task end], for the busy share
         self.inflight_total = 0  # sum over batches of tasks in flight when next() was called
         self.decisions: list[str] = []  # autotuning changes made during the epoch, with reasons
         self.started_at = None  # perf_counter of the first next()
@@ -57,10 +57,9 @@ class Stats:
         start, end = result.span
         self.tasks += 1
         self.task_seconds += end - start
-        if self.first_task_start is None or start < self.first_task_start:
-            self.first_task_start = start
-        if self.last_task_end is None or end > self.last_task_end:
-            self.last_task_end = end
+        self.task_cpu_seconds += result.cpu
+        window = self.worker_windows.setdefault(result.worker, [start, end])
+        window[0], window[1] = min(window[0], start), max(window[1], end)
         if result.transport:
             self.consumer_seconds["transport"] += result.transport
 
@@ -73,13 +72,16 @@ class Stats:
     def worker_busy_share(self) -> float | None:
         """Share of the workers' time spent running tasks (1.0 = saturated).
 
-        Measured over the span from the first task's start to the last task's
+        Measured per worker from its first task's start to its last task's
         end, so worker start-up does not count as idleness.
         """
-        if self.first_task_start is None or not self.workers:
-            return None
-        window = self.last_task_end - self.first_task_start
-        return min(1.0, self.task_seconds / (self.workers * window)) if window > 0 else None
+        window = sum(end - start for start, end in self.worker_windows.values())
+        return min(1.0, self.task_seconds / window) if window > 0 else None
+
+    @property
+    def cpu_share(self) -> float | None:
+        """CPU time over wall time of the tasks: low means they mostly wait (I/O, sleep, the GIL)."""
+        return min(1.0, self.task_cpu_seconds / self.task_seconds) if self.task_seconds > 0 else None
 
     @property
     def input_bound_share(self) -> float | None:
@@ -114,6 +116,7 @@ class Stats:
             "wall_seconds": wall,
             "input_bound_share": self.input_bound_share,
             "worker_busy_share": self.worker_busy_share,
+            "worker_cpu_share": self.cpu_share,
             "mean_tasks_in_flight": self.inflight_total / self.batches if self.batches else None,
             "first_batch_seconds": self.first_batch_seconds,
             "worker_restarts": self.worker_restarts,

@@ -1,0 +1,221 @@
+"""The profiler: verdicts, bottlenecks, traces, autotuning decisions, and `feedline bench`."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+
+import cloudpickle
+import numpy as np
+import pytest
+
+import feedline as fl
+from feedline._autotune import MEMORY_BUDGET, DepthTuner
+
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+
+def spin(seconds: float) -> None:
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+
+def cheap_read(v):
+    return v
+
+
+def slow_decode(v):
+    spin(0.002)
+    return v
+
+
+def pure_python(v):
+    total = 0
+    for i in range(30_000):
+        total += i
+    return v
+
+
+def sleepy(v):
+    time.sleep(0.003)
+    return v
+
+
+@pytest.mark.parametrize("backend", ["serial", "thread", "process"])
+def test_report_names_the_deliberately_slow_stage_as_bottleneck(backend, no_leaks):
+    pipe = fl.from_arrays(np.arange(160)).map(cheap_read, backend=backend, workers=2).map(slow_decode).batch(8)
+    with pipe:
+        for _ in pipe:
+            pass
+        stats = pipe.stats()
+    verdict = stats.verdict()
+    assert verdict.bottleneck == "slow_decode"
+    assert verdict.bottleneck_share > 0.5
+    assert "slowest stage: slow_decode" in str(stats)
+
+
+def test_fast_pipeline_with_slow_consumer_is_compute_bound(no_leaks):
+    pipe = fl.from_arrays(np.arange(120)).map(cheap_read, backend="thread", workers=2).batch(8)
+    with pipe:
+        for _ in pipe:
+            time.sleep(0.02)  # the training step
+        stats = pipe.stats()
+    verdict = stats.verdict()
+    assert verdict.input_bound is False
+    assert str(stats).count("compute-bound") == 1
+    assert stats.as_dict()["input_bound_share"] < 0.5
+
+
+def test_slow_pipeline_with_fast_consumer_is_input_bound(no_leaks):
+    pipe = fl.from_arrays(np.arange(80)).map(slow_decode, backend="serial").batch(8)
+    with pipe:
+        for _ in pipe:
+            pass
+        verdict = pipe.stats().verdict()
+    assert verdict.input_bound is True
+    assert "input-bound" in verdict.summary
+
+
+def test_gil_bound_threads_are_advised_to_use_processes(no_leaks):
+    pipe = fl.from_arrays(np.arange(200)).map(pure_python, backend="thread", workers=2).batch(8)
+    with pipe:
+        for _ in pipe:
+            pass
+        advice = pipe.stats().as_dict()["advice"]
+    assert any("backend='process'" in text for text in advice), advice
+
+
+def test_io_bound_threads_are_advised_to_run_more_workers(no_leaks):
+    pipe = fl.from_arrays(np.arange(120)).map(sleepy, backend="thread", workers=2).batch(4)
+    with pipe:
+        for _ in pipe:
+            pass
+        advice = pipe.stats().as_dict()["advice"]
+    assert any("more workers than cores" in text for text in advice), advice
+
+
+def test_trace_is_chrome_json_with_a_track_per_worker_and_the_consumer(tmp_path, no_leaks):
+    pipe = fl.from_arrays(np.arange(64)).map(slow_decode, backend="process", workers=2).batch(4)
+    with pipe:
+        for _ in pipe:
+            pass
+        pipe.stats().save_trace(tmp_path / "trace.json")
+    trace = json.loads((tmp_path / "trace.json").read_text())
+    names = {e["args"]["name"] for e in trace["traceEvents"] if e["ph"] == "M" and e["name"] == "thread_name"}
+    assert {"consumer", "worker 0", "worker 1"} <= names
+    slices = [e for e in trace["traceEvents"] if e["ph"] == "X"]
+    assert sum(1 for e in slices if e["cat"] == "task") == 16
+    assert sum(1 for e in slices if e["cat"] == "wait") == 16
+    assert all(e["dur"] >= 0 and e["ts"] >= 0 for e in slices)
+
+
+def test_plot_is_written_as_png(tmp_path, no_leaks):
+    pytest.importorskip("matplotlib")
+    pipe = fl.from_arrays(np.arange(64)).map(slow_decode, backend="thread", workers=2).batch(4)
+    with pipe:
+        for _ in pipe:
+            pass
+        pipe.stats().save_plot(tmp_path / "epoch.png")
+    assert (tmp_path / "epoch.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_report_dict_is_json_serialisable_and_counts_everything(no_leaks):
+    def flaky(v):
+        if v % 10 == 3:
+            raise ValueError("corrupt")
+        return v
+
+    pipe = fl.from_arrays(np.arange(50)).map(flaky, backend="thread", workers=2, on_error="skip").batch(5)
+    with pipe, pytest.warns(RuntimeWarning):
+        for _ in pipe:
+            pass
+        report = json.loads(json.dumps(pipe.stats().as_dict()))
+    assert report["samples"] == 45
+    assert sorted(report["skipped_indices"]) == [3, 13, 23, 33, 43]
+    assert report["batches"] == 9
+    assert report["worker_busy_share"] is not None
+
+
+def test_gil_probe_picks_processes_for_python_that_holds_the_gil(no_leaks):
+    pipe = fl.from_arrays(np.arange(200)).map(pure_python).batch(8)
+    with pipe:
+        next(iter(pipe))
+        stats = pipe.stats()
+    if stats.cores < 2:
+        pytest.skip("the probe runs only with 2 or more cores")
+    assert stats.backend == "process"
+    assert "GIL probe" in stats.decision and "holds the GIL" in stats.decision
+
+
+def test_gil_probe_picks_threads_for_work_that_releases_the_gil(no_leaks):
+    pipe = fl.from_arrays(np.arange(200)).map(sleepy).batch(8)
+    with pipe:
+        next(iter(pipe))
+        stats = pipe.stats()
+    if stats.cores < 2:
+        pytest.skip("the probe runs only with 2 or more cores")
+    assert stats.backend == "thread"
+    assert "releases the GIL" in stats.decision
+
+
+def test_explicit_settings_are_not_autotuned(no_leaks):
+    pipe = fl.from_arrays(np.arange(40)).map(pure_python, backend="thread", workers=2).batch(4).prefetch(3)
+    with pipe:
+        for _ in pipe:
+            pass
+        stats = pipe.stats()
+    assert (stats.backend, stats.workers, stats.depth) == ("thread", 2, 3)
+    assert stats.decisions == []
+
+
+def test_depth_tuner_raises_depth_when_consumer_waits_behind_full_slots():
+    tuner = DepthTuner(depth=4, workers=2, enabled=True)
+    batch = np.zeros((8, 100), np.float32)
+    decisions = [tuner.observe(waited=k % 2 == 0, blocked=k % 3 == 0, batch=batch) for k in range(DepthTuner.WINDOW)]
+    assert decisions[:-1] == [None] * (DepthTuner.WINDOW - 1)
+    assert decisions[-1] is not None and "4 -> 6" in decisions[-1]
+    assert tuner.depth == 6
+
+
+def test_depth_tuner_leaves_depth_alone_without_both_signals():
+    tuner = DepthTuner(depth=4, workers=2, enabled=True)
+    batch = np.zeros((8, 100), np.float32)
+    for _ in range(3 * DepthTuner.WINDOW):
+        assert tuner.observe(waited=True, blocked=False, batch=batch) is None
+    assert tuner.depth == 4
+
+
+def test_depth_tuner_respects_the_memory_budget():
+    tuner = DepthTuner(depth=4, workers=2, enabled=True)
+    huge = np.zeros(1, np.uint8)
+    tuner.batch_bytes = MEMORY_BUDGET // 4  # only 4 such batches fit
+    for _ in range(5 * DepthTuner.WINDOW):
+        tuner.observe(waited=True, blocked=True, batch=huge)
+    assert tuner.depth == 4
+
+
+def test_bench_command_reports_a_pipeline_from_a_file(tmp_path):
+    script = tmp_path / "my_pipeline.py"
+    script.write_text(
+        "import numpy as np, feedline as fl\n"
+        "def build():\n"
+        "    return fl.from_arrays(np.arange(64)).map(lambda v: v * 2, backend='thread', workers=2).batch(8)\n"
+    )
+    trace = tmp_path / "trace.json"
+    done = subprocess.run(
+        [sys.executable, "-m", "feedline.cli", "bench", f"{script}:build", "--trace", str(trace), "--json"],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout[done.stdout.index("{"):])
+    assert report["samples"] == 64 and report["batches"] == 8
+    assert json.loads(trace.read_text())["traceEvents"]
+
+
+def test_bench_command_explains_a_bad_target(tmp_path):
+    done = subprocess.run([sys.executable, "-m", "feedline.cli", "bench", "no_such_module:pipe"], capture_output=True, text=True, timeout=60)
+    assert done.returncode != 0
+    assert "cannot import 'no_such_module'" in done.stderr
