@@ -30,7 +30,7 @@ from ._plan import Task, run_task
 __all__ = ["DepthTuner", "MEMORY_BUDGET", "PROBE_SECONDS", "THREAD_SCALING", "probe_gil"]
 
 THREAD_SCALING = 1.5  # 2 threads must beat 1 by this much to count as GIL-free
-PROBE_SECONDS = 0.3  # time the probe may take, roughly
+PROBE_SECONDS = 0.1  # time the probe may take, roughly: it delays the first batch
 MEMORY_BUDGET = 1 << 30  # bytes of batches the prefetch depth may keep in flight
 
 
@@ -49,7 +49,7 @@ def probe_gil(part, count: int) -> tuple[float | None, float | None, str]:
         _run(part, [0])  # warm-up: imports and caches on first use
         warm = time.perf_counter() - start
         per = max(warm, 1e-6)
-        n = int(max(2, min(16, (PROBE_SECONDS / 3) / per)))
+        n = int(max(2, min(8, (PROBE_SECONDS / 3) / per)))
         n = min(n, (count - 1) // 3)
         if n < 1:
             return None, per, "too few samples to measure"

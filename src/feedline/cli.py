@@ -83,16 +83,27 @@ def demo(args) -> int:
     labels = [i % 10 for i in range(len(paths))]
     samples = list(zip(paths, labels))
 
+    total = -(-len(samples) // args.batch)
+    progress = _Progress(total, "plain loop")
     t0 = time.perf_counter()
-    naive_batches = sum(1 for _ in _naive(samples, args.batch))
+    naive_batches = 0
+    for x, _ in _naive(samples, args.batch):
+        naive_batches += 1
+        progress.update(naive_batches, naive_batches * args.batch)
     naive = time.perf_counter() - t0
+    progress.close()
     print(f"  plain loop (1 core):  {naive:6.2f} s  {len(samples) / naive:8.1f} samples/s  ({naive_batches} batches)")
 
     pipe = fl.from_files(paths, labels=labels).map(load_and_augment, workers=args.workers).batch(args.batch)
     with pipe:
+        progress = _Progress(total, "feedline")
         t0 = time.perf_counter()
-        count = sum(len(x) for x, _ in pipe)
+        count = 0
+        for done, (x, _) in enumerate(pipe, 1):
+            count += len(x)
+            progress.update(done, count)
         elapsed = time.perf_counter() - t0
+        progress.close()
         stats = pipe.stats()
     cores = stats.workers
     print(f"  feedline ({stats.backend} x{cores}): {elapsed:6.2f} s  {count / elapsed:8.1f} samples/s")
