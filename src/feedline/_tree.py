@@ -91,21 +91,36 @@ def _structure(tree):
     return None
 
 
+def _mismatch(sample, index, first, first_index) -> SampleError:
+    return SampleError(
+        f"cannot batch sample {index}: its structure {_describe(sample)} differs "
+        f"from sample {first_index}'s {_describe(first)}; make map() return the "
+        "same structure for every sample, or pass collate= to batch()",
+        index=index,
+        stage="batch",
+    )
+
+
 def _columns(samples: Sequence, indices: Sequence):
     """Transpose a list of samples into (skeleton of sample 0, leaf columns)."""
     first = samples[0]
-    shape0 = _structure(first)
     skeleton, _ = flatten_all(first)
+    if isinstance(first, np.ndarray):  # fast path: samples are arrays
+        for sample, index in zip(samples, indices):
+            if not isinstance(sample, np.ndarray):
+                raise _mismatch(sample, index, first, indices[0])
+        return skeleton, [list(samples)]
+    if type(first) is tuple and not any(isinstance(v, (tuple, list, dict)) for v in first):
+        width = len(first)  # fast path: flat tuples such as (image, label)
+        for sample, index in zip(samples, indices):
+            if type(sample) is not tuple or len(sample) != width or any(isinstance(v, (tuple, list, dict)) for v in sample):
+                raise _mismatch(sample, index, first, indices[0])
+        return skeleton, [list(column) for column in zip(*samples)]
+    shape0 = _structure(first)
     columns: list[list] = [[] for _ in range(_count_leaves(first))]
     for sample, index in zip(samples, indices):
-        if _structure(sample) is not shape0 and _structure(sample) != shape0:
-            raise SampleError(
-                f"cannot batch sample {index}: its structure {_describe(sample)} differs "
-                f"from sample {indices[0]}'s {_describe(first)}; make map() return the "
-                "same structure for every sample, or pass collate= to batch()",
-                index=index,
-                stage="batch",
-            )
+        if _structure(sample) != shape0:
+            raise _mismatch(sample, index, first, indices[0])
         for col, leaf in zip(columns, _leaves(sample)):
             col.append(leaf)
     return skeleton, columns
