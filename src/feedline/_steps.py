@@ -30,9 +30,10 @@ def fn_name(fn) -> str:
 def takes_rng(fn) -> bool:
     """True if ``fn`` should be called as ``fn(sample, rng)``.
 
-    That is when it declares a parameter named ``rng`` or accepts two
-    positional arguments. Functions without an inspectable signature
-    (some builtins) are called with the sample alone.
+    That is when it declares a parameter named ``rng``, or requires a
+    second positional argument (one without a default: ``def load(path,
+    size=224)`` is called with the sample alone). Functions without an
+    inspectable signature (some builtins) are called with the sample alone.
     """
     try:
         params = list(inspect.signature(fn).parameters.values())
@@ -41,7 +42,8 @@ def takes_rng(fn) -> bool:
     if any(p.name == "rng" for p in params):
         return True
     positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-    return len(positional) >= 2 or (len(positional) == 1 and any(p.kind == p.VAR_POSITIONAL for p in params))
+    required = [p for p in positional if p.default is p.empty]
+    return len(required) >= 2 or (len(positional) == 1 and any(p.kind == p.VAR_POSITIONAL for p in params))
 
 
 def _check_callable(fn, method: str) -> None:

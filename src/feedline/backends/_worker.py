@@ -28,7 +28,16 @@ import threading
 import time
 import traceback
 
-_BLAS_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "VECLIB_MAXIMUM_THREADS", "NUMEXPR_NUM_THREADS")
+# Thread pools of native libraries, set to one thread per worker unless the user set them:
+# N workers each starting N threads oversubscribe the cores (3-7x slower, measured on peers).
+_BLAS_VARS = (
+    "OMP_NUM_THREADS",
+    "OPENBLAS_NUM_THREADS",
+    "MKL_NUM_THREADS",
+    "VECLIB_MAXIMUM_THREADS",
+    "NUMEXPR_NUM_THREADS",
+    "OPENCV_FOR_THREADS_NUM",
+)
 
 
 def _parent_alive(parent_pid: int) -> bool:
