@@ -443,3 +443,17 @@ def test_unpicklable_map_function_raises_before_any_worker_starts(no_leaks):
         iter(pipe)
     assert "backend='thread'" in str(info.value)
     assert pipe._runtime is None, "a runtime (and its workers) was built for a pipeline that cannot be sent"
+
+
+def test_map_does_not_pass_rng_into_a_defaulted_second_parameter():
+    def load(path, size=3):
+        return size
+
+    assert list(fl.from_arrays(np.arange(3)).map(load, backend="serial")) == [3, 3, 3]
+
+
+def test_map_passes_rng_to_a_parameter_named_rng_even_with_a_default():
+    def augment(sample, rng=None):
+        return rng is not None
+
+    assert list(fl.from_arrays(np.arange(2)).map(augment, backend="serial")) == [True, True]
