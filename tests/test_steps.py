@@ -457,3 +457,36 @@ def test_map_passes_rng_to_a_parameter_named_rng_even_with_a_default():
         return rng is not None
 
     assert list(fl.from_arrays(np.arange(2)).map(augment, backend="serial")) == [True, True]
+
+
+@pytest.mark.parametrize("even", ["drop", "pad"])
+def test_even_shards_give_every_rank_the_same_number_of_batches(even):
+    parts = [list(fl.from_arrays(np.arange(101)).shuffle(seed=3).shard(i, 4, even=even).batch(8)) for i in range(4)]
+    assert len({len(p) for p in parts}) == 1
+    seen = np.concatenate([b for p in parts for b in p])
+    if even == "drop":  # at most count - 1 samples left out, none twice
+        assert len(seen) == 100 and len(set(seen.tolist())) == 100
+    else:  # every sample, and count - 1 at most seen twice
+        assert set(seen.tolist()) == set(range(101)) and len(seen) == 104
+
+
+def test_shard_from_environment_is_even_by_default(monkeypatch):
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "3")
+    pipe = fl.from_arrays(np.arange(10)).shard()
+    assert "even='drop'" in repr(pipe)
+    assert len(list(pipe)) == 3
+
+
+def test_explicit_shard_is_an_exact_partition_by_default():
+    parts = [sorted(int(v) for v in fl.from_arrays(np.arange(10)).shard(i, 3)) for i in range(3)]
+    assert sorted(sum(parts, [])) == list(range(10))
+
+
+def test_set_epoch_makes_the_next_iteration_that_epoch():
+    pipe = fl.from_arrays(np.arange(20)).shuffle(seed=5).batch(5)
+    expected = [b.tolist() for b in pipe.epoch(3)]
+    pipe.set_epoch(3)
+    assert [b.tolist() for b in pipe] == expected
+    with pytest.raises(ValueError, match="set_epoch"):
+        pipe.set_epoch(-1)

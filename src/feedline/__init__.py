@@ -10,7 +10,7 @@ on every OS.
 [[0, 2, 4, 6], [8, 10, 12, 14]]
 """
 
-from ._errors import FeedlineError, RemoteTraceback, SampleError, WorkerError
+from ._errors import DecodeError, FeedlineError, RemoteTraceback, SampleError, WorkerError
 from ._iterator import EpochIterator
 from ._pipeline import Pipeline
 from ._stats import Stats
@@ -19,6 +19,7 @@ from .sources import from_arrays, from_files, from_generator, from_sequence
 __version__ = "0.1.0"
 
 __all__ = [
+    "DecodeError",
     "EpochIterator",
     "FeedlineError",
     "Pipeline",

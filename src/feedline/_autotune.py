@@ -2,10 +2,12 @@
 
 Backend (thread or process), by a GIL probe run once when the runtime
 starts: the fused per-sample steps run on a few samples in one thread, then
-on as many again in two threads at once. If two threads get through them
-at least `THREAD_SCALING` times faster, the work releases the GIL (decoders,
-NumPy on big arrays, I/O) and threads win: no start-up, no transport. If
-not, the work holds the GIL and only processes scale. The probe is bounded
+on as many again in two threads at once. If two threads keep at least
+`THREAD_SCALING` times as many cores busy (CPU seconds per wall second, a
+measure that other load on the machine scales alike in both runs; plain
+throughput for work that mostly waits on I/O), the work releases the GIL
+(decoders, NumPy on big arrays, I/O) and threads win: no start-up, no
+transport. If not, the work holds the GIL and only processes scale. The probe is bounded
 to about `PROBE_SECONDS`; its samples' results are discarded (outputs never
 depend on the backend, so a noisy probe can cost speed, never correctness).
 
@@ -53,17 +55,19 @@ def probe_gil(part, count: int) -> tuple[float | None, float | None, str]:
         n = min(n, (count - 1) // 3)
         if n < 1:
             return None, per, "too few samples to measure"
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.thread_time()
         _run(part, list(range(1, 1 + n)))
-        one = time.perf_counter() - t0
+        one, one_cpu = time.perf_counter() - t0, time.thread_time() - c0
         chunks = [list(range(1 + n + k * n, 1 + 2 * n + k * n)) for k in range(2)]
         barrier = threading.Barrier(2)
-        errors = []
+        errors, cpu = [], []
 
         def work(indices):
             try:
                 barrier.wait()
+                c = time.thread_time()
                 _run(part, indices)
+                cpu.append(time.thread_time() - c)
             except Exception as exc:  # reported through the note, and the probe is void
                 errors.append(exc)
 
@@ -76,7 +80,14 @@ def probe_gil(part, count: int) -> tuple[float | None, float | None, str]:
         two = time.perf_counter() - t0
         if errors:
             return None, one / n, f"probe failed ({type(errors[0]).__name__}: {errors[0]})"
-        return (2 * one) / two if two > 0 else None, one / n, f"{n} samples per run"
+        if two <= 0 or one <= 0:
+            return None, one / n, "too fast to measure"
+        if one_cpu < 0.5 * one:
+            # Mostly off the CPU (I/O, sleep): compare throughput directly.
+            return (2 * one) / two, one / n, f"{n} samples per run, I/O-like"
+        # CPU-bound: compare cores kept busy (CPU seconds per wall second), which
+        # other programs' load on the machine scales alike in both runs.
+        return (sum(cpu) / two) / (one_cpu / one), one / n, f"{n} samples per run"
     except Exception as exc:  # a sample that fails here fails later, where on_error applies
         return None, None, f"probe failed ({type(exc).__name__}: {exc})"
 

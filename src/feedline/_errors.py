@@ -6,7 +6,7 @@ the argument) and says what to do about it.
 
 from __future__ import annotations
 
-__all__ = ["FeedlineError", "RemoteTraceback", "SampleError", "WorkerError"]
+__all__ = ["DecodeError", "FeedlineError", "RemoteTraceback", "SampleError", "WorkerError"]
 
 
 class FeedlineError(Exception):
@@ -47,3 +47,19 @@ class SampleError(FeedlineError):
 
 class WorkerError(FeedlineError):
     """A worker died or could not start, and the work could not be redone."""
+
+
+class DecodeError(FeedlineError, ValueError):
+    """A file could not be decoded (truncated, corrupt, or not of the expected kind).
+
+    Raised by feedline's decoders (images, audio) inside ``map``, so it
+    follows ``on_error``; it names the file and the decoder's reason, and
+    pickles as ``(path, reason)`` so it travels back from process workers.
+    """
+
+    def __init__(self, path, reason: str):
+        super().__init__(f"cannot decode {path!s}: {reason}")
+        self.path, self.reason = path, reason
+
+    def __reduce__(self):
+        return (type(self), (self.path, self.reason))

@@ -303,7 +303,7 @@ class EpochIterator:
                 f"(on_error='skip'): {shown}{' ...' if len(self.stats_.skipped) > 10 else ''}. "
                 "See it.stats() for the reasons.",
                 RuntimeWarning,
-                stacklevel=3,
+                stacklevel=_user_stacklevel(),
             )
         self._count_restarts()
         self._runtime.last_stats = self.stats_
@@ -364,6 +364,18 @@ class EpochIterator:
 
 
 _ERROR = object()
+
+
+def _user_stacklevel() -> int:
+    """The ``stacklevel`` that points a warning at the first frame outside feedline."""
+    import os
+    import sys
+
+    package = os.path.dirname(os.path.abspath(__file__))
+    frame, level = sys._getframe(1), 1
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(package):
+        frame, level = frame.f_back, level + 1
+    return level
 
 
 def _index_from_json(index):

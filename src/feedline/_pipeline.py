@@ -98,18 +98,33 @@ class Pipeline:
         """Apply ``fn(batch)`` to each batch (vectorised work, after `batch`)."""
         return self._with(MapBatch(fn))
 
-    def shard(self, index: int | None = None, count: int | None = None) -> "Pipeline":
-        """Keep this rank's share of every epoch: indices ``index::count`` of the order.
+    def shard(self, index: int | None = None, count: int | None = None, *, even: str | None = "auto") -> "Pipeline":
+        """Keep this rank's share of every epoch: positions ``index::count`` of the order.
 
         With no arguments, rank and world size come from an initialised
         ``torch.distributed``, from JAX's process index and count, or from
         the ``RANK`` and ``WORLD_SIZE`` environment variables.
+
+        ``even`` decides what happens when the epoch does not divide evenly:
+        None gives an exact partition (ranks differ by at most one sample, so
+        possibly by one batch); ``"drop"`` leaves out the last ``< count``
+        samples of each epoch's order and ``"pad"`` repeats the first ones,
+        so every rank takes the same number of batches and none hangs at the
+        last collective. The default ``"auto"`` is ``"drop"`` when rank and
+        size come from the environment (distributed training) and None when
+        you pass them. (Generator sources shard by shard; ``even`` does not
+        apply to them. ``filter`` and ``on_error="skip"`` can still make
+        ranks differ: avoid them under data parallelism, or stop at a fixed
+        step count.)
         """
-        if index is None and count is None:
+        from_environment = index is None and count is None
+        if from_environment:
             index, count = _rank_from_environment()
         elif index is None or count is None:
             raise ValueError("shard() takes both index and count, or neither (to read them from the environment)")
-        return self._with(Shard(index, count))
+        if even == "auto":
+            even = "drop" if from_environment else None
+        return self._with(Shard(index, count, even))
 
     def prefetch(self, depth: int | None = None) -> "Pipeline":
         """How many batches may be prepared ahead of the consumer (default: 2 per worker)."""
@@ -139,6 +154,12 @@ class Pipeline:
         created = time.perf_counter()
         self._next_epoch = k + 1
         return EpochIterator(self, self._ensure_runtime(), k, created=created)
+
+    def set_epoch(self, k: int) -> None:
+        """Make the next ``iter(pipe)`` epoch ``k`` (e.g. after restoring a checkpoint)."""
+        if isinstance(k, bool) or not isinstance(k, int) or k < 0:
+            raise ValueError(f"set_epoch(k) needs an integer k >= 0, got {k!r}")
+        self._next_epoch = k
 
     def resume(self, state: dict) -> EpochIterator:
         """Continue an epoch from ``it.state()``, exactly after its last batch."""
@@ -180,29 +201,29 @@ class Pipeline:
     # ------------------------------------------------------------ adapters
     # Each adapter lives in feedline/adapters/ and imports its framework lazily,
     # so the core needs only NumPy; a missing framework names the extra to install.
-    def torch(self, device=None, pin_memory=None):
+    def torch(self, device=None, pin_memory=None, **options):
         """Batches as torch tensors; with a CUDA device, copied ahead of time (see `feedline.adapters.torch`)."""
         from .adapters.torch import to_torch
 
-        return to_torch(self, device=device, pin_memory=pin_memory)
+        return to_torch(self, device=device, pin_memory=pin_memory, **options)
 
-    def jax(self, sharding=None):
+    def jax(self, sharding=None, **options):
         """Batches as JAX arrays, put on device ahead of time (see `feedline.adapters.jax`)."""
         from .adapters.jax import to_jax
 
-        return to_jax(self, sharding=sharding)
+        return to_jax(self, sharding=sharding, **options)
 
-    def tf(self, element_spec=None):
+    def tf(self, element_spec=None, **options):
         """A `tf.data.Dataset` over the pipeline's batches (see `feedline.adapters.tf`)."""
         from .adapters.tf import to_tf
 
-        return to_tf(self, element_spec=element_spec)
+        return to_tf(self, element_spec=element_spec, **options)
 
-    def keras(self):
+    def keras(self, **options):
         """An input for Keras 3 ``model.fit``/``evaluate``/``predict`` (see `feedline.adapters.keras`)."""
         from .adapters.keras import to_keras
 
-        return to_keras(self)
+        return to_keras(self, **options)
 
     # ------------------------------------------------------------ reading
     def _fingerprint(self) -> str:
@@ -214,7 +235,7 @@ class Pipeline:
         parts = [type(self._source).__name__, str(length)]
         for step in self._steps:
             if isinstance(step, (Shuffle, Shard, Batch)):
-                parts.append(repr((type(step).__name__, getattr(step, "seed", None), getattr(step, "index", None), getattr(step, "count", None), getattr(step, "size", None), getattr(step, "drop_remainder", None))))
+                parts.append(repr((type(step).__name__, getattr(step, "seed", None), getattr(step, "index", None), getattr(step, "count", None), getattr(step, "size", None), getattr(step, "drop_remainder", None), getattr(step, "even", None))))
             elif isinstance(step, (Map, Filter, MapBatch)):
                 parts.append(f"{type(step).__name__}:{step.name}")
         del plan
@@ -234,7 +255,7 @@ def _describe_step(step) -> str:
     if isinstance(step, Shuffle):
         return f"shuffle(seed={step.seed})"
     if isinstance(step, Shard):
-        return f"shard(index={step.index}, count={step.count})"
+        return f"shard(index={step.index}, count={step.count}{f', even={step.even!r}' if step.even else ''})"
     if isinstance(step, Map):
         extras = [f"{k}={v!r}" for k, v in (("workers", step.workers), ("backend", step.backend)) if v is not None]
         if step.on_error != "raise":

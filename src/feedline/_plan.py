@@ -81,7 +81,7 @@ class Plan:
                 rng = np.random.Generator(np.random.PCG64(np.random.SeedSequence(step.seed, spawn_key=(epoch,))))
                 order = order[rng.permutation(len(order))]
             else:
-                order = order[step.index :: step.count]
+                order = _shard(order, step)
         return order
 
     def epoch_indices(self, epoch: int) -> np.ndarray:
@@ -103,6 +103,23 @@ class Plan:
         if size is None:
             return n
         return n // size if self.drop_remainder else -(-n // size)
+
+
+def _shard(order: np.ndarray, step: Shard) -> np.ndarray:
+    """This rank's positions: every ``count``-th, after evening out the length if asked.
+
+    ``even="drop"`` cuts the order to a multiple of ``count`` (at most
+    ``count - 1`` samples of the epoch are left out, different ones each
+    shuffled epoch); ``"pad"`` repeats the first samples to fill it (those
+    are seen twice). Either way every rank gets the same number of samples,
+    so the same number of batches, and no rank waits forever at a collective.
+    """
+    if step.even == "drop":
+        order = order[: len(order) // step.count * step.count]
+    elif step.even == "pad" and len(order) % step.count:
+        missing = step.count - len(order) % step.count
+        order = np.concatenate([order, np.resize(order, missing)])
+    return order[step.index :: step.count]
 
 
 def compile_plan(source, steps, seed: int) -> Plan:

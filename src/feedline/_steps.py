@@ -75,8 +75,11 @@ class Shard:
 
     index: int
     count: int
+    even: str | None = None  # None: exact partition; "drop" / "pad": equal share on every rank
 
     def __post_init__(self):
+        if self.even not in (None, "drop", "pad"):
+            raise ValueError(f"shard(even={self.even!r}): use None (exact partition), 'drop' or 'pad'")
         _check_count(self.count, "shard(count=...)", 1)
         _check_count(self.index, "shard(index=...)", 0)
         if self.index >= self.count:
