@@ -14,6 +14,7 @@ from ._errors import DecodeError, FeedlineError, RemoteTraceback, SampleError, W
 from ._iterator import EpochIterator
 from ._pipeline import Pipeline
 from ._stats import Stats
+from .adapters.keras import from_keras_sequence
 from .sources import from_arrays, from_files, from_generator, from_sequence
 
 __version__ = "0.1.0"
@@ -30,5 +31,6 @@ __all__ = [
     "from_arrays",
     "from_files",
     "from_generator",
+    "from_keras_sequence",
     "from_sequence",
 ]

@@ -1,0 +1,163 @@
+"""What every framework adapter shares: lazy imports, epochs, even shards.
+
+An adapter turns a pipeline into the object a framework iterates. The rules
+they all follow, so the four behave alike:
+
+- One framework epoch is one feedline epoch: each ``iter()`` of the adapted
+  object starts the pipeline's next epoch (a new shuffle), and nothing runs
+  until its first batch is asked for. Frameworks that create an iterator
+  they never use (Keras makes the next epoch's iterator at the end of each
+  epoch) therefore cost nothing.
+- A sharded pipeline yields the same number of batches on every rank
+  (`steps_per_epoch`), so no rank waits forever in a collective at the
+  end of an epoch. Where ranks would differ by one batch, the longer ranks
+  stop one batch early; that batch holds a single sample per rank when the
+  pipeline keeps partial batches, or one batch's worth when it drops them
+  (it is dropped already on the shorter ranks).
+- Frameworks are imported when an adapter is used, never when feedline is;
+  a missing one raises `ImportError` naming the extra to install.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+from .._errors import FeedlineError
+
+__all__ = ["epoch_batches", "even_steps", "map_structure", "require", "steps_per_epoch"]
+
+
+def require(module: str, extra: str, purpose: str):
+    """Import ``module`` or raise an `ImportError` that names the extra to install.
+
+    >>> require("math", "none", "a doctest").sqrt(4.0)
+    2.0
+    """
+    try:
+        return importlib.import_module(module)
+    except ImportError as e:
+        raise ImportError(
+            f"{purpose} needs {module.split('.')[0]}, which cannot be imported here ({e}). "
+            f"Install it with: pip install 'feedline[{extra}]'"
+        ) from e
+
+
+def map_structure(fn, tree):
+    """Apply ``fn`` to every leaf of nested tuples, lists and dicts (the shapes batches take).
+
+    Named tuples keep their type.
+
+    >>> map_structure(lambda v: v * 10, {"a": (1, [2, 3])})
+    {'a': (10, [20, 30])}
+    """
+    if isinstance(tree, tuple):
+        items = [map_structure(fn, v) for v in tree]
+        return type(tree)(*items) if hasattr(tree, "_fields") else tuple(items)
+    if isinstance(tree, list):
+        return [map_structure(fn, v) for v in tree]
+    if isinstance(tree, dict):
+        return {k: map_structure(fn, v) for k, v in tree.items()}
+    return fn(tree)
+
+
+def _shards(pipe) -> list:
+    """The `Shard` steps of ``pipe``, in order."""
+    # Reads the compiled plan (private to feedline, read-only here); see
+    # /tmp/requests_adapters.md for the public method this should become.
+    from .._steps import Shard
+
+    return [step for step in pipe._plan.index_steps if isinstance(step, Shard)]
+
+
+def even_steps(pipe, even: bool = True) -> int | None:
+    """Batches every rank takes per epoch, for a pipeline sharded across ranks.
+
+    Args:
+        pipe: the pipeline.
+        even: False turns the rule off (returns None).
+
+    Returns:
+        For a pipeline with a ``shard`` step of ``count > 1``: the number of
+        batches of the rank with the fewest. None when the pipeline is not
+        sharded (or ``even`` is False): then an epoch is simply all of it.
+
+    Raises:
+        FeedlineError: the pipeline is sharded but its length is unknown (a
+            generator source, or ``filter``), so ranks could take different
+            numbers of steps and hang at the end of the epoch.
+    """
+    shards = [step for step in _shards(pipe) if step.count > 1]
+    if not even or not shards:
+        return None
+    try:
+        own = len(pipe)
+    except TypeError as e:
+        raise FeedlineError(
+            f"this pipeline is sharded {shards[0].count} ways but its number of batches is unknown ({e}); "
+            "ranks could then take different numbers of steps, and the ones that finish first "
+            "would leave the others waiting in a collective forever. Use a random-access source "
+            "without filter() (mark bad samples in map() instead, or use on_error=), or pass "
+            "even_batches=False if your loop handles uneven inputs itself (e.g. torch's Join)"
+        ) from e
+    plan = pipe._plan
+    # The shortest rank: shard(even="pad") gives every rank ceil(length/count)
+    # samples; "drop" gives floor to all; an exact partition (even=None) gives
+    # floor or ceil, so floor to the shortest.
+    shortest = len(plan.part.source)
+    for step in shards:
+        shortest = -(-shortest // step.count) if step.even == "pad" else shortest // step.count
+    size = plan.part.batch_size
+    if size is None:
+        return min(own, shortest)
+    fewest = shortest // size if plan.drop_remainder else -(-shortest // size)
+    return min(own, fewest)
+
+
+def steps_per_epoch(pipe, even: bool = True) -> int | None:
+    """Batches an adapter yields per epoch (see `even_steps`), or None if unknown."""
+    steps = even_steps(pipe, even)
+    if steps is not None:
+        return steps
+    try:
+        return len(pipe)
+    except TypeError:
+        return None
+
+
+def epoch_batches(pipe, steps: int | None = None, epoch: int | None = None):
+    """A generator over one epoch of ``pipe``, started lazily.
+
+    Args:
+        pipe: the pipeline.
+        steps: from `even_steps`: yield exactly this many batches (stop
+            early if the epoch has more); None yields the whole epoch.
+        epoch: which epoch (``pipe.epoch(epoch)``); None for the next one.
+
+    The epoch starts at the first ``next()``, so an iterator that is created
+    and dropped unused starts nothing. Closing the generator early cancels
+    the epoch's outstanding work.
+
+    Raises:
+        FeedlineError: the epoch had fewer than ``steps`` batches (samples
+            were skipped with ``on_error="skip"``), which would leave the
+            other ranks waiting.
+    """
+    iterator = iter(pipe) if epoch is None else pipe.epoch(epoch)
+    given = 0
+    try:
+        while steps is None or given < steps:
+            try:
+                batch = next(iterator)
+            except StopIteration:
+                break
+            given += 1
+            yield batch
+        if steps is not None and given < steps:
+            raise FeedlineError(
+                f"epoch {iterator.epoch} ended after {given} batches, but every rank must take {steps} "
+                "steps (samples were skipped, so this rank ran short). Ranks that take fewer steps "
+                "leave the others waiting; with sharded training use on_error='raise', or a function "
+                "on_error=(index, error) -> replacement sample"
+            )
+    finally:
+        iterator.close()

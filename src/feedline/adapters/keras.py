@@ -1,0 +1,351 @@
+"""Keras 3 adapter: ``model.fit(pipe.keras())`` on every backend, and Keras Sequences as sources.
+
+How Keras 3 consumes data, and why this adapter is a `DataAdapter`:
+Keras wraps whatever ``fit`` receives in a data adapter. A ``PyDataset``
+(``keras.utils.Sequence``) gets Keras's own thread or process pool when its
+``workers``/``use_multiprocessing`` ask for one, a random permutation of
+``__getitem__`` indices when ``shuffle=True``, and, on TensorFlow, a
+``from_generator`` dataset that first reads two batches to guess the spec
+and then adds ``prefetch(AUTOTUNE)``: a second layer of threads and queues
+on top of ours. A Python generator has no length (no progress-bar total).
+Since Keras 3.7 ``fit`` accepts a `DataAdapter` instance as is, so this
+adapter hands each backend exactly what its trainer iterates, with nothing
+in between:
+
+- JAX (and NumPy): the feedline epoch itself (NumPy batches); Keras's JAX
+  trainer puts them on the device, one batch ahead on accelerators, and
+  follows a ``keras.distribution`` layout if one is set.
+- PyTorch: a `feedline.adapters.torch.TorchLoader` on Keras's device: CPU
+  tensors share memory with our batches; on CUDA, batches are copied from
+  pinned memory on a side stream ahead of time.
+- TensorFlow: `feedline.adapters.tf.to_tf`, a ``tf.data.Dataset`` with a
+  known cardinality and no extra prefetch.
+
+Each Keras epoch is one feedline epoch (a new shuffle), started when its
+first batch is needed; ``len(pipe)`` is the progress bar's total. The base
+class lives in ``keras.src`` (Keras does not export it); the tests run
+``fit``/``evaluate``/``predict`` on all three backends so that a change
+there is caught.
+
+Not supported through this adapter (Keras does not pass them to a data
+adapter): ``fit(shuffle=...)`` (shuffle the pipeline instead) and
+``class_weight=`` (put per-sample weights in the batch as a third element,
+``(x, y, sample_weight)``).
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import warnings
+
+from ._common import epoch_batches, even_steps, require, steps_per_epoch
+
+__all__ = ["from_keras_sequence", "to_keras"]
+
+_KERAS_MODULES = ("keras", "tf_keras", "tensorflow")
+# Not copied to the detached class: __init__ never runs on the copy (its state
+# is copied as is), and its usual super().__init__(**kwargs) would bind the copy
+# to the Keras class again.
+_NOT_COPIED = ("__dict__", "__weakref__", "__init__")
+
+
+@functools.cache
+def _adapter_class():
+    """Define the adapter class on first use (it subclasses Keras's, so Keras must be imported)."""
+    keras = require("keras", "keras", "pipe.keras()")
+    major_minor = tuple(int(p) for p in keras.__version__.split(".")[:2])
+    if major_minor < (3, 7):
+        raise ImportError(
+            f"pipe.keras() needs Keras >= 3.7 (it passes fit() a DataAdapter, which older Keras "
+            f"rejects); this is Keras {keras.__version__}. Upgrade with: pip install 'feedline[keras]'"
+        )
+    from keras.src.trainers.data_adapters.data_adapter import DataAdapter
+
+    class FeedlineDataAdapter(DataAdapter):
+        """What ``pipe.keras()`` returns: pass it as ``x`` or ``validation_data``."""
+
+        def __init__(self, pipe, even_batches: bool = True):
+            self._pipe = pipe
+            self._even = even_batches
+            self._tf_dataset = None
+            self._epochs = _Epochs(pipe, even_batches)
+
+        def get_numpy_iterator(self):
+            return self._epochs.next_epoch()
+
+        def get_jax_iterator(self):
+            return self._epochs.next_epoch()
+
+        def get_torch_dataloader(self):
+            from keras.src.backend.torch.core import get_device
+
+            from .torch import TorchLoader
+
+            return _TorchEpochs(self._epochs, TorchLoader(self._pipe, device=get_device(), even_batches=self._even))
+
+        def get_tf_dataset(self):
+            if self._tf_dataset is None:
+                from .tf import to_tf
+
+                self._tf_dataset = to_tf(self._pipe, even_batches=self._even)
+            return self._tf_dataset
+
+        @property
+        def num_batches(self):
+            return steps_per_epoch(self._pipe, self._even)
+
+        @property
+        def batch_size(self):
+            return None
+
+        @property
+        def has_partial_batch(self):
+            return None
+
+        @property
+        def partial_batch_size(self):
+            return None
+
+        def __repr__(self) -> str:
+            return f"FeedlineDataAdapter over\n{self._pipe!r}"
+
+    return FeedlineDataAdapter
+
+
+class _Epochs:
+    """Hands Keras one feedline epoch per iterator, and resumes an epoch Keras only peeked at.
+
+    Before the first ``fit``/``evaluate``/``predict`` of an unbuilt model,
+    Keras (JAX and PyTorch backends) opens an iterator, takes one batch to
+    learn the input shapes, and drops the iterator. Starting a fresh epoch
+    after that would waste the work prefetched for the dropped one and shift
+    every later epoch number by one. So an epoch dropped after at most
+    ``keep`` batches (1, plus those staged ahead on a device) is parked,
+    and the next iterator replays those batches and continues it.
+    """
+
+    def __init__(self, pipe, even_batches: bool):
+        self.pipe = pipe
+        self.even = even_batches
+        self.parked = None  # (batches already handed out, rest of the epoch)
+        self.generation = 0
+
+    def next_epoch(self, keep: int = 1):
+        self.generation += 1
+        return self._run(self.generation, keep)
+
+    def _run(self, generation, keep):
+        parked, self.parked = self.parked, None  # taken at the first next(): iterators made and dropped unused take nothing
+        if parked is None:
+            head, rest = [], epoch_batches(self.pipe, even_steps(self.pipe, self.even))
+        else:
+            head, rest = parked
+        given, parked_now = [], False
+        try:
+            for batch in itertools.chain(head, rest):
+                if given is not None:
+                    given.append(batch)
+                    if len(given) > keep:
+                        given = None  # past the peek: keep nothing
+                yield batch
+                del batch
+        except GeneratorExit:  # dropped by Keras (an error inside the epoch is not parked)
+            if given is not None and generation == self.generation:
+                self.parked, parked_now = (given, rest), True
+            raise
+        finally:
+            if not parked_now:
+                rest.close()
+
+
+class _TorchEpochs:
+    """What the PyTorch backend iterates: `_Epochs` converted by a `TorchLoader`."""
+
+    def __init__(self, epochs: _Epochs, loader):
+        self.epochs = epochs
+        self.loader = loader
+
+    def __iter__(self):
+        staged = self.loader.depth if self.loader.device is not None and self.loader.device.type != "cpu" else 0
+        return self.loader.convert(self.epochs.next_epoch(keep=1 + staged))
+
+    def __len__(self) -> int:
+        return len(self.loader)
+
+
+def to_keras(pipe, *, even_batches: bool = True):
+    """An input for Keras 3 ``model.fit``, ``evaluate`` and ``predict``, on any backend.
+
+    ``model.fit(pipe.keras(), epochs=3, validation_data=val.keras())``:
+    each Keras epoch runs one feedline epoch (a new shuffle), the progress
+    bar knows ``len(pipe)`` steps, and no Keras worker threads or queues sit
+    on top of feedline's. Batches are ``x``, ``(x,)``, ``(x, y)`` or
+    ``(x, y, sample_weight)``, or dicts keyed by input name, as Keras expects.
+
+    Args:
+        pipe: the pipeline (batched).
+        even_batches: for a sharded pipeline, the same number of batches on
+            every rank (default).
+
+    Returns:
+        A Keras ``DataAdapter`` that ``fit`` uses as is.
+
+    Raises:
+        ImportError: Keras is missing or older than 3.7 (``pip install 'feedline[keras]'``).
+    """
+    return _adapter_class()(pipe, even_batches=even_batches)
+
+
+# ------------------------------------------------------------ Sequences as sources
+def _one_keras_batch(items):
+    """Collation for a Keras Sequence: each feedline sample already is a whole batch."""
+    return items[0]
+
+
+def _is_keras_class(klass) -> bool:
+    return klass.__module__.split(".")[0] in _KERAS_MODULES
+
+
+def _uses_zero_argument_super(namespace: dict) -> bool:
+    for value in namespace.values():
+        function = getattr(value, "__func__", value)
+        for fn in (function, getattr(value, "fget", None), getattr(value, "fset", None)):
+            code = getattr(fn, "__code__", None)
+            if code is not None and "__class__" in code.co_freevars:
+                return True
+    return False
+
+
+def _detach_from_keras(seq):
+    """A copy of ``seq`` whose class does not inherit from Keras, when that is safe.
+
+    A ``keras.utils.Sequence`` subclass pickles with a reference to Keras,
+    so every worker would import Keras (and, on its default backend,
+    TensorFlow): seconds of start-up and hundreds of MB per worker, for a
+    ``__getitem__`` that usually needs only NumPy. The copy has the same
+    methods and attributes on a plain class. It is not made (the original
+    is sent) unless the class is plain Python classes on top of Keras ones,
+    no method other than ``__init__`` uses zero-argument ``super()``, and no
+    class uses ``__slots__``; Keras is then imported in the workers, which
+    is slower but equally correct.
+    """
+    cls = type(seq)
+    mro = cls.__mro__[:-1]  # without object
+    keras_at = next((k for k, klass in enumerate(mro) if _is_keras_class(klass)), None)
+    if keras_at is None or not hasattr(seq, "__dict__"):
+        return seq  # nothing of Keras to detach, or nowhere to copy state from
+    own, base = mro[:keras_at], mro[keras_at:]
+    if not all(_is_keras_class(k) for k in base) or not all(type(k) is type for k in own):
+        return seq  # another library's class in the mix, or a metaclass: keep the original
+    namespace: dict = {}
+    for klass in reversed(own):
+        if "__slots__" in vars(klass):
+            return seq
+        namespace.update({k: v for k, v in vars(klass).items() if k not in _NOT_COPIED})
+    if _uses_zero_argument_super(namespace):
+        return seq
+    shadow = type(cls.__name__, (object,), namespace)
+    copy = object.__new__(shadow)
+    copy.__dict__.update(vars(seq))
+    return copy
+
+
+class _CountedBatches:
+    """A ``PyDataset`` that gives its length as ``num_batches`` only (Keras 3 allows that)."""
+
+    def __init__(self, seq, count: int):
+        self.seq, self.count = seq, count
+
+    def __len__(self) -> int:
+        return self.count
+
+    def __getitem__(self, index):
+        return self.seq[index]
+
+
+def _as_sequence(seq):
+    if hasattr(seq, "__len__") or not hasattr(seq, "__getitem__"):
+        return _detach_from_keras(seq)
+    count = getattr(seq, "num_batches", None)
+    if isinstance(count, bool) or not isinstance(count, int):
+        raise TypeError(
+            f"from_keras_sequence() needs a finite sequence: {type(seq).__name__} has no len() and its "
+            f"num_batches is {count!r}. An endless PyDataset has no epochs; give it a __len__, or use "
+            "fl.from_generator for a stream"
+        )
+    return _CountedBatches(_detach_from_keras(seq), count)
+
+
+def from_keras_sequence(seq, *, shuffle: bool = False, seed: int | None = None, workers: int | None = None, backend: str | None = None, on_error="raise"):
+    """A pipeline whose batches are the batches of a ``keras.utils.Sequence`` / ``PyDataset``.
+
+    ``seq[i]`` (your ``__getitem__``) runs in feedline's workers, one batch
+    per task, in parallel processes by default: real parallelism for
+    CPU-bound Python, on every OS, with lambdas and closures, and without an
+    ``if __name__ == "__main__":`` guard. Keras is not needed to call this.
+
+    Args:
+        seq: anything with ``len()`` (or a Keras ``num_batches``) and
+            ``seq[i]`` returning a whole batch, e.g. ``(x, y)`` arrays.
+        shuffle: visit batches in a new order each epoch (Keras's
+            ``fit(shuffle=True)`` on a Sequence).
+        seed: seed of that order (drawn at random when None).
+        workers, backend, on_error: as for `Pipeline.map`; ``on_error``
+            applies to a whole batch (``"skip"`` drops the batch).
+
+    Returns:
+        A `Pipeline` of ``len(seq)`` batches; train with
+        ``model.fit(pipe.keras())``.
+
+    Raises:
+        TypeError: ``seq`` has no ``[]``, or neither ``len()`` nor a
+            ``num_batches`` count (an endless ``PyDataset``).
+
+    The sequence is copied into each worker once, so its ``on_epoch_end``
+    cannot change what the workers see; it is not called (a warning says
+    so when your class defines one). Use ``shuffle=True`` for a new order
+    each epoch.
+
+    >>> import numpy as np
+    >>> class Batches:
+    ...     def __len__(self):
+    ...         return 3
+    ...     def __getitem__(self, i):
+    ...         return np.full((2, 1), i), np.array([i, i])
+    >>> pipe = from_keras_sequence(Batches(), backend="serial")
+    >>> [int(y.sum()) for x, y in pipe]
+    [0, 2, 4]
+    """
+    from .. import from_sequence
+
+    _warn_about_epoch_hooks(seq)
+    pipe = from_sequence(_as_sequence(seq))
+    if shuffle:
+        pipe = pipe.shuffle(seed)
+    elif seed is not None:
+        raise ValueError("from_keras_sequence(seed=...) only applies with shuffle=True")
+    if workers is not None or backend is not None or on_error != "raise":
+        pipe = pipe.map(_whole_batch, workers=workers, backend=backend, on_error=on_error)
+    return pipe.batch(1, collate=_one_keras_batch)
+
+
+def _whole_batch(batch):
+    """The identity: carries map() settings (workers, backend, on_error) for a Sequence."""
+    return batch
+
+
+def _warn_about_epoch_hooks(seq) -> None:
+    for klass in type(seq).__mro__:
+        if _is_keras_class(klass) or klass is object:
+            continue
+        if "on_epoch_end" in vars(klass) or "on_epoch_begin" in vars(klass):
+            warnings.warn(
+                f"{type(seq).__name__} defines on_epoch_end/on_epoch_begin, which feedline does not call: "
+                "each worker holds its own copy of the sequence, so state changed there would not reach "
+                "them. Pass shuffle=True for a new batch order each epoch.",
+                UserWarning,
+                stacklevel=3,
+            )
+            return
+

@@ -1,0 +1,244 @@
+"""PyTorch adapter: ``pipe.torch(device=None, pin_memory=None)``.
+
+Batches become torch tensors. On the CPU that costs nothing: every NumPy
+leaf is wrapped with ``torch.from_numpy`` (same memory; a process worker's
+shared-memory slot stays reserved until the tensor is freed). Arrays NumPy
+marks read-only are copied, since a torch tensor is always writable.
+
+Protocol of the CUDA path (prefetch to device):
+- Who copies: the loop's own thread, ``depth`` batches ahead of the batch
+  it hands out. For each new batch it copies every tensor leaf into pinned
+  host memory (one CPU memcpy, GIL released) and queues the host-to-device
+  copy on a private side stream (``non_blocking``), then records an event.
+- Who waits: nobody on the host. Before a batch is handed out, the current
+  stream is told to wait for that batch's event (a GPU-side wait) and every
+  tensor is marked as used on the current stream (``record_stream``), so
+  the caching allocator cannot hand its memory to anyone else while the
+  training step may still read it.
+- Who frees what: the pinned staging copy is dropped as soon as its copy is
+  queued; torch's pinned-memory allocator reuses the block only after the
+  copy's event completed. The feedline batch (shared memory) is released as
+  soon as it is staged, ``depth`` steps before the training step sees it.
+- Back-pressure: at most ``depth`` batches are staged ahead; feedline's own
+  prefetch bounds the work behind them.
+- Shutdown: leaving the loop early (``break``, exception) closes the epoch,
+  which cancels feedline's outstanding work; staged device memory is freed
+  by the caching allocator when the tensors go out of scope.
+
+Data parallel: a pipeline with ``.shard()`` yields the same number of
+batches on every rank (see `feedline.adapters._common`), so DDP never waits
+for a rank that has run out.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import sys
+import warnings
+
+import numpy as np
+
+from ._common import epoch_batches, even_steps, map_structure, require, steps_per_epoch
+
+__all__ = ["TorchLoader", "to_torch"]
+
+DEFAULT_DEPTH = 2  # batches staged on the device ahead of the step: one being copied while one waits
+
+
+class TorchLoader:
+    """An iterable over a pipeline's batches as torch tensors; each ``iter()`` is the next epoch.
+
+    Use it where a ``DataLoader`` would go: a ``for`` loop, PyTorch
+    Lightning's ``train_dataloaders=``, or anything that calls ``iter()``
+    and ``len()``. Made by ``pipe.torch()``; see `to_torch` for the
+    arguments.
+
+    Attributes:
+        device: the `torch.device` batches are put on (None: left on the CPU).
+        pin_memory: whether host copies are staged in pinned memory.
+        depth: batches copied to the device ahead of the one handed out.
+    """
+
+    def __init__(self, pipe, device=None, pin_memory=None, depth: int = DEFAULT_DEPTH, even_batches: bool = True):
+        torch = require("torch", "torch", "pipe.torch()")
+        self._pipe = pipe
+        self.device = None if device is None else torch.device(device)
+        if self.device is not None and self.device.type == "cuda":
+            if not torch.cuda.is_available():
+                raise RuntimeError(
+                    f"pipe.torch(device={str(self.device)!r}): this PyTorch has no usable CUDA device "
+                    f"(torch {torch.__version__}, torch.cuda.is_available() is False); pass device=None "
+                    "to get CPU tensors"
+                )
+            if self.device.index is None:
+                self.device = torch.device("cuda", torch.cuda.current_device())
+        if pin_memory is None:
+            pin_memory = self.device is not None and self.device.type == "cuda"
+        if pin_memory and not torch.cuda.is_available():
+            raise RuntimeError(
+                "pipe.torch(pin_memory=True) needs CUDA (pinned memory only speeds up copies to a "
+                "CUDA device), and torch.cuda.is_available() is False; leave pin_memory=None"
+            )
+        if isinstance(depth, bool) or not isinstance(depth, int) or depth < 1:
+            raise ValueError(f"to_torch(depth=...) must be an integer >= 1, got {depth!r}")
+        self.pin_memory = bool(pin_memory)
+        self.depth = depth
+        self.even_batches = even_batches
+        _warn_if_unsharded_under_ddp(pipe)
+
+    def __len__(self) -> int:
+        """Batches per epoch (the same on every rank of a sharded pipeline).
+
+        Raises:
+            TypeError: the pipeline's length is unknown (generator source or ``filter``).
+        """
+        steps = steps_per_epoch(self._pipe, self.even_batches)
+        if steps is None:
+            raise TypeError(f"len() is unknown for this pipeline: {_why_unknown(self._pipe)}")
+        return steps
+
+    def set_epoch(self, epoch: int) -> None:
+        """Make the next ``iter()`` epoch ``epoch`` (as ``DistributedSampler.set_epoch`` does).
+
+        Optional: without it, each ``iter()`` is the pipeline's next epoch.
+        Call it when resuming training at epoch ``epoch``, so the shuffle
+        and augmentation match those of an uninterrupted run. The same as
+        ``pipe.set_epoch(epoch)``.
+
+        Raises:
+            ValueError: ``epoch`` is not an integer >= 0.
+        """
+        self._pipe.set_epoch(epoch)
+
+    def __iter__(self):
+        return self.convert(epoch_batches(self._pipe, even_steps(self._pipe, self.even_batches)))
+
+    def convert(self, batches):
+        """Tensors (on ``device``, ``depth`` ahead) from an iterator of NumPy batches, which it closes."""
+        if self.device is None or self.device.type == "cpu":
+            return self._host(batches)
+        return self._ahead(batches)
+
+    def _host(self, batches):
+        torch = sys.modules["torch"]
+        pin = self.pin_memory
+        with contextlib.closing(batches):
+            for batch in batches:
+                tensors = map_structure(_to_tensor, batch)
+                if pin:
+                    tensors = map_structure(lambda t: t.pin_memory() if isinstance(t, torch.Tensor) else t, tensors)
+                del batch
+                yield tensors
+
+    def _ahead(self, batches):
+        """Stage ``depth`` batches on the device ahead of the one handed out (see the module docstring)."""
+        torch = sys.modules["torch"]
+        device, pin = self.device, self.pin_memory
+        cuda = device.type == "cuda"
+        stream = torch.cuda.Stream(device) if cuda else None
+        staged: collections.deque = collections.deque()
+
+        def stage(batch):
+            def put(leaf):
+                tensor = _to_tensor(leaf)
+                if not isinstance(tensor, torch.Tensor):
+                    return tensor
+                if pin:
+                    tensor = tensor.pin_memory()
+                return tensor.to(device, non_blocking=pin)
+
+            if cuda:
+                with torch.cuda.stream(stream):
+                    moved = map_structure(put, batch)
+                    event = torch.cuda.Event()
+                    event.record(stream)
+                return moved, event
+            return map_structure(put, batch), None
+
+        def hand_out(moved, event):
+            if event is not None:
+                current = torch.cuda.current_stream(device)
+                current.wait_event(event)
+                map_structure(lambda t: t.record_stream(current) if isinstance(t, torch.Tensor) else None, moved)
+            return moved
+
+        with contextlib.closing(batches):
+            for batch in batches:
+                staged.append(stage(batch))
+                del batch
+                if len(staged) > self.depth:
+                    yield hand_out(*staged.popleft())
+            while staged:
+                yield hand_out(*staged.popleft())
+
+    def __repr__(self) -> str:
+        where = "cpu" if self.device is None else str(self.device)
+        return f"TorchLoader(device={where}, pin_memory={self.pin_memory}, depth={self.depth}) over\n{self._pipe!r}"
+
+
+def _to_tensor(leaf):
+    """A NumPy array as a tensor sharing its memory; other leaves unchanged."""
+    if not isinstance(leaf, np.ndarray) or leaf.dtype.kind not in "biufc":
+        return leaf
+    torch = sys.modules["torch"]
+    if not leaf.flags.writeable:
+        leaf = leaf.copy()  # torch tensors are writable; never alias read-only (e.g. memory-mapped) data
+    if not leaf.dtype.isnative:
+        leaf = leaf.astype(leaf.dtype.newbyteorder("="))
+    return torch.from_numpy(leaf)
+
+
+def _why_unknown(pipe) -> str:
+    try:
+        len(pipe)
+    except TypeError as e:
+        return str(e)
+    return "unknown"
+
+
+def _warn_if_unsharded_under_ddp(pipe) -> None:
+    dist = sys.modules.get("torch.distributed")
+    if dist is None or not dist.is_available() or not dist.is_initialized() or dist.get_world_size() < 2:
+        return
+    from ._common import _shards
+
+    if not any(step.count > 1 for step in _shards(pipe)):
+        warnings.warn(
+            f"torch.distributed runs {dist.get_world_size()} ranks but this pipeline has no shard() step, "
+            "so every rank sees every sample. Add .shard() before .batch() (rank and world size are "
+            "read from torch.distributed) unless the ranks are meant to see the same data.",
+            RuntimeWarning,
+            stacklevel=5,  # the caller of pipe.torch()
+        )
+
+
+def to_torch(pipe, device=None, pin_memory=None, *, depth: int = DEFAULT_DEPTH, even_batches: bool = True) -> TorchLoader:
+    """Iterate ``pipe`` as torch tensors, copied to ``device`` ahead of time.
+
+    Args:
+        pipe: the pipeline.
+        device: None (or ``"cpu"``) for CPU tensors that share memory with
+            feedline's batches; a CUDA device (``"cuda"``, ``"cuda:1"``,
+            a `torch.device`) to copy each batch there ``depth`` steps ahead,
+            on a side stream; any other device is copied with ``.to()``.
+        pin_memory: stage host copies in pinned memory (default: True for
+            a CUDA device). True with ``device=None`` yields pinned CPU tensors.
+        depth: batches staged on the device ahead of the one handed out.
+        even_batches: for a sharded pipeline, yield the same number of
+            batches on every rank (default); False yields each rank's own.
+
+    Returns:
+        A `TorchLoader`: each ``iter()`` is the next epoch; ``len()`` is
+        batches per epoch.
+
+    Raises:
+        ImportError: PyTorch is not installed (``pip install 'feedline[torch]'``).
+        RuntimeError: a CUDA device or pinned memory without CUDA.
+
+    >>> import numpy as np, feedline as fl
+    >>> loader = fl.from_arrays(np.arange(6, dtype=np.float32)).batch(4).torch()
+    >>> [b.tolist() for b in loader]
+    [[0.0, 1.0, 2.0, 3.0], [4.0, 5.0]]
+    """
+    return TorchLoader(pipe, device=device, pin_memory=pin_memory, depth=depth, even_batches=even_batches)

@@ -1,0 +1,86 @@
+"""`from_albumentations`: an albumentations pipeline as a reproducible ``fn(sample, rng)``.
+
+A user's albumentations ``Compose`` drops into ``map`` as it is
+(``pipe.map(lambda s: aug(image=s)["image"])``), on the thread and process
+backends: albumentations works in OpenCV, which releases the GIL. But it
+draws from its own random state, so the augmentation then differs from run
+to run and between backends. `from_albumentations` ties it to the
+pipeline's ``rng``: before each sample, the transform is re-seeded from
+``rng``, which makes the output a function of ``(seed, epoch, index)``
+only.
+
+Re-seeding changes the transform's state, so each thread works on its own
+copy (made once per thread with ``copy.deepcopy``); process workers have
+their own copy anyway.
+"""
+
+from __future__ import annotations
+
+import copy
+import threading
+
+import numpy as np
+
+from ._geometry import check_rng
+
+__all__ = ["AlbumentationsOp", "from_albumentations"]
+
+
+def from_albumentations(transform) -> AlbumentationsOp:
+    """Wrap an albumentations transform as ``fn(sample, rng)`` for ``Pipeline.map``.
+
+    Args:
+        transform: an albumentations ``Compose`` (or single transform) with
+            ``set_random_seed`` (albumentations 2.x).
+
+    Returns:
+        A picklable callable ``(sample, rng)``. A sample is an image array
+        (the augmented image is returned) or a dict of targets
+        (``{"image": ..., "mask": ...}``; the dict albumentations returns).
+
+    Example (albumentations installed)::
+
+        import albumentations as A
+        aug = A.Compose([A.RandomResizedCrop((224, 224)), A.HorizontalFlip()])
+        pipe = fl.from_files(paths).map(fv.decode).map(fv.from_albumentations(aug))
+    """
+    if not callable(transform) or not hasattr(transform, "set_random_seed"):
+        raise TypeError(
+            f"from_albumentations() needs an albumentations transform with set_random_seed() "
+            f"(albumentations 2.x); got {type(transform).__name__}"
+        )
+    return AlbumentationsOp(transform)
+
+
+class AlbumentationsOp:
+    """An albumentations transform re-seeded from the pipeline's ``rng`` for each sample."""
+
+    def __init__(self, transform):
+        self.transform = transform
+        self._local = threading.local()
+
+    def __call__(self, sample, rng: np.random.Generator):
+        check_rng(rng, "from_albumentations")
+        transform = getattr(self._local, "transform", None)
+        if transform is None:
+            transform = self._local.transform = copy.deepcopy(self.transform)
+        transform.set_random_seed(int(rng.integers(0, 2**32)))
+        if isinstance(sample, dict):
+            return transform(**sample)
+        if isinstance(sample, np.ndarray):
+            return transform(image=sample)["image"]
+        raise TypeError(
+            f"from_albumentations: a sample is an image array or a dict of targets (image=, mask=, ...); "
+            f"got {type(sample).__name__}. Unpack it in your own function: "
+            "lambda s, rng: (fn(s[0], rng), s[1])"
+        )
+
+    def __getstate__(self):  # the thread-local copies stay behind
+        return {"transform": self.transform}
+
+    def __setstate__(self, state):
+        self.transform = state["transform"]
+        self._local = threading.local()
+
+    def __repr__(self) -> str:
+        return f"from_albumentations({self.transform!r:.200})"
