@@ -79,7 +79,7 @@ class Runtime:
 
     def __init__(self, plan: Plan):
         from .backends import ProcessExecutor, SerialExecutor, ThreadExecutor
-        from .transport._transfer import SharedArrays, dumps_for_workers
+        from .transport._transfer import SharedArrays, check_picklable, dumps_for_workers
 
         self.plan = plan
         self.shared = None
@@ -88,15 +88,21 @@ class Runtime:
         self.depth = plan.depth or max(2, 2 * workers)  # two tasks per worker: one running, one queued
         self.tuner = DepthTuner(self.depth, workers, enabled=plan.depth is None and backend != "serial")
         if backend == "process":
-            self.shared = SharedArrays()
             try:
-                part_bytes = dumps_for_workers(plan.part, self.shared)
+                check_picklable(plan.part)  # before any worker starts
             except Exception as e:
-                self.shared.close()
                 raise _pickling_error(plan, e) from e
+            self.shared = SharedArrays()
             source = plan.part.source
             describe = source.where if isinstance(source, FileSource) else None
-            self.executor = ProcessExecutor(part_bytes, workers, describe)
+            # Start the interpreters first; pickling and sharing arrays overlap their start-up.
+            self.executor = ProcessExecutor(None, workers, describe)
+            try:
+                self.executor.part_bytes = dumps_for_workers(plan.part, self.shared)
+            except Exception as e:
+                self.executor.close()
+                self.shared.close()
+                raise _pickling_error(plan, e) from e
         elif backend == "thread":
             self.executor = ThreadExecutor(plan.part, workers)
         else:

@@ -61,6 +61,7 @@ from ._worker import _BLAS_VARS
 __all__ = ["MAX_ATTEMPTS", "ProcessExecutor"]
 
 MAX_ATTEMPTS = 3  # a task that kills its worker this many times fails instead of looping
+PER_WORKER = 2  # tasks sent to one worker at a time: one running, one queued (see _dispatch)
 START_TIMEOUT = 60.0  # seconds a worker may take to import and connect
 _worker_ids = itertools.count()
 _WORKER_CODE = "from feedline.backends._worker import main; main()"
@@ -98,7 +99,9 @@ class _Worker:
 class ProcessExecutor(Executor):
     name = "process"
 
-    def __init__(self, part_bytes: bytes, workers: int, describe_index=None):
+    def __init__(self, part_bytes: bytes | None, workers: int, describe_index=None):
+        # part_bytes may be set after construction: workers are spawned first so
+        # that pickling (and sharing large arrays) overlaps their start-up.
         self.part_bytes = part_bytes
         self.workers = workers
         self.describe_index = describe_index or (lambda index: None)
@@ -201,7 +204,11 @@ class ProcessExecutor(Executor):
                     kept.append((key, task, affinity))
                     continue
             else:
-                ready = [w for w in self.pool if w is not None and w.ready]
+                # Late binding: a worker holds at most PER_WORKER tasks (one running,
+                # one queued); the rest wait here and go to whichever worker frees up
+                # first, so a worker that is up first cannot take the whole window
+                # and the end of the epoch stays balanced.
+                ready = [w for w in self.pool if w is not None and w.ready and len(w.outstanding) < PER_WORKER]
                 if not ready:
                     kept.append((key, task, affinity))
                     continue

@@ -29,7 +29,7 @@ import numpy as np
 
 from ._shm import Segment, segment_prefix, unlink
 
-__all__ = ["SHARE_THRESHOLD", "SharedArrays", "dumps_for_workers", "attached_names"]
+__all__ = ["SHARE_THRESHOLD", "SharedArrays", "attached_names", "check_picklable", "dumps_for_workers"]
 
 SHARE_THRESHOLD = 1 << 20  # 1 MiB: below this, pickling a copy is cheaper than a segment.
 
@@ -107,9 +107,20 @@ class _WorkerPickler(cloudpickle.Pickler):
                     int(root.offset), int(delta), obj.shape, obj.dtype.str, obj.strides,
                 )
             if obj.nbytes >= SHARE_THRESHOLD:
+                if self._shared is None:  # a dry run (see check_picklable): no copy
+                    return _attach_array, ("", obj.shape, obj.dtype.str)
                 data = obj if obj.flags.c_contiguous else np.ascontiguousarray(obj)
                 return _attach_array, (self._shared.share(data), obj.shape, obj.dtype.str)
         return super().reducer_override(obj)
+
+
+def check_picklable(obj) -> None:
+    """Pickle ``obj`` as `dumps_for_workers` would, without copying large arrays.
+
+    Cheap enough to run before any worker starts, so an unpicklable
+    function is reported first; raises what the pickler raises.
+    """
+    _WorkerPickler(io.BytesIO(), None).dump(obj)
 
 
 def dumps_for_workers(obj, shared: SharedArrays) -> bytes:
