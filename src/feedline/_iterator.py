@@ -268,7 +268,8 @@ class EpochIterator:
         stats.waits.append((now, after, self._last_rows))
         decision = self._runtime.tuner.observe(self._waited, blocked, item)
         if decision is not None:
-            self._depth = self._runtime.depth = self._runtime.tuner.depth
+            self._runtime.set_depth(self._runtime.tuner.depth)
+            self._depth = self._runtime.depth
             stats.depth = self._depth
             stats.decisions.append(decision)
         return item

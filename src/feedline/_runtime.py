@@ -108,10 +108,17 @@ class Runtime:
         else:
             self.executor = SerialExecutor(plan.part)
         self.workers = workers
+        self.set_depth(self.depth)
         self._generations = itertools.count()
         self.active = None  # weakref to the current iterator
         self.closed = False
         _live.add(self)
+
+    def set_depth(self, depth: int) -> None:
+        """Change the prefetch depth; each process worker may hold its share of it."""
+        self.depth = depth
+        if hasattr(self.executor, "per_worker"):
+            self.executor.per_worker = max(1, -(-depth // self.workers))
 
     def begin(self, iterator) -> int:
         """Make ``iterator`` the active one; supersede the previous one."""

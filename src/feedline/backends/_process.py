@@ -61,7 +61,7 @@ from ._worker import _BLAS_VARS
 __all__ = ["MAX_ATTEMPTS", "ProcessExecutor"]
 
 MAX_ATTEMPTS = 3  # a task that kills its worker this many times fails instead of looping
-PER_WORKER = 2  # tasks sent to one worker at a time: one running, one queued (see _dispatch)
+PER_WORKER = 2  # default tasks per worker (one running, one queued); the runtime sets its share of the window
 START_TIMEOUT = 60.0  # seconds a worker may take to import and connect
 _worker_ids = itertools.count()
 _WORKER_CODE = "from feedline.backends._worker import main; main()"
@@ -103,6 +103,7 @@ class ProcessExecutor(Executor):
         # part_bytes may be set after construction: workers are spawned first so
         # that pickling (and sharing large arrays) overlaps their start-up.
         self.part_bytes = part_bytes
+        self.per_worker = PER_WORKER
         self.workers = workers
         self.describe_index = describe_index or (lambda index: None)
         self.prefix = segment_prefix()
@@ -204,11 +205,11 @@ class ProcessExecutor(Executor):
                     kept.append((key, task, affinity))
                     continue
             else:
-                # Late binding: a worker holds at most PER_WORKER tasks (one running,
-                # one queued); the rest wait here and go to whichever worker frees up
+                # Late binding: a worker holds at most its share of the prefetch
+                # window; the rest wait here and go to whichever worker frees up
                 # first, so a worker that is up first cannot take the whole window
                 # and the end of the epoch stays balanced.
-                ready = [w for w in self.pool if w is not None and w.ready and len(w.outstanding) < PER_WORKER]
+                ready = [w for w in self.pool if w is not None and w.ready and len(w.outstanding) < self.per_worker]
                 if not ready:
                     kept.append((key, task, affinity))
                     continue
