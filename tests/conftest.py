@@ -48,6 +48,22 @@ def rss_anon_bytes(pid: int) -> int:
     raise AssertionError("no RssAnon in /proc/<pid>/status")
 
 
+def leaves(tree) -> list:
+    """Every array leaf of a batch, in a fixed order (dict keys sorted)."""
+    import numpy as np
+
+    if isinstance(tree, dict):
+        return [leaf for key in sorted(tree) for leaf in leaves(tree[key])]
+    if isinstance(tree, (tuple, list)):
+        return [leaf for item in tree for leaf in leaves(item)]
+    return [np.asarray(tree)]
+
+
+def snapshot(batch):
+    """Bytes, dtype and shape of every leaf: equal snapshots are bit-identical batches."""
+    return [(a.dtype.str, a.shape, a.tobytes()) for a in leaves(batch)]
+
+
 def feedline_threads() -> set[threading.Thread]:
     return {t for t in threading.enumerate() if t.name.startswith("feedline")}
 

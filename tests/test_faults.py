@@ -25,26 +25,13 @@ import warnings
 
 import numpy as np
 import pytest
-from conftest import child_pids
+from conftest import child_pids, snapshot
 
 import feedline as fl
 from feedline import FeedlineError, SampleError, WorkerError
 
 
 # --------------------------------------------------------------- helpers
-def leaves(tree) -> list[np.ndarray]:
-    if isinstance(tree, dict):
-        return [leaf for key in sorted(tree) for leaf in leaves(tree[key])]
-    if isinstance(tree, (tuple, list)):
-        return [leaf for item in tree for leaf in leaves(item)]
-    return [np.asarray(tree)]
-
-
-def snapshot(batch):
-    """Bytes, dtype and shape of every leaf: equal snapshots are bit-identical batches."""
-    return [(a.dtype.str, a.shape, a.tobytes()) for a in leaves(batch)]
-
-
 def augment(sample, rng):
     """The reference map: the output depends on the index and on the per-sample rng."""
     i = int(sample)

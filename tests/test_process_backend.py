@@ -19,7 +19,7 @@ import time
 
 import numpy as np
 import pytest
-from conftest import child_pids, rss_anon_bytes
+from conftest import child_pids, rss_anon_bytes, snapshot
 
 import feedline as fl
 from feedline.transport._transfer import SharedArrays, dumps_for_workers
@@ -62,19 +62,6 @@ def ready_worker_pids(executor) -> list[int]:
     pids = [w.proc.pid for w in executor.pool if w is not None and w.ready]
     assert pids, "no worker ever became ready"
     return pids
-
-
-def leaves(tree) -> list[np.ndarray]:
-    if isinstance(tree, dict):
-        return [leaf for key in sorted(tree) for leaf in leaves(tree[key])]
-    if isinstance(tree, (tuple, list)):
-        return [leaf for item in tree for leaf in leaves(item)]
-    return [np.asarray(tree)]
-
-
-def snapshot(batch):
-    """A deep copy of a batch, to compare against later."""
-    return [(a.dtype.str, a.shape, a.tobytes()) for a in leaves(batch)]
 
 
 def process_alive(pid: int) -> bool:

@@ -24,7 +24,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ._errors import SampleError
 from ._steps import Batch, Filter, Map, MapBatch, Prefetch, Shard, Shuffle
 from ._tree import collate_into
 

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from ._base import Source
+
+if TYPE_CHECKING:
+    from .._pipeline import Pipeline
 
 __all__ = ["ArraySource", "from_arrays"]
 

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import glob
 import os
 
 import numpy as np
 
 from ._base import Source
+
+if TYPE_CHECKING:
+    from .._pipeline import Pipeline
 
 __all__ = ["FileSource", "from_files"]
 

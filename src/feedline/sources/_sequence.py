@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ._base import Source
+
+if TYPE_CHECKING:
+    from .._pipeline import Pipeline
 
 __all__ = ["SequenceSource", "from_sequence"]
 
