@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import os
 
-from .._errors import FeedlineError
+from .._errors import DecodeError, FeedlineError
 
 __all__ = ["AudioDecodeError"]
 
 
-class AudioDecodeError(FeedlineError, ValueError):
+class AudioDecodeError(DecodeError):
     """An audio file is truncated, corrupt, not audio, or in an unsupported format.
 
     Raised from inside a ``map`` function it follows the step's ``on_error``
@@ -26,7 +26,7 @@ class AudioDecodeError(FeedlineError, ValueError):
     def __init__(self, path, reason: str):
         self.path = path if isinstance(path, str) else describe(path)
         self.reason = reason
-        super().__init__(f"cannot decode audio file {self.path!r}: {reason}")
+        FeedlineError.__init__(self, f"cannot decode audio file {self.path!r}: {reason}")
 
     def __reduce__(self):
         # Travels from process workers by pickle: rebuild from (path, reason),

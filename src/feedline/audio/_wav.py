@@ -1,9 +1,9 @@
 """A fast reader for the most common training-audio file: 16-bit PCM WAV.
 
-For a 2 s 16 kHz clip, soundfile spends 99-168 us per file (opening
-through libsndfile, its buffered reads and int16-to-float loop), parsing
+For a 2 s 16 kHz clip, soundfile spends about 120 us per file (opening
+through libsndfile, its buffered reads and int16-to-float loop); parsing
 the RIFF header here and reading the samples with one ``readinto`` takes
-24-30 us (``python -m benchmarks.audio decoders``; docs/audio.md). The
+about 31 us (``python -m benchmarks.audio decoders``; docs/audio.md). The
 result is the same array, bit for bit (tests/test_audio.py compares the
 two readers).
 
