@@ -140,12 +140,12 @@ def _table(r, n_cores: int) -> list[str]:
     base = serial.sps if serial and serial.runs else None
     base_steady = serial.steady if serial and serial.runs else None
     lines = [
-        "| loader | ran as | samples/s median (min-max) | x serial | of ideal | steady samples/s | steady of ideal | first batch s median (min-max) | close s | CPU | foreign load (max) | exactly once |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|:---:|",
+        "| loader | ran as | samples/s median (min-max) | x serial | of ideal | steady samples/s | steady of ideal | first batch s median (min-max) | close s | CPU | foreign load (max) | I/O stall s (max) | exactly once |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|:---:|",
     ]
     for name, x in s.items():
         if not x.runs:
-            lines.append(f"| {name} | | failed: {x.error} | | | | | | | | | no |")
+            lines.append(f"| {name} | | failed: {x.error} | | | | | | | | | | no |")
             continue
         lo, hi = x.sps_span
         flo, fhi = x.first_span
@@ -155,7 +155,7 @@ def _table(r, n_cores: int) -> list[str]:
         once = "yes" if x.exactly_once and not x.problems else "NO"
         lines.append(
             f"| {name} | {x.detail} | {x.sps:,.0f} ({lo:,.0f}-{hi:,.0f}) | {ratio} | {ideal} | {_n(x.steady)} | {steady_ideal} "
-            f"| {x.first:.3f} ({flo:.3f}-{fhi:.3f}) | {x.close:.3f} | {x.cpu:.0%} | {x.foreign:.0%} ({x.foreign_max:.0%}) | {once} |"
+            f"| {x.first:.3f} ({flo:.3f}-{fhi:.3f}) | {x.close:.3f} | {x.cpu:.0%} | {x.foreign:.0%} ({x.foreign_max:.0%}) | {x.io_wait_max:.2f} | {once} |"
         )
     return lines
 
@@ -197,6 +197,9 @@ def render(results, command: str, reps: int, quick: bool, seconds: float, info: 
         "- `foreign load`: CPU used by processes outside the benchmark's tree during the run (from /proc/stat),",
         "  as a share of all cores; median and max over the kept runs. Before each run the runner waits for the",
         "  machine to be quiet, and redoes a run during which this exceeded 10 % (up to 3 times, keeping the cleanest).",
+        "- `I/O stall`: the largest, over the kept runs, of the seconds during which some task on the machine waited",
+        "  for the disk (Linux PSI, /proc/pressure/io); a slow start with low CPU and a large I/O stall was waiting",
+        "  for the disk (e.g. reading modules evicted from the page cache), not for the loader.",
         "- `exactly once`: every run delivered each sample index exactly once (the index travels inside the",
         "  sample), the warm-up's batches equal the reference output, and no shared-memory segment or child",
         "  process was left after close.",

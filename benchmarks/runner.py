@@ -19,7 +19,12 @@ The protocol, per workload:
    - ``cpu``: CPU seconds of this process and its reaped children (the
      workers) over the run, divided by wall time x cores;
    - ``foreign``: CPU used on the machine by processes outside this tree
-     during the run (from ``/proc/stat``), as a share of all cores.
+     during the run (from ``/proc/stat``), as a share of all cores;
+   - ``io_wait``: seconds during which some task on the machine waited for
+     the disk (Linux pressure stall information), and ``major_faults``:
+     pages this tree had to read from disk (imports of modules evicted from
+     the page cache, for instance). They explain a slow start that used no
+     CPU.
    Other work on the machine (a test suite running beside the benchmark)
    corrupts the numbers, so before each run the runner waits until the
    machine is quiet, and a run during which foreign load exceeded
@@ -71,6 +76,8 @@ class Measurement:
     close: float = 0.0
     cpu: float = 0.0  # utilisation of all cores, 0..1
     foreign: float = 0.0  # share of all cores used by processes outside this tree
+    io_wait: float = 0.0  # seconds some task on the machine was stalled on I/O (PSI)
+    major_faults: int = 0  # pages this process tree read from disk
     exactly_once: bool = False
     problem: str = ""  # what the checks found (missing/duplicate indices, wrong data, leaks)
     detail: str = ""
@@ -135,6 +142,10 @@ class Summary:
         return self._span("foreign")[1]
 
     @property
+    def io_wait_max(self) -> float:
+        return self._span("io_wait")[1]
+
+    @property
     def exactly_once(self) -> bool:
         runs = self.runs + ([self.warmup] if self.warmup else [])
         return bool(runs) and all(m.exactly_once for m in runs) and not self.error
@@ -164,6 +175,21 @@ def _cpu_seconds() -> float:
     me = resource.getrusage(resource.RUSAGE_SELF)
     kids = resource.getrusage(resource.RUSAGE_CHILDREN)
     return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+def _io_stall_seconds() -> float:
+    """Seconds since boot during which some task waited for I/O (0 where PSI is unavailable)."""
+    try:
+        with open("/proc/pressure/io") as f:
+            return int(f.readline().split("total=")[1]) / 1e6
+    except (OSError, ValueError, IndexError):
+        return 0.0
+
+
+def _major_faults() -> int:
+    me = resource.getrusage(resource.RUSAGE_SELF)
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_majflt + kids.ru_majflt
 
 
 def _machine_busy_seconds() -> float | None:
@@ -268,6 +294,7 @@ def measure(loader, w: workloads_mod.Workload, expected: np.ndarray | None = Non
     faulthandler.dump_traceback_later(RUN_TIMEOUT, exit=True)
     try:
         busy0 = _machine_busy_seconds()
+        io0, faults0 = _io_stall_seconds(), _major_faults()
         cpu0 = _cpu_seconds()
         t0 = time.perf_counter()
         with loader(w) as run:
@@ -284,6 +311,7 @@ def measure(loader, w: workloads_mod.Workload, expected: np.ndarray | None = Non
         t_closed = time.perf_counter()
         cpu = _cpu_seconds() - cpu0
         busy = _machine_busy_seconds()
+        m.io_wait, m.major_faults = _io_stall_seconds() - io0, _major_faults() - faults0
     finally:
         faulthandler.cancel_dump_traceback_later()
     m.samples = sum(counts)
@@ -363,7 +391,8 @@ def run_suite(workload_names, loader_names, quick: bool, reps: int, warmup: bool
                 m = one(name, check=True)
                 if m is not None:
                     summaries[name].warmup = m
-                    log(f"[{wname}] warm-up {name:17s} {m.samples_per_s:10.0f} samples/s  first {m.first:6.3f} s  {m.problem or 'ok'}")
+                    log(f"[{wname}] warm-up {name:17s} {m.samples_per_s:10.0f} samples/s  first {m.first:6.3f} s  "
+                        f"cpu {m.cpu:4.0%}  io wait {m.io_wait:5.2f} s  major faults {m.major_faults:5d}  {m.problem or 'ok'}")
         for rep in range(reps):
             order = names[rep % len(names):] + names[: rep % len(names)]
             for name in order:
@@ -373,7 +402,8 @@ def run_suite(workload_names, loader_names, quick: bool, reps: int, warmup: bool
                     log(
                         f"[{wname}] rep {rep + 1}/{reps} {name:17s} {m.samples_per_s:10.0f} samples/s  "
                         f"steady {m.steady:10.0f}  first {m.first:6.3f} s  close {m.close:5.3f} s  "
-                        f"cpu {m.cpu:4.0%}  foreign {m.foreign:4.0%}  {m.problem or 'ok'}"
+                        f"cpu {m.cpu:4.0%}  foreign {m.foreign:4.0%}  io wait {m.io_wait:5.2f} s  "
+                        f"major faults {m.major_faults:5d}  {m.problem or 'ok'}"
                     )
         results[wname] = {"workload": w, "per_sample": per_sample, "summaries": summaries}
     return results
