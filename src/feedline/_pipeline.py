@@ -227,7 +227,6 @@ class Pipeline:
 
     # ------------------------------------------------------------ reading
     def _fingerprint(self) -> str:
-        plan = self._plan
         try:
             length = len(self._source)
         except TypeError:
@@ -238,7 +237,6 @@ class Pipeline:
                 parts.append(repr((type(step).__name__, getattr(step, "seed", None), getattr(step, "index", None), getattr(step, "count", None), getattr(step, "size", None), getattr(step, "drop_remainder", None), getattr(step, "even", None))))
             elif isinstance(step, (Map, Filter, MapBatch)):
                 parts.append(f"{type(step).__name__}:{step.name}")
-        del plan
         return hashlib.sha256("|".join(parts).encode()).hexdigest()[:16]
 
     def __repr__(self) -> str:
