@@ -326,3 +326,15 @@ def test_lightning_trains_from_pipe_torch(tmp_path):
     assert [sorted(s) for s in seen] == [list(range(64))] * 2
     assert seen[0] != seen[1]
     assert np.mean(module.losses[1]) < np.mean(module.losses[0])
+
+
+@pytest.mark.parametrize("backend", ["serial", "thread", "process"])
+def test_torch_tensors_returned_by_map_are_stacked_like_arrays(backend, no_leaks):
+    # torchvision-style code returns CPU tensors; batch() must stack them, not make lists.
+    pipe = fl.from_arrays(np.arange(10)).map(lambda i: (torch.full((3, 2), float(i)), int(i)), backend=backend, workers=None if backend == "serial" else 2).batch(4)
+    with pipe:
+        batches = list(pipe)
+    images, labels = batches[0]
+    assert isinstance(images, np.ndarray) and images.shape == (4, 3, 2) and images.dtype == np.float32
+    np.testing.assert_array_equal(np.concatenate([b[0][:, 0, 0] for b in batches]), np.arange(10, dtype=np.float32))
+    assert labels.tolist() == [0, 1, 2, 3]

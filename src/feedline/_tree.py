@@ -173,6 +173,11 @@ def _is_numeric(x) -> bool:
     return isinstance(x, _NUMBER_TYPES) or (isinstance(x, numbers.Number) and not isinstance(x, (str, bytes)))
 
 
+def _is_foreign_tensor(x) -> bool:
+    """A framework tensor (torch, TensorFlow, JAX) that NumPy can view: it has ``__array__`` and ``__dlpack__``."""
+    return not isinstance(x, np.ndarray) and hasattr(x, "__dlpack__") and hasattr(x, "__array__")
+
+
 Allocator = Callable[[list], list]
 
 
@@ -195,8 +200,11 @@ def collate_into(samples: Sequence, indices: Sequence, alloc: Allocator = _numpy
     """
     skeleton, columns = _columns(samples, indices)
     specs, kinds = [], []
-    for col in columns:
+    for number, col in enumerate(columns):
         head = col[0]
+        if _is_foreign_tensor(head):  # a CPU torch/TF/JAX tensor: stacked like the array it views
+            col = columns[number] = [np.asarray(leaf) if _is_foreign_tensor(leaf) else leaf for leaf in col]
+            head = col[0]
         if isinstance(head, np.ndarray) and head.dtype != object:
             for leaf, index in zip(col, indices):
                 if not isinstance(leaf, np.ndarray) or leaf.shape != head.shape:

@@ -27,6 +27,7 @@ from ._flip import flip
 from ._masks import colour_mask_to_index, one_hot
 from ._normalize import IMAGENET_MEAN, IMAGENET_STD, normalize
 from ._resize import resize
+from ._torchvision import from_torchvision
 
 __all__ = [
     "IMAGENET_MEAN",
@@ -38,6 +39,7 @@ __all__ = [
     "decode",
     "flip",
     "from_albumentations",
+    "from_torchvision",
     "image_size",
     "normalize",
     "one_hot",
