@@ -62,7 +62,10 @@ class Pipeline:
         """
         return self._with(Shuffle(new_seed() if seed is None else seed))
 
-    def map(self, fn, *, workers: int | None = None, backend: str | None = None, on_error="raise", ordered: bool = True) -> "Pipeline":
+    def map(
+        self, fn, *, workers: int | None = None, backend: str | None = None, on_error="raise", ordered: bool = True,
+        ray_address: str | None = None, ray_options: dict | None = None,
+    ) -> "Pipeline":
         """Apply ``fn(sample)`` or ``fn(sample, rng)`` to every sample, in parallel.
 
         Args:
@@ -71,15 +74,26 @@ class Pipeline:
                 seeded from ``(seed, epoch, index)``, so augmentation is the
                 same for any backend and worker count.
             workers: number of workers (default: one per available core).
-            backend: ``"serial"``, ``"thread"``, ``"process"`` or None to let
-                feedline choose (see the README's "Backends").
+            backend: ``"serial"``, ``"thread"``, ``"process"``, ``"ray"`` or
+                None to let feedline choose (see the README's "Backends";
+                ``"ray"``: docs/scaling.md).
             on_error: ``"raise"`` (default), ``"skip"`` (drop the sample,
                 count it in ``stats()`` and warn once per epoch), or a function
                 ``(index, error) -> replacement sample``.
             ordered: False lets batches arrive in completion order (faster
                 when sample costs vary; not resumable mid-epoch).
+            ray_address: with ``backend="ray"``: the cluster to connect to
+                (``"auto"``, ``"head-node:6379"``) when ``ray.init()`` was not
+                called; unset, a local Ray instance is started.
+            ray_options: with ``backend="ray"``: resources of each actor,
+                e.g. ``{"num_cpus": 1, "memory": 2 << 30}`` (also
+                ``num_gpus``, ``resources``, ``runtime_env``,
+                ``scheduling_strategy``, ``accelerator_type``).
         """
-        return self._with(Map(fn, workers=workers, backend=backend, on_error=on_error, ordered=ordered))
+        return self._with(Map(
+            fn, workers=workers, backend=backend, on_error=on_error, ordered=ordered,
+            ray_address=ray_address, ray_options=ray_options,
+        ))
 
     def filter(self, pred) -> "Pipeline":
         """Keep the samples for which ``pred(sample)`` is true."""
@@ -102,8 +116,9 @@ class Pipeline:
         """Keep this rank's share of every epoch: positions ``index::count`` of the order.
 
         With no arguments, rank and world size come from an initialised
-        ``torch.distributed``, from JAX's process index and count, or from
-        the ``RANK`` and ``WORLD_SIZE`` environment variables.
+        ``torch.distributed``, from JAX's process index and count, from the
+        Ray Train context (inside ``train_loop_per_worker``), or from the
+        ``RANK`` and ``WORLD_SIZE`` environment variables.
 
         ``even`` decides what happens when the epoch does not divide evenly:
         None gives an exact partition (ranks differ by at most one sample, so
@@ -126,12 +141,72 @@ class Pipeline:
             even = "drop" if from_environment else None
         return self._with(Shard(index, count, even))
 
+    def cache(self, path, *, encodings: dict | None = None, on_change: str = "rebuild", variable_shape=()) -> "Pipeline":
+        """Keep the samples up to here in a store at ``path``: decode once, read ever after.
+
+        The first time the pipeline is iterated, everything before
+        ``.cache()`` runs once over the whole source (in parallel, on its own
+        workers) and its samples are written to ``path`` as a feedline store
+        (Arrow IPC, memory-mapped; see docs/store.md). Every later epoch,
+        and every later run of the same code, reads the store instead. A
+        store is written to a temporary name and renamed when complete, so
+        an interrupted write is never read.
+
+        The store is keyed by a fingerprint of the source's data and the
+        code of every step before ``.cache()`` (including helper functions
+        of your module that they call, and values they capture). If that
+        changes, the store is rebuilt with a warning (``on_change=
+        "rebuild"``), refused (``"raise"``) or used anyway (``"reuse"``).
+        Library code (NumPy, OpenCV, feedline's ops) is identified by name, so
+        upgrading a library does not rebuild caches.
+
+        Put random augmentation after ``.cache()``: a ``map`` before it would
+        have its random draw frozen into the store (the same crop every
+        epoch), so feedline warns. Shuffle and shard come after it too: the
+        store holds every sample in source order, and each epoch's order is
+        drawn from it.
+
+        Args:
+            path: the store's directory.
+            encodings: per-field encodings, e.g. ``{"image": "jpeg:90"}``
+                (default ``raw``: fastest to read; see docs/store.md).
+            on_change: what to do with a store written by a different pipeline.
+            variable_shape: names of fields whose arrays differ in shape from
+                sample to sample (e.g. ``["image"]`` for images of any size);
+                otherwise the shape of the first samples is the rule.
+
+        >>> import numpy as np, tempfile, os, feedline as fl
+        >>> folder = tempfile.mkdtemp()
+        >>> pipe = fl.from_arrays(np.arange(6)).map(lambda x: x * 10).cache(os.path.join(folder, "c")).batch(3)
+        >>> [b.tolist() for b in pipe]
+        [[0, 10, 20], [30, 40, 50]]
+        """
+        from ._cache import CacheSource
+
+        for step in self._steps:
+            if isinstance(step, (Shuffle, Shard)):
+                name = type(step).__name__.lower()
+                raise ValueError(
+                    f"cache() after {name}(): the cache holds every sample in source order; "
+                    f"put {name}() after .cache() (each epoch's order is then drawn from the cache)"
+                )
+            if isinstance(step, (Batch, MapBatch)):
+                raise ValueError("cache() after batch(): the cache stores samples; put batch() (and map_batch()) after .cache()")
+        upstream = Pipeline(self._source, tuple(s for s in self._steps if not isinstance(s, Prefetch)))
+        return Pipeline(CacheSource(upstream, path, encodings=encodings, on_change=on_change, variable_shape=variable_shape))
+
     def prefetch(self, depth: int | None = None) -> "Pipeline":
         """How many batches may be prepared ahead of the consumer (default: 2 per worker)."""
         return self._with(Prefetch(depth))
 
     # ---------------------------------------------------------- consuming
+    def _prepare_source(self) -> None:
+        prepare = getattr(self._source, "prepare", None)
+        if prepare is not None:
+            prepare()  # e.g. write a cache on first use, before any worker starts
+
     def _ensure_runtime(self):
+        self._prepare_source()
         if self._runtime is None or self._runtime.closed:
             from ._runtime import Runtime
 
@@ -165,6 +240,7 @@ class Pipeline:
         """Continue an epoch from ``it.state()``, exactly after its last batch."""
         if not isinstance(state, dict) or state.get("version") != STATE_VERSION:
             raise ValueError(f"resume() needs a dict from it.state() (version {STATE_VERSION}); got {state!r:.80}")
+        self._prepare_source()
         if state.get("fingerprint") != self._fingerprint():
             raise ValueError(
                 "resume(): this state was saved from a different pipeline (its source length, steps, "
@@ -175,6 +251,7 @@ class Pipeline:
 
     def __len__(self) -> int:
         """Batches per epoch (samples, if the pipeline does not batch)."""
+        self._prepare_source()
         return self._plan.num_batches()
 
     def stats(self):
@@ -273,16 +350,26 @@ def _describe_step(step) -> str:
 
 
 def _rank_from_environment() -> tuple[int, int]:
-    """(rank, world size) from torch.distributed, JAX, or RANK/WORLD_SIZE."""
+    """(rank, world size) from torch.distributed, JAX, Ray Train, or RANK/WORLD_SIZE."""
     dist = sys.modules.get("torch.distributed")
     if dist is not None and dist.is_available() and dist.is_initialized():
         return dist.get_rank(), dist.get_world_size()
     jax = sys.modules.get("jax")
     if jax is not None and jax.process_count() > 1:
         return jax.process_index(), jax.process_count()
+    train = sys.modules.get("ray.train")
+    if train is not None:
+        try:
+            context = train.get_context()
+        except RuntimeError:  # not inside a Ray Train worker (e.g. the driver that built the trainer)
+            context = None
+        size = context.get_world_size() if context is not None else None
+        if isinstance(size, int) and size > 1:
+            return context.get_world_rank(), size
     if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
         return int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     raise FeedlineError(
-        "shard() found no rank: torch.distributed is not initialised, JAX runs one process, and "
+        "shard() found no rank: torch.distributed is not initialised, JAX runs one process, this is "
+        "not a Ray Train worker, and "
         "RANK/WORLD_SIZE are not set. Pass shard(index, count) explicitly."
     )

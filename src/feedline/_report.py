@@ -17,6 +17,7 @@ __all__ = ["INPUT_BOUND", "SATURATED", "Verdict", "analyse", "render"]
 
 INPUT_BOUND = 0.10  # consumer waiting more than 10 % of the time: the input pipeline limits training
 SATURATED = 0.85  # workers busy more than 85 % of the time: more of the same cannot go faster
+_STORE_SOURCES = ("Store", "CacheSource")  # sources that already hold decoded data
 _DECODE_WORDS = ("decode", "load", "read", "png", "jpeg", "jpg", "open", "imread", "wav", "audio")
 
 
@@ -82,7 +83,9 @@ def _input_bound_advice(stats, wait, busy, saturated, bottleneck, share):
         advice.append((gain, f"all {stats.workers} workers are saturated and {stats.cores} cores are available: raise workers to {stats.cores} (estimated {_x(gain)})"))
     if saturated and not off_cpu and bottleneck is not None and share:
         gain = min(ceiling, 1.0 / max(1e-9, 1.0 - share))
-        if any(word in bottleneck.lower() for word in _DECODE_WORDS):
+        if bottleneck == "read" and stats.source_kind in _STORE_SOURCES:
+            advice.append((gain, f"reading the store takes {share:.0%} of worker time: fields encoded 'raw' are read without decoding (see docs/store.md), or raise workers (estimated up to {_x(gain)})"))
+        elif any(word in bottleneck.lower() for word in _DECODE_WORDS):
             advice.append((gain, f"{bottleneck} takes {share:.0%} of worker time: decode once into a store (feedline convert / .cache()) or decode at reduced size (estimated up to {_x(gain)})"))
         else:
             advice.append((gain, f"{bottleneck} takes {share:.0%} of worker time: make it cheaper, or move vectorisable work to map_batch (removing it entirely would give {_x(gain)})"))

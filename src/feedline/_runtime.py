@@ -33,9 +33,14 @@ def _choose(plan: Plan) -> tuple[str, int, str]:
     """Backend, worker count, and the reason, for settings left unset."""
     cores = default_workers()
     backend, workers = plan.backend, plan.workers
+    if getattr(plan.part.source, "needs_ray", False):  # from_ray_dataset: blocks are Ray objects
+        if backend is None:
+            return "ray", workers, "the source is a Ray Dataset: its blocks are read by Ray actors"
+        if backend == "process":
+            raise FeedlineError("a Ray Dataset source cannot be read by process workers (they are not connected to Ray); use backend='ray', 'thread' or 'serial'")
     if backend is not None:
         if backend == "ray":
-            raise FeedlineError("backend='ray' is not available yet in this version of feedline; use 'process'")
+            return "ray", workers, "backend set by map()"
         count = 1 if backend == "serial" else (workers or cores)
         return backend, count, "backend set by map()"
     if workers == 0:
@@ -68,7 +73,7 @@ def _pickling_error(plan: Plan, error: Exception) -> TypeError:
             culprits.append(f"{op.name!r} ({type(e).__name__}: {e})")
     what = "map/filter function " + ", ".join(culprits) if culprits else "the pipeline's source or functions"
     return TypeError(
-        f"{what} cannot be sent to process workers: {error}. Functions travel with cloudpickle; "
+        f"{what} cannot be sent to worker processes: {error}. Functions travel with cloudpickle; "
         "objects such as open files, locks, sockets or database connections cannot. Create them "
         "inside the function (lazily, once per worker), or use backend='thread'."
     )
@@ -84,6 +89,12 @@ class Runtime:
         self.plan = plan
         self.shared = None
         backend, workers, reason = _choose(plan)
+        if backend == "ray":
+            from .backends._ray import plan_actors, ray_settings
+
+            ray_address, ray_options = ray_settings(plan.part.ops)
+            workers, how = plan_actors(workers, ray_options, ray_address)  # connects to Ray
+            reason = f"{reason}; {how}"
         self.backend, self.decision = backend, reason
         self.depth = plan.depth or max(2, 2 * workers)  # two tasks per worker: one running, one queued
         self.tuner = DepthTuner(self.depth, workers, enabled=plan.depth is None and backend != "serial")
@@ -103,6 +114,13 @@ class Runtime:
                 self.executor.close()
                 self.shared.close()
                 raise _pickling_error(plan, e) from e
+        elif backend == "ray":
+            from .backends._ray import PartNotPicklable, RayExecutor
+
+            try:
+                self.executor = RayExecutor(plan.part, workers, ray_options, plan.part.source.where)
+            except PartNotPicklable as e:
+                raise _pickling_error(plan, e.__cause__) from e.__cause__
         elif backend == "thread":
             self.executor = ThreadExecutor(plan.part, workers)
         else:

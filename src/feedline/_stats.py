@@ -32,6 +32,7 @@ class Stats:
     def __init__(self, backend: str, workers: int, depth: int, decision: str, cores: int = 1):
         self.backend, self.workers, self.depth, self.decision, self.cores = backend, workers, depth, decision, cores
         self.epoch = None
+        self.source_kind = ""  # the source's class name: the advice differs for a store
         self.batches = 0
         self.samples = 0
         self.skipped: list = []  # [(index, reason)]

@@ -58,6 +58,34 @@ def _check_count(value, what: str, minimum: int) -> None:
         raise ValueError(f"{what} must be an integer >= {minimum}, got {value!r}")
 
 
+# Options passed to each Ray actor of backend="ray"; feedline sets the rest
+# (max_concurrency=1, max_restarts=0: it redoes lost work itself, exactly once).
+RAY_OPTIONS = ("accelerator_type", "memory", "num_cpus", "num_gpus", "resources", "runtime_env", "scheduling_strategy")
+
+
+def _check_ray(backend, address, options) -> None:
+    if backend != "ray" and (address is not None or options is not None):
+        raise ValueError(f"map(ray_address=..., ray_options=...) apply to backend='ray' only; got backend={backend!r}")
+    if address is not None and not isinstance(address, str):
+        raise TypeError(f"map(ray_address=...) must be a string such as 'auto' or 'head-node:6379', got {address!r}")
+    if options is None:
+        return
+    if not isinstance(options, dict):
+        raise TypeError(f"map(ray_options=...) must be a dict such as {{'num_cpus': 1}}, got {type(options).__name__}")
+    unknown = sorted(set(options) - set(RAY_OPTIONS))
+    if unknown:
+        raise ValueError(f"map(ray_options=...): unknown option(s) {unknown}; feedline passes only {list(RAY_OPTIONS)} to its Ray actors")
+    for key in ("num_cpus", "num_gpus"):
+        value = options.get(key, 0)
+        if isinstance(value, bool) or not isinstance(value, numbers.Real) or value < 0:
+            raise ValueError(f"map(ray_options={{'{key}': {value!r}}}): must be a number >= 0")
+    memory = options.get("memory", 1)
+    if isinstance(memory, bool) or not isinstance(memory, numbers.Integral) or memory < 1:
+        raise ValueError(f"map(ray_options={{'memory': {memory!r}}}): bytes of memory reserved per actor, an integer >= 1")
+    if not isinstance(options.get("resources", {}), dict):
+        raise TypeError("map(ray_options={'resources': ...}) must be a dict of custom resource name -> amount")
+
+
 @dataclass(frozen=True)
 class Shuffle:
     """Permute the sample indices of each epoch, from ``(seed, epoch)``."""
@@ -97,11 +125,14 @@ class Map:
     ordered: bool = True
     name: str = field(default="")
     rng: bool = False
+    ray_address: str | None = None  # backend="ray": cluster to connect to (see feedline.backends._ray)
+    ray_options: dict | None = None  # backend="ray": resources of each actor
 
     def __post_init__(self):
         _check_callable(self.fn, "map")
         if self.backend is not None and self.backend not in BACKENDS:
             raise ValueError(f"map(backend={self.backend!r}): choose one of {', '.join(BACKENDS)}, or None to let feedline pick")
+        _check_ray(self.backend, self.ray_address, self.ray_options)
         _check_count(self.workers, f"map(workers=...) with backend={self.backend!r}", 0 if self.backend in (None, "serial") else 1)
         if not callable(self.on_error) and self.on_error not in ON_ERROR:
             raise ValueError(f"map(on_error={self.on_error!r}): use 'raise', 'skip', or a function (index, error) -> replacement sample")

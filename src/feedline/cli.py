@@ -3,6 +3,8 @@
 ``feedline demo`` is the main job on an embedded default: it makes a small
 image dataset, runs the same augmentation pipeline as a plain loop and
 with feedline, and prints the speed-up and the epoch's stage profile.
+``feedline bench TARGET`` profiles a pipeline of yours. ``feedline convert
+SRC DST`` and ``feedline inspect STORE`` are defined in `feedline.store._cli`.
 """
 
 from __future__ import annotations
@@ -246,6 +248,9 @@ def main(argv=None) -> int:
     run.add_argument("--plot", default=None, help="write a PNG of throughput and stall over time (needs matplotlib)")
     run.add_argument("--json", action="store_true", help="print the report as JSON")
     run.set_defaults(handler=bench)
+    from .store._cli import add_commands as add_store_commands
+
+    add_store_commands(commands)  # feedline convert, feedline inspect (feedline/store/_cli.py)
     args = parser.parse_args(argv)
     return args.handler(args)
 

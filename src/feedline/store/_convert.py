@@ -1,0 +1,352 @@
+"""``feedline convert``: a folder of images or audio into a store, decoded once, on every core.
+
+How it runs: the files are listed and labelled in this process; a feedline
+pipeline (``from_files(...).map(decode, on_error="skip")``) decodes them
+on every core (and resizes, crops and JPEG/PNG-encodes there too), in file
+order; this process only writes the finished rows (`StoreWriter`). Files
+that cannot be decoded are skipped, counted and listed (in the summary and
+in the store's ``meta["skipped"]``).
+
+Samples are dicts: ``{"image": HxWx3 uint8, "label": int}`` for images
+(``mode="RGB"``: grey and RGBA files become RGB), ``{"audio": (channels,
+frames) float32 or int16, "label": int}`` for audio; without labels the
+``label`` field is left out. Labels come from a CSV (``path,label``; the
+names are sorted and numbered unless they are all integers) or from the
+sub-folder of each file (the ImageFolder convention: ``train/cat/1.jpg``
+is class ``cat``); their names are kept in ``meta["classes"]``.
+
+Restarting: a crash or Ctrl-C leaves only the writer's temporary directory,
+which the next run removes (see `feedline.store._writer`); nothing that
+looks like a store is left behind.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import time
+import warnings
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ._errors import StoreError
+from ._images import EncodedImage, encode_image
+from ._writer import StoreWriter
+
+__all__ = ["ConvertSummary", "convert", "human_bytes", "parse_size", "run_convert"]
+
+IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png")
+AUDIO_EXTENSIONS = (".wav", ".flac")
+_BATCH = 32  # rows per task for fixed-size images: small enough for a smooth progress bar, large enough to amortise
+_WRITE_EVERY = 64  # rows handed to the writer at once for variable-size samples
+
+
+def human_bytes(n: float) -> str:
+    """``1536`` -> ``'1.5 kB'`` (powers of 1000, as disk sizes are sold).
+
+    >>> human_bytes(999), human_bytes(1536), human_bytes(2.5e9)
+    ('999 B', '1.5 kB', '2.5 GB')
+    """
+    for unit in ("B", "kB", "MB", "GB"):
+        if n < 1000 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000
+    return f"{n:.1f} TB"
+
+
+def parse_size(text: str) -> tuple[int, int]:
+    """``"224x224"`` or ``"224"`` -> ``(224, 224)``.
+
+    >>> parse_size("512x384"), parse_size("64")
+    ((512, 384), (64, 64))
+    """
+    parts = text.lower().split("x")
+    try:
+        h, w = (int(parts[0]), int(parts[0])) if len(parts) == 1 else (int(parts[0]), int(parts[1]))
+    except ValueError:
+        raise ValueError(f"--size must look like HxW (e.g. 224x224), got {text!r}") from None
+    if len(parts) > 2 or h < 1 or w < 1:
+        raise ValueError(f"--size must look like HxW with positive numbers (e.g. 224x224), got {text!r}")
+    return h, w
+
+
+@dataclass
+class ConvertSummary:
+    """What `convert` did; ``str()`` is the summary the command prints."""
+
+    source: str
+    destination: str
+    kind: str
+    samples: int
+    bytes: int
+    seconds: float
+    skipped: list = field(default_factory=list)  # [(path, reason)]
+    classes: list | None = None
+
+    def __str__(self) -> str:
+        per = self.bytes / self.samples if self.samples else 0
+        lines = [
+            f"feedline convert: {self.samples} {self.kind} samples from {self.source} -> {self.destination}",
+            f"  {human_bytes(self.bytes)} on disk, {human_bytes(per)} per sample; {self.seconds:.1f} s, "
+            f"{self.samples / max(self.seconds, 1e-9):.0f} samples/s",
+        ]
+        if self.classes:
+            shown = ", ".join(self.classes[:10]) + (" ..." if len(self.classes) > 10 else "")
+            lines.append(f"  {len(self.classes)} classes: {shown}")
+        if self.skipped:
+            lines.append(f"  skipped {len(self.skipped)} files that could not be read:")
+            for path, reason in self.skipped[:20]:
+                lines.append(f"    {path}: {reason}")
+            if len(self.skipped) > 20:
+                lines.append(f"    ... and {len(self.skipped) - 20} more (all in the store's meta['skipped'])")
+        else:
+            lines.append("  skipped 0 files")
+        return "\n".join(lines)
+
+
+# ------------------------------------------------------------ listing
+def _list_files(src: str) -> tuple[str, list[str]]:
+    """(kind, sorted relative paths) of the images or audio files under ``src``."""
+    found = {"image": [], "audio": []}
+    for root, dirs, files in os.walk(src):
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        for name in files:
+            ext = os.path.splitext(name)[1].lower()
+            kind = "image" if ext in IMAGE_EXTENSIONS else "audio" if ext in AUDIO_EXTENSIONS else None
+            if kind:
+                found[kind].append(os.path.relpath(os.path.join(root, name), src))
+    if found["image"] and found["audio"]:
+        raise StoreError(f"{src!r} holds both images ({len(found['image'])}) and audio files ({len(found['audio'])}); "
+                         "convert them into separate stores (put them in separate folders)")
+    kind = "image" if found["image"] else "audio"
+    if not found[kind]:
+        raise StoreError(f"{src!r} holds no images ({', '.join(IMAGE_EXTENSIONS)}) or audio files ({', '.join(AUDIO_EXTENSIONS)})")
+    return kind, sorted(found[kind], key=lambda p: p.replace(os.sep, "/"))
+
+
+def _numbered(names: list) -> tuple[list[int], list[str] | None]:
+    """Labels as ints: integers stay as they are; names are sorted and numbered."""
+    try:
+        return [int(n) for n in names], None
+    except ValueError:
+        classes = sorted(set(names))
+        index = {name: i for i, name in enumerate(classes)}
+        return [index[n] for n in names], classes
+
+
+def _labels_from_csv(src: str, csv_path: str, files: list[str]) -> tuple[list[str], list[int], list[str] | None, list]:
+    """(files listed in the CSV, their labels, class names, [(path, reason)] of listed files not found)."""
+    available = set(files)
+    rows = []
+    with open(csv_path, newline="", encoding="utf-8") as f:
+        for number, row in enumerate(csv.reader(f), 1):
+            if not row or (number == 1 and [c.strip().lower() for c in row[:2]] == ["path", "label"]):
+                continue
+            if len(row) < 2:
+                raise StoreError(f"{csv_path!r} line {number}: expected 'path,label', got {row!r}")
+            path = row[0].strip()
+            rel = os.path.relpath(path, src) if os.path.isabs(path) else os.path.normpath(path)
+            rows.append((rel, row[1].strip()))
+    if not rows:
+        raise StoreError(f"{csv_path!r} lists no files (expected lines 'path,label')")
+    rows.sort(key=lambda r: r[0].replace(os.sep, "/"))
+    missing = [(rel, "listed in the labels CSV but not found (or not an image/audio file)") for rel, _ in rows if rel not in available]
+    rows = [r for r in rows if r[0] in available]
+    labels, classes = _numbered([label for _, label in rows])
+    return [rel for rel, _ in rows], labels, classes, missing
+
+
+def _labels_from_folders(files: list[str]) -> tuple[list[int] | None, list[str] | None]:
+    parts = [f.replace(os.sep, "/").split("/") for f in files]
+    if not all(len(p) >= 2 for p in parts):
+        return None, None  # not every file is in a class folder: no labels
+    return _numbered([p[0] for p in parts])
+
+
+# ------------------------------------------------------------ decoding (in workers)
+class Decode:
+    """The per-file work of ``convert``: decode, fit to a size, encode; runs in the workers.
+
+    A plain class (not a closure) so it pickles small and the same on every backend.
+    """
+
+    def __init__(self, kind: str, size, fit: str, image_encoding: str, audio_dtype: str, sample_rate, labelled: bool):
+        self.kind, self.size, self.fit, self.image_encoding = kind, size, fit, image_encoding
+        self.audio_dtype, self.sample_rate, self.labelled = audio_dtype, sample_rate, labelled
+
+    def __call__(self, sample):
+        path, label = sample if self.labelled else (sample, None)
+        if self.kind == "audio":
+            from ..audio import load_audio
+
+            value = load_audio(path, dtype=self.audio_dtype, sample_rate=self.sample_rate)
+            out = {"audio": value}
+        else:
+            value = self._image(path)
+            if self.image_encoding in ("raw", "zstd", "lz4"):
+                out = {"image": value}
+            else:
+                data = encode_image(value, self.image_encoding, "image")
+                out = {"image": EncodedImage(data, value.shape, value.dtype, self.image_encoding)}
+        if self.labelled:
+            out["label"] = np.int64(label)  # as batch() would make it: reads give the same type either way
+        return out
+
+    def _image(self, path: str) -> np.ndarray:
+        import feedline.vision as fv
+
+        if self.size is None:
+            return fv.decode(path)
+        h, w = self.size
+        if self.fit == "resize":
+            return fv.resize(path, (h, w))
+        height, width = fv.image_size(path)
+        scale = max(h / height, w / width)  # the smallest resize that covers the crop
+        covering = (max(h, round(height * scale)), max(w, round(width * scale)))
+        return fv.center_crop(fv.resize(path, covering), (h, w))
+
+
+# ------------------------------------------------------------ the command
+def convert(src, dst, *, size=None, fit: str = "resize", encodings: dict | None = None, labels_csv=None,
+            workers: int | None = None, backend: str | None = None, overwrite: bool = False,
+            rows_per_file: int | None = None, audio_dtype: str = "float32", sample_rate: int | None = None,
+            progress: bool = True) -> ConvertSummary:
+    """Decode a folder of images or audio once into a store at ``dst``.
+
+    Args:
+        src: the folder (searched recursively).
+        dst: the store to create.
+        size: ``(height, width)``: every image is made this size (fixed-shape
+            field, zero-copy reads); None keeps each image's own size.
+        fit: ``"resize"`` (stretch to ``size``) or ``"center-crop"`` (resize
+            the shorter side to cover ``size``, then crop the centre).
+        encodings: ``{field: encoding}`` for the store (``image``/``audio``, ``label``).
+        labels_csv: a CSV of ``path,label`` lines (paths relative to
+            ``src``); only the files it lists are converted. Without it,
+            labels are the sub-folder names when every file is in one.
+        workers, backend: for the decoding pipeline (default: every core,
+            backend chosen by feedline).
+        overwrite, rows_per_file: as for `StoreWriter`.
+        audio_dtype: ``"float32"`` or ``"int16"`` for audio samples.
+        sample_rate: required sample rate of audio files (others are skipped).
+        progress: show a progress bar (tqdm) with the rate and time left.
+
+    Returns:
+        A `ConvertSummary` (samples, bytes, time, skipped files and why).
+
+    Raises:
+        StoreError: no media in ``src``, images and audio mixed, a bad
+            CSV, or ``dst`` exists without ``overwrite``.
+    """
+    import feedline as fl
+
+    src, dst = os.path.abspath(os.fspath(src)), os.path.abspath(os.fspath(dst))
+    if not os.path.isdir(src):
+        raise StoreError(f"feedline convert: SRC {src!r} is not a folder")
+    if fit not in ("resize", "center-crop"):
+        raise ValueError(f"fit must be 'resize' or 'center-crop', got {fit!r}")
+    if size is not None and not isinstance(size, tuple):
+        size = parse_size(str(size))
+    started = time.perf_counter()
+    kind, files = _list_files(src)
+    skipped: list = []
+    if labels_csv is not None:
+        files, labels, classes, skipped = _labels_from_csv(src, os.fspath(labels_csv), files)
+        label_source = "csv"
+    else:
+        labels, classes = _labels_from_folders(files)
+        label_source = "folders" if labels is not None else None
+    if not files:
+        raise StoreError(f"feedline convert: nothing to convert in {src!r}")
+    field_name = "image" if kind == "image" else "audio"
+    encodings = dict(encodings or {})
+    meta = {
+        "made_by": "feedline convert",
+        "source": src,
+        "kind": kind,
+        "files": len(files) + len(skipped),
+        "label_source": label_source,
+        "classes": classes,
+        "size": list(size) if size and kind == "image" else None,
+        "fit": fit if size and kind == "image" else None,
+        "skipped": [],
+    }
+    decode = Decode(kind, size if kind == "image" else None, fit, encodings.get(field_name, "raw"), audio_dtype, sample_rate,
+                    labels is not None)
+    paths = [os.path.join(src, f) for f in files]
+    pipe = fl.from_files(paths, labels=labels).map(decode, workers=workers, backend=backend, on_error="skip")
+    fixed = kind == "image" and size is not None
+    if fixed:
+        pipe = pipe.batch(_BATCH)
+    bar = _progress_bar(len(paths), progress)
+    writer = StoreWriter(dst, encodings=encodings, rows_per_file=rows_per_file, meta=meta, overwrite=overwrite,
+                         variable_shape=() if fixed else [field_name])
+    with writer, pipe:
+        it = iter(pipe)
+        pending = []
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="feedline skipped", category=RuntimeWarning)  # listed in the summary
+            for item in it:
+                if fixed:
+                    writer.write(item)
+                    bar.update(len(item[field_name]))
+                    continue
+                pending.append(item)
+                if len(pending) >= _WRITE_EVERY:
+                    writer.write_rows(pending)
+                    bar.update(len(pending))
+                    pending = []
+            if pending:
+                writer.write_rows(pending)
+                bar.update(len(pending))
+        for index, reason in it.stats().skipped:
+            skipped.append((files[index], reason.split(": ", 1)[-1]))
+        bar.update(len(it.stats().skipped))
+        bar.close()
+        skipped.sort()
+        writer.meta["skipped"] = [list(s) for s in skipped]
+        samples = writer.rows
+    total = sum(os.path.getsize(os.path.join(root, f)) for root, _, names in os.walk(dst) for f in names)
+    return ConvertSummary(src, dst, kind, samples, total, time.perf_counter() - started, skipped, classes)
+
+
+class _NoBar:
+    def update(self, n: int) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def _progress_bar(total: int, show: bool):
+    if not show:
+        return _NoBar()
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        warnings.warn("no progress bar: tqdm is not installed (pip install 'feedline[store]')", RuntimeWarning, stacklevel=3)
+        return _NoBar()
+    return tqdm(total=total, unit="file", desc="feedline convert", dynamic_ncols=True)
+
+
+def run_convert(args) -> int:
+    """The ``feedline convert`` command: `convert` with parsed arguments; prints the summary."""
+    encodings = {}
+    for item in args.encoding or []:
+        name, sep, enc = item.partition("=")
+        if not sep or not name:
+            raise SystemExit(f"feedline convert: --encoding takes FIELD=ENCODING (e.g. image=jpeg:90), got {item!r}")
+        encodings[name] = enc
+    try:
+        size = parse_size(args.size) if args.size else None
+        summary = convert(
+            args.src, args.dst, size=size, fit="center-crop" if args.center_crop else "resize", encodings=encodings,
+            labels_csv=args.labels, workers=args.workers, backend=args.backend, overwrite=args.overwrite,
+            rows_per_file=args.rows_per_file, audio_dtype=args.audio_dtype, sample_rate=args.sample_rate,
+            progress=not args.no_progress,
+        )
+    except (StoreError, ValueError) as e:
+        raise SystemExit(f"feedline convert: {e}") from e
+    print(summary)
+    return 0

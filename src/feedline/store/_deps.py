@@ -1,0 +1,42 @@
+"""Lazy import of pyarrow, with an error that names the extra to install.
+
+``import feedline`` (and ``import feedline.store``) never imports pyarrow:
+the core needs only NumPy, and pyarrow is a large import (~0.2 s).
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+
+__all__ = ["pyarrow", "pyarrow_ipc", "pyarrow_parquet"]
+
+_INSTALL = "pip install 'feedline[store]'"
+
+
+def _load(module: str):
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        raise ImportError(
+            f"feedline's store (and its Parquet and Hugging Face readers) needs pyarrow, which is not "
+            f"installed ({exc}); install it with: {_INSTALL}"
+        ) from exc
+
+
+@functools.cache
+def pyarrow():
+    """The ``pyarrow`` module."""
+    return _load("pyarrow")
+
+
+@functools.cache
+def pyarrow_ipc():
+    """``pyarrow.ipc``: the Arrow IPC file and stream formats."""
+    return _load("pyarrow.ipc")
+
+
+@functools.cache
+def pyarrow_parquet():
+    """``pyarrow.parquet``."""
+    return _load("pyarrow.parquet")

@@ -1,0 +1,394 @@
+"""Reading data users already have, without converting: Hugging Face ``datasets`` and Parquet.
+
+Both are Arrow underneath, so a sample is a dict ``{column: value}`` with
+values converted as feedline's store converts them: fixed-size lists of
+numbers become read-only NumPy arrays (views, no copy), variable-length
+lists of numbers become NumPy arrays, numbers NumPy scalars, strings
+``str``, binary ``bytes``, anything else (structs, nested lists) what
+pyarrow's ``as_py`` gives.
+
+- `from_hf_dataset`: the Arrow files that ``Dataset.save_to_disk`` writes
+  (``data-00000-of-00001.arrow`` + ``state.json`` + ``dataset_info.json``),
+  or any folder of ``datasets`` cache files. ``datasets`` writes the Arrow
+  IPC *stream* format (no footer), so each worker memory-maps a file and
+  walks its record-batch headers once (no data is read), then every read
+  is O(1). Columns of the ``Image`` feature are decoded to arrays with
+  `feedline.vision.decode` (``decode_images=False`` keeps the
+  ``{"bytes", "path"}`` dicts).
+- `from_parquet`: Parquet is compressed and encoded per column chunk, so
+  random access is by *row group*: reading one row decodes its whole row
+  group (of the selected columns); each worker keeps the last two decoded
+  row groups. Reading in order costs one decode per row group; a shuffled
+  epoch costs up to one decode per *sample*. Use it for data read in
+  order, files with small row groups (``row_group_size`` of a few hundred
+  rows), or convert once into a store (``feedline convert data.parquet
+  data.store``) to shuffle freely.
+
+Both sources pickle as file names and row counts; workers open the files
+themselves, lazily.
+"""
+
+from __future__ import annotations
+
+import bisect
+import glob
+import json
+import os
+import threading
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from ..sources._base import Source
+from ._deps import pyarrow, pyarrow_ipc, pyarrow_parquet
+from ._errors import StoreError
+
+if TYPE_CHECKING:
+    from .._pipeline import Pipeline
+
+__all__ = ["ArrowFilesSource", "ParquetSource", "from_hf_dataset", "from_parquet", "value_reader"]
+
+_ROW_GROUP_CACHE = 2  # decoded row groups kept per worker: enough for reading in order
+
+
+# ------------------------------------------------------------ Arrow values
+def _fixed_shape(typ):
+    """(shape, value type) of nested fixed-size lists of a primitive type, else None."""
+    pa = pyarrow()
+    shape = []
+    while pa.types.is_fixed_size_list(typ):
+        shape.append(typ.list_size)
+        typ = typ.value_type
+    if shape and (pa.types.is_integer(typ) or pa.types.is_floating(typ)):
+        return tuple(shape), typ
+    return None
+
+
+def _primitive_numpy(typ):
+    pa = pyarrow()
+    if pa.types.is_integer(typ) or pa.types.is_floating(typ):
+        return np.dtype(typ.to_pandas_dtype())
+    return None
+
+
+def value_reader(array):
+    """A function ``row -> value`` over one Arrow array (a column of one record batch)."""
+    pa = pyarrow()
+    typ = array.type
+    rows = len(array)
+    if array.null_count == 0:
+        fixed = _fixed_shape(typ)
+        if fixed is not None:
+            shape = fixed[0]
+            flat = array
+            while pa.types.is_fixed_size_list(flat.type):
+                flat = flat.flatten()
+            values = flat.to_numpy(zero_copy_only=True).reshape((rows, *shape))
+            return values.__getitem__
+        dtype = _primitive_numpy(typ)
+        if dtype is not None:
+            values = array.to_numpy(zero_copy_only=True)
+            return values.__getitem__
+        if (pa.types.is_list(typ) or pa.types.is_large_list(typ)) and _primitive_numpy(typ.value_type) is not None \
+                and array.values.null_count == 0:
+            offsets = array.offsets.to_numpy()
+            values = array.values.to_numpy(zero_copy_only=True)
+            return lambda i: values[offsets[i]:offsets[i + 1]]
+    leaf = typ
+    while pa.types.is_list(leaf) or pa.types.is_large_list(leaf) or pa.types.is_fixed_size_list(leaf):
+        leaf = leaf.value_type
+    dtype = _primitive_numpy(leaf) if leaf is not typ else None
+    if dtype is None:
+        return lambda i: array[i].as_py()
+    return lambda i: _as_array(array[i].as_py(), dtype)
+
+
+def _as_array(value, dtype):
+    """Nested lists of numbers as an array of the column's dtype; ragged or null-holding ones stay lists."""
+    try:
+        return np.asarray(value, dtype=dtype)
+    except (ValueError, TypeError):
+        return value
+
+
+class _Batches:
+    """Record batches of one table, with row lookup and per-column readers built on first use."""
+
+    def __init__(self, batches, columns, decoders):
+        self.batches = [b for b in batches if b.num_rows]
+        self.starts = []
+        row = 0
+        for b in self.batches:
+            self.starts.append(row)
+            row += b.num_rows
+        self.columns, self.decoders = columns, decoders
+        self.readers: dict = {}
+
+    def row(self, index: int) -> dict:
+        number = bisect.bisect_right(self.starts, index) - 1
+        local = index - self.starts[number]
+        readers = self.readers.get(number)
+        if readers is None:
+            batch = self.batches[number]
+            readers = self.readers[number] = [(name, value_reader(batch.column(name))) for name in self.columns]
+        sample = {}
+        for name, read in readers:
+            value = read(local)
+            decode = self.decoders.get(name)
+            sample[name] = decode(value) if decode is not None else value
+        return sample
+
+
+def _decode_image(value):
+    from ..vision import decode
+
+    if isinstance(value, dict):
+        return decode(value["bytes"] if value.get("bytes") is not None else value["path"])
+    return value
+
+
+# ------------------------------------------------------------ Hugging Face
+def _is_stream(path: str) -> bool:
+    with open(path, "rb") as f:
+        return f.read(6) != b"ARROW1"
+
+
+def _open_arrow_table(path: str):
+    """The Arrow table in ``path`` (IPC stream or file format), memory-mapped: no data is read."""
+    pa, ipc = pyarrow(), pyarrow_ipc()
+    try:
+        with pa.memory_map(path) as mapped:
+            whole = mapped.read_buffer()
+        source = pa.BufferReader(whole)
+        if _is_stream(path):
+            return ipc.open_stream(source).read_all()
+        return ipc.open_file(source).read_all()
+    except (OSError, pa.ArrowException) as e:
+        raise StoreError(f"cannot read {path!r} as an Arrow file ({e}); is it a Hugging Face datasets Arrow file?") from e
+
+
+def _hf_files(path: str) -> tuple[list[str], dict]:
+    """The Arrow files of a saved dataset (and its features from dataset_info.json)."""
+    if os.path.isfile(path):
+        return [path], {}
+    if not os.path.isdir(path):
+        raise StoreError(f"from_hf_dataset(): no file or folder {path!r}")
+    if os.path.exists(os.path.join(path, "dataset_dict.json")):
+        splits = sorted(d for d in os.listdir(path) if os.path.isdir(os.path.join(path, d)))
+        raise StoreError(f"{path!r} is a DatasetDict with splits {splits}; pass one split's folder, e.g. {os.path.join(path, splits[0]) if splits else path!r}")
+    features = {}
+    info = os.path.join(path, "dataset_info.json")
+    if os.path.exists(info):
+        with open(info, encoding="utf-8") as f:
+            features = json.load(f).get("features") or {}
+    state = os.path.join(path, "state.json")
+    if os.path.exists(state):
+        with open(state, encoding="utf-8") as f:
+            files = [os.path.join(path, entry["filename"]) for entry in json.load(f).get("_data_files", [])]
+    else:
+        files = sorted(glob.glob(os.path.join(path, "*.arrow")))
+    if not files:
+        raise StoreError(f"{path!r} holds no Arrow files; give the folder Dataset.save_to_disk wrote, or a .arrow file")
+    return files, features
+
+
+class ArrowFilesSource(Source):
+    """Rows of Arrow IPC files (stream or file format), e.g. a saved Hugging Face dataset."""
+
+    def __init__(self, files: list[str], rows: list[int], columns: list[str], image_columns: list[str]):
+        self.files, self.rows, self.columns, self.image_columns = files, rows, columns, image_columns
+        self._setup()
+
+    def _setup(self) -> None:
+        self.starts = [0]
+        for n in self.rows:
+            self.starts.append(self.starts[-1] + n)
+        self._tables: dict = {}
+        self._lock = threading.Lock()
+
+    def __getstate__(self) -> dict:
+        return {k: getattr(self, k) for k in ("files", "rows", "columns", "image_columns")}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._setup()
+
+    def __len__(self) -> int:
+        return self.starts[-1]
+
+    def _table(self, number: int) -> _Batches:
+        table = self._tables.get(number)
+        if table is None:
+            with self._lock:
+                table = self._tables.get(number)
+                if table is None:
+                    arrow = _open_arrow_table(self.files[number])
+                    decoders = {name: _decode_image for name in self.image_columns}
+                    table = self._tables[number] = _Batches(arrow.to_batches(), self.columns, decoders)
+        return table
+
+    def read(self, index: int) -> dict:
+        number = bisect.bisect_right(self.starts, index) - 1
+        return self._table(number).row(index - self.starts[number])
+
+    def where(self, index: int) -> str:
+        number = bisect.bisect_right(self.starts, index) - 1
+        return f"{self.files[number]} row {index - self.starts[number]}"
+
+    def describe(self) -> str:
+        return f"from_hf_dataset({os.path.dirname(self.files[0])!r}, {len(self)} rows, columns {self.columns})"
+
+
+def from_hf_dataset(path, columns=None, *, decode_images: bool = True) -> "Pipeline":
+    """A pipeline over a Hugging Face ``datasets`` dataset on disk, read in place.
+
+    Args:
+        path: the folder ``Dataset.save_to_disk`` wrote (one split), a
+            folder of ``.arrow`` cache files, or one ``.arrow`` file.
+        columns: the columns to read (default: all).
+        decode_images: decode columns of the ``Image`` feature to HWC uint8
+            arrays (`feedline.vision.decode`); False keeps their
+            ``{"bytes": ..., "path": ...}`` dicts.
+
+    Returns:
+        A pipeline whose samples are dicts ``{column: value}`` (see the
+        module docstring for the value types).
+
+    Raises:
+        StoreError: no such folder, a ``DatasetDict`` folder (pick a
+            split), no Arrow files, or a column that does not exist.
+    """
+    from .._pipeline import Pipeline
+
+    files, features = _hf_files(os.fspath(path))
+    rows, names = [], None
+    for file in files:
+        table = _open_arrow_table(file)
+        rows.append(table.num_rows)
+        names = names or table.column_names
+    columns = _check_columns(columns, names, path)
+    images = [c for c in columns if isinstance(features.get(c), dict) and features[c].get("_type") == "Image" and decode_images]
+    return Pipeline(ArrowFilesSource([os.path.abspath(f) for f in files], rows, columns, images))
+
+
+def _check_columns(columns, names, where) -> list[str]:
+    if columns is None:
+        return list(names)
+    columns = [columns] if isinstance(columns, str) else list(columns)
+    missing = [c for c in columns if c not in names]
+    if missing:
+        raise StoreError(f"{where!r} has no column(s) {missing}; its columns are {list(names)}")
+    return columns
+
+
+# ------------------------------------------------------------ Parquet
+def _parquet_files(path_or_glob) -> list[str]:
+    if isinstance(path_or_glob, (list, tuple)):
+        files = [os.fspath(p) for p in path_or_glob]
+    else:
+        pattern = os.fspath(path_or_glob)
+        if os.path.isdir(pattern):
+            pattern = os.path.join(pattern, "**", "*.parquet")
+        files = sorted(p for p in glob.glob(pattern, recursive=True) if os.path.isfile(p))
+    if not files:
+        raise StoreError(f"from_parquet(): no Parquet files match {path_or_glob!r}; give a file, a folder, a glob or a list")
+    return [os.path.abspath(f) for f in files]
+
+
+class ParquetSource(Source):
+    """Rows of Parquet files, read a row group at a time (see the module docstring for the cost)."""
+
+    def __init__(self, files: list[str], groups: list[list[int]], columns: list[str]):
+        self.files, self.groups, self.columns = files, groups, columns
+        self._setup()
+
+    def _setup(self) -> None:
+        self.starts, self.where_group = [], []
+        row = 0
+        for number, sizes in enumerate(self.groups):
+            for group, size in enumerate(sizes):
+                if size:
+                    self.starts.append(row)
+                    self.where_group.append((number, group))
+                    row += size
+        self.length = row
+        self._cache: dict = {}  # (file, group) -> _Batches, the most recent _ROW_GROUP_CACHE
+        self._lock = threading.Lock()
+
+    def __getstate__(self) -> dict:
+        return {"files": self.files, "groups": self.groups, "columns": self.columns}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._setup()
+
+    def __len__(self) -> int:
+        return self.length
+
+    def _row_group(self, key) -> _Batches:
+        decoded = self._cache.get(key)
+        if decoded is not None:
+            return decoded
+        pa, pq = pyarrow(), pyarrow_parquet()
+        path = self.files[key[0]]
+        try:
+            with pq.ParquetFile(path, memory_map=True) as parquet:
+                table = parquet.read_row_group(key[1], columns=self.columns, use_threads=False)
+        except (OSError, pa.ArrowException) as e:
+            raise StoreError(f"cannot read row group {key[1]} of {path!r}: {e}") from e
+        decoded = _Batches(table.to_batches(), self.columns, {})
+        with self._lock:
+            while len(self._cache) >= _ROW_GROUP_CACHE:
+                self._cache.pop(next(iter(self._cache)))
+            self._cache[key] = decoded
+        return decoded
+
+    def read(self, index: int) -> dict:
+        number = bisect.bisect_right(self.starts, index) - 1
+        return self._row_group(self.where_group[number]).row(index - self.starts[number])
+
+    def where(self, index: int) -> str:
+        number = bisect.bisect_right(self.starts, index) - 1
+        file, group = self.where_group[number]
+        return f"{self.files[file]} row group {group}, row {index - self.starts[number]}"
+
+    def describe(self) -> str:
+        return f"from_parquet({len(self.files)} files, {len(self)} rows, {sum(len(g) for g in self.groups)} row groups, columns {self.columns})"
+
+
+def from_parquet(path_or_glob, columns=None) -> "Pipeline":
+    """A pipeline over the rows of Parquet files, read in place.
+
+    Random access is by row group: a read decodes the row's whole row
+    group (of ``columns``), and each worker keeps the last two; so reading
+    in order is cheap, and a shuffled epoch over files with large row
+    groups is not (see the module docstring; ``feedline convert`` makes a
+    store from Parquet for shuffled training).
+
+    Args:
+        path_or_glob: a file, a folder (all ``*.parquet`` below it), a glob
+            pattern, or a list of files; sorted, so the order is stable.
+        columns: the columns to read (default: all).
+
+    Returns:
+        A pipeline whose samples are dicts ``{column: value}``.
+
+    Raises:
+        StoreError: no files match, a file is not Parquet, or a column is missing.
+    """
+    from .._pipeline import Pipeline
+
+    pa, pq = pyarrow(), pyarrow_parquet()
+    files = _parquet_files(path_or_glob)
+    groups, names = [], None
+    for path in files:
+        try:
+            metadata = pq.read_metadata(path)
+        except (OSError, pa.ArrowException) as e:
+            raise StoreError(f"cannot read {path!r} as Parquet: {e}") from e
+        groups.append([metadata.row_group(g).num_rows for g in range(metadata.num_row_groups)])
+        schema_names = metadata.schema.to_arrow_schema().names
+        if names is None:
+            names = schema_names
+    columns = _check_columns(columns, names, path_or_glob)
+    return Pipeline(ParquetSource(files, groups, columns))

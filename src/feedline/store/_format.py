@@ -1,0 +1,167 @@
+"""The on-disk format of a feedline store, declared once.
+
+A store is a directory::
+
+    my_store/
+        manifest.json            written last: its presence means "complete"
+        raw/part-00000.arrow     Arrow IPC *file* format, uncompressed fields
+        raw/part-00001.arrow
+        ...
+        zstd/part-00000.arrow    (only if some field uses encoding "zstd")
+        lz4/part-00000.arrow     (only if some field uses encoding "lz4")
+
+Rows (samples) are split into *parts*; part ``k`` holds rows
+``files[k]["rows"] = [start, stop)`` and is cut into Arrow record batches
+of ``files[k]["batches"]`` rows each. Arrow IPC compresses whole files (one
+codec per file), so fields are grouped by codec: every part has one file per
+*group* (``"raw"``: uncompressed, ``"zstd"``, ``"lz4"``), in a folder
+named after the group, all with the same row range and the same
+record-batch cuts. Each group folder is an ordinary Arrow dataset
+(``pyarrow.dataset.dataset("my_store/raw", format="ipc")``,
+``polars.scan_ipc("my_store/raw/*.arrow")``); a store whose fields all use
+one codec is one table.
+
+Columns, one per field (a field is a leaf of the sample structure):
+
+========  =====================================  ==================================
+kind      Arrow type                             read back as
+========  =====================================  ==================================
+array     fixed_size_list<dtype>[prod(shape)]    read-only NumPy view (shape, dtype)
+          (large_binary with jpeg/png)           decoded array
+ragged    large_list<dtype> + ``<name>.shape``   read-only NumPy view, its own shape
+          column fixed_size_list<int64>[ndim]
+          (large_binary with jpeg/png)           decoded array
+scalar    int*/uint*/float*/bool                 NumPy scalar (or int/float/bool if
+                                                 written as Python numbers)
+bytes     large_binary                           bytes
+str       large_string                           str
+========  =====================================  ==================================
+
+Array data is little-endian; ``bool`` arrays are stored as ``uint8``
+(Arrow's bool is bit-packed, which would rule out views). Arrow buffers
+are 8-byte aligned, so views are aligned for every NumPy dtype up to 8 bytes.
+
+Field names: the keys of a dict sample, ``"0"``, ``"1"``, ... for a tuple
+sample, ``"value"`` for a single array; nested tuples and dicts join the
+path with ``"/"`` (``"image/0"``).
+
+`FORMAT_VERSION` is bumped when a reader of the previous version could
+misread a new store; readers refuse newer versions with a `StoreError`
+saying to upgrade.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+
+from ._errors import StoreError
+
+__all__ = [
+    "CODECS",
+    "ENCODINGS",
+    "FORMAT_NAME",
+    "FORMAT_VERSION",
+    "MANIFEST",
+    "SHAPE_SUFFIX",
+    "check_manifest",
+    "file_name",
+    "group_of",
+    "parse_encoding",
+    "read_manifest",
+]
+
+FORMAT_NAME = "feedline-store"
+FORMAT_VERSION = 1
+MANIFEST = "manifest.json"
+SHAPE_SUFFIX = ".shape"  # column holding the per-row shapes of a ragged field
+CODECS = {"raw": None, "zstd": "zstd", "lz4": "lz4"}  # encoding -> Arrow IPC codec (file group)
+ENCODINGS = ("raw", "zstd", "lz4", "jpeg:QUALITY", "png")
+KINDS = ("array", "ragged", "scalar", "bytes", "str")
+
+_JPEG = re.compile(r"^jpeg(?::(\d{1,3}))?$")
+
+
+def parse_encoding(text: str, field: str = "?") -> tuple[str, int | None]:
+    """``"jpeg:90"`` -> ``("jpeg", 90)``; ``"zstd"`` -> ``("zstd", None)``.
+
+    >>> parse_encoding("jpeg:85"), parse_encoding("png"), parse_encoding("jpeg")
+    (('jpeg', 85), ('png', None), ('jpeg', 90))
+
+    Raises:
+        ValueError: an unknown encoding or a quality outside 1-100.
+        TypeError: not a string.
+    """
+    if not isinstance(text, str):
+        raise TypeError(f"encoding of field {field!r} must be a string such as 'raw' or 'jpeg:90', got {text!r}")
+    name = text.strip().lower()
+    if name in CODECS or name == "png":
+        return name, None
+    match = _JPEG.match(name)
+    if match:
+        quality = int(match.group(1) or 90)
+        if not 1 <= quality <= 100:
+            raise ValueError(f"encoding {text!r} of field {field!r}: JPEG quality must be 1-100")
+        return "jpeg", quality
+    raise ValueError(f"unknown encoding {text!r} for field {field!r}; use one of {', '.join(ENCODINGS)}")
+
+
+def group_of(encoding: str) -> str:
+    """The file group (IPC codec) a field's encoding puts it in.
+
+    Image encodings are already compressed, so they live uncompressed in ``"raw"``.
+    """
+    name, _ = parse_encoding(encoding)
+    return name if name in ("zstd", "lz4") else "raw"
+
+
+def file_name(part: int, group: str) -> str:
+    """``raw/part-00003.arrow``: a part's file of a group, relative to the store (``/`` on every OS)."""
+    return f"{group}/part-{part:05d}.arrow"
+
+
+def read_manifest(path: str) -> dict:
+    """Load and check ``path/manifest.json``.
+
+    Raises:
+        StoreError: no directory, no manifest (an incomplete store), a
+            damaged manifest, or a newer format version; the message says
+            what to do.
+    """
+    path = os.fspath(path)
+    if not os.path.isdir(path):
+        raise StoreError(f"no feedline store at {path!r}: not a directory; write one with feedline convert or fl.store.StoreWriter")
+    manifest_path = os.path.join(path, MANIFEST)
+    if not os.path.exists(manifest_path):
+        raise StoreError(
+            f"the store at {path!r} is incomplete: it has no {MANIFEST}, which the writer saves last, "
+            "so writing it was interrupted (or this is not a feedline store). Write the store again."
+        )
+    try:
+        with open(manifest_path, encoding="utf-8") as f:
+            manifest = json.load(f)
+    except (OSError, ValueError) as e:
+        raise StoreError(f"cannot read {manifest_path!r}: {e}; the store is damaged, write it again") from e
+    check_manifest(manifest, manifest_path)
+    return manifest
+
+
+def check_manifest(manifest, where: str) -> None:
+    """Raise `StoreError` unless ``manifest`` is one this version can read."""
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT_NAME:
+        raise StoreError(f"{where!r} is not a feedline store manifest (no \"format\": \"{FORMAT_NAME}\")")
+    version = manifest.get("format_version")
+    if not isinstance(version, int):
+        raise StoreError(f"{where!r} has no integer format_version; the store is damaged, write it again")
+    if version > FORMAT_VERSION:
+        raise StoreError(
+            f"{where!r} is format version {version}, written by a newer feedline; this feedline reads "
+            f"versions up to {FORMAT_VERSION}. Upgrade feedline (pip install -U feedline) to read it."
+        )
+    for key in ("num_samples", "fields", "structure", "files", "groups"):
+        if key not in manifest:
+            raise StoreError(f"{where!r} has no {key!r}; the store is damaged, write it again")
+    for field in manifest["fields"]:
+        if field.get("kind") not in KINDS:
+            raise StoreError(f"{where!r}: field {field.get('name')!r} has unknown kind {field.get('kind')!r}; upgrade feedline")

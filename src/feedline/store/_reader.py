@@ -1,0 +1,320 @@
+"""Reading a store: `Store` (random access, a feedline source), `open_store`, `from_store`.
+
+How reads work:
+
+- The manifest gives every record batch's first row, so finding sample
+  ``i`` is a bisection over a small list, with no file opened.
+- Files are opened lazily, on first touch, in the process that reads
+  (every worker opens its own): the file is memory-mapped, the map is
+  wrapped in an Arrow buffer and its descriptor closed, so a store of any
+  number of files holds no file descriptors; the mapping lives as long as
+  some array still points into it.
+- Uncompressed fields are NumPy views of the mapping (read-only; no decode,
+  no copy). A gather of a batch copies each row once into the batch's
+  memory (shared memory in a process worker): one ``np.take`` when the rows
+  share a record batch, else one copy per row.
+- Compressed fields (``zstd``, ``lz4``) decompress a whole record batch
+  (at most ~1 MiB, see `feedline.store._writer`); the last few are kept.
+  Image fields (``jpeg``, ``png``) are decoded per sample, in the worker.
+
+Pickling: a `Store` pickles as its path and manifest only, so sending it
+to process workers costs a few kilobytes however large the store is.
+
+Thread safety: caches are filled under a lock and read without one; the
+thread backend shares one `Store` between its threads.
+"""
+
+from __future__ import annotations
+
+import bisect
+import os
+import threading
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from ..sources._base import Source
+from ._deps import pyarrow, pyarrow_ipc
+from ._errors import StoreError
+from ._fields import Column, FieldSpec
+from ._format import read_manifest
+from ._structure import describe, rebuild, skeleton_of
+
+if TYPE_CHECKING:
+    from .._pipeline import Pipeline
+
+__all__ = ["Store", "from_store", "open_store"]
+
+_COMPRESSED_CACHE = 8  # decompressed record batches kept per compressed group (~1 MiB each)
+
+
+def _numpy_alloc(specs):
+    return [np.empty(shape, dtype) for shape, dtype in specs]
+
+
+class Store(Source):
+    """A store opened for reading: ``len(store)``, ``store[i]``, ``store.gather(indices)``.
+
+    Samples come back in the structure they were written (dict, tuple or
+    single value). Fixed-shape arrays stored ``raw`` are read-only views
+    of the memory-mapped file: copy (``np.array(x)``) before writing into
+    them, or let ``batch()`` / ``gather`` copy them into a batch.
+
+    Attributes:
+        path: the store directory (absolute).
+        manifest: the parsed ``manifest.json``.
+        fields: ``{name: FieldSpec}`` in storage order.
+        meta: the ``meta`` dict given to the writer.
+    """
+
+    def __init__(self, path, manifest: dict | None = None, *, check_files: bool = True):
+        self.path = os.path.abspath(os.fspath(path))
+        self.manifest = manifest if manifest is not None else read_manifest(self.path)
+        self._setup()
+        pyarrow()  # a missing pyarrow is reported here, not in a worker
+        if check_files:
+            self.check_files()
+
+    def _setup(self) -> None:
+        m = self.manifest
+        self._specs = [FieldSpec.from_json(f) for f in m["fields"]]
+        self.fields = {spec.name: spec for spec in self._specs}
+        self.meta = m.get("meta", {})
+        self._skeleton = skeleton_of(m["structure"]) if m["structure"] else None
+        self._length = int(m["num_samples"])
+        starts, where = [], []
+        for number, part in enumerate(m["files"]):
+            row = part["rows"][0]
+            for batch, rows in enumerate(part["batches"]):
+                starts.append(row)
+                where.append((number, batch))
+                row += rows
+        self._starts = starts
+        self._starts_array = np.asarray(starts, dtype=np.int64)
+        self._where = where
+        self._groups = {g: [i for i, s in enumerate(self._specs) if s.group == g] for g in m["groups"]}
+        self._lock = threading.Lock()
+        self._readers: dict = {}  # (part, group) -> RecordBatchFileReader over the mapped file
+        self._columns: dict = {}  # (chunk, group) -> [Column] of the group's fields
+
+    # ------------------------------------------------------------ pickling
+    def __getstate__(self) -> dict:
+        return {"path": self.path, "manifest": self.manifest}
+
+    def __setstate__(self, state: dict) -> None:
+        self.path, self.manifest = state["path"], state["manifest"]
+        self._setup()
+
+    # ------------------------------------------------------------ files
+    def _file(self, part: int, group: str) -> tuple[str, int]:
+        entry = self.manifest["files"][part]["files"][group]
+        return os.path.join(self.path, *entry["name"].split("/")), int(entry["bytes"])
+
+    def check_files(self) -> None:
+        """Raise `StoreError` if a file of the store is missing or has the wrong size (truncated)."""
+        for part in range(len(self.manifest["files"])):
+            for group in self._groups:
+                path, size = self._file(part, group)
+                self._check_file(path, size)
+
+    def _check_file(self, path: str, size: int) -> None:
+        try:
+            actual = os.path.getsize(path)
+        except FileNotFoundError:
+            raise StoreError(
+                f"the store {self.path!r} is missing its file {os.path.relpath(path, self.path)!r} (listed in its manifest); "
+                "the store is damaged: copy it again completely, or write it again"
+            ) from None
+        if actual != size:
+            raise StoreError(
+                f"the file {path!r} of the store has {actual} bytes where the manifest says {size}: it is "
+                f"{'truncated' if actual < size else 'not the file that was written'}; copy the store again "
+                "completely, or write it again"
+            )
+
+    def _reader(self, part: int, group: str):
+        key = (part, group)
+        reader = self._readers.get(key)
+        if reader is not None:
+            return reader
+        pa, ipc = pyarrow(), pyarrow_ipc()
+        path, size = self._file(part, group)
+        self._check_file(path, size)
+        try:
+            with pa.memory_map(path) as mapped:
+                whole = mapped.read_buffer()  # zero-copy; the mapping outlives the descriptor
+            reader = ipc.open_file(pa.BufferReader(whole), options=ipc.IpcReadOptions(use_threads=False))
+        except (OSError, pa.ArrowException) as e:
+            raise StoreError(f"cannot read {path!r} as an Arrow IPC file ({e}); the store is damaged, write it again") from e
+        expected = len(self.manifest["files"][part]["batches"])
+        if reader.num_record_batches != expected:
+            raise StoreError(f"{path!r} holds {reader.num_record_batches} record batches where the manifest says "
+                             f"{expected}; the store is damaged, write it again")
+        self._readers[key] = reader
+        return reader
+
+    def _group_columns(self, chunk: int, group: str) -> list:
+        key = (chunk, group)
+        columns = self._columns.get(key)
+        if columns is not None:
+            return columns
+        with self._lock:
+            columns = self._columns.get(key)
+            if columns is not None:
+                return columns
+            part, batch = self._where[chunk]
+            reader = self._reader(part, group)
+            path = self._file(part, group)[0]
+            try:
+                record_batch = reader.get_batch(batch)
+            except (OSError, pyarrow().ArrowException) as e:
+                raise StoreError(f"cannot read record batch {batch} of {path!r} ({e}); the store is damaged, write it again") from e
+            rows = self.manifest["files"][part]["batches"][batch]
+            if record_batch.num_rows != rows:
+                raise StoreError(f"record batch {batch} of {path!r} has {record_batch.num_rows} rows where the manifest "
+                                 f"says {rows}; the store is damaged, write it again")
+            columns = []
+            for i in self._groups[group]:
+                spec = self._specs[i]
+                arrays = [record_batch.column(name) for name in spec.columns]
+                columns.append(Column(spec, arrays, f"{path}, field {spec.name!r}"))
+            if group != "raw":
+                cached = [k for k in self._columns if k[1] == group]
+                for old in cached[: max(0, len(cached) - _COMPRESSED_CACHE + 1)]:
+                    del self._columns[old]
+            self._columns[key] = columns
+            return columns
+
+    def _chunk_columns(self, chunk: int) -> list:
+        """The `Column` of every field (in field order) for record batch ``chunk``."""
+        out = [None] * len(self._specs)
+        for group, members in self._groups.items():
+            for i, column in zip(members, self._group_columns(chunk, group)):
+                out[i] = column
+        return out
+
+    # ------------------------------------------------------------ reading
+    def __len__(self) -> int:
+        return self._length
+
+    def read(self, index: int):
+        """Sample ``index`` (0 <= index < len(self)) in its written structure."""
+        chunk = bisect.bisect_right(self._starts, index) - 1
+        row = index - self._starts[chunk]
+        return rebuild(self._skeleton, [column.value(row) for column in self._chunk_columns(chunk)])
+
+    def __getitem__(self, index: int):
+        if isinstance(index, (bool, np.bool_)) or not isinstance(index, (int, np.integer)):
+            raise TypeError(f"store indices are integers, got {type(index).__name__}; use gather(indices) for many")
+        index = int(index)
+        if index < 0:
+            index += self._length
+        if not 0 <= index < self._length:
+            raise IndexError(f"sample {index} is out of range: the store {self.path!r} has {self._length} samples")
+        return self.read(index)
+
+    def gather(self, indices, alloc=None):
+        """The samples at ``indices`` as one batch (the structure of a sample, with a row axis).
+
+        Array and scalar fields come back stacked, in arrays from ``alloc``
+        (``alloc([(shape, dtype), ...]) -> arrays``, the hook a process
+        worker uses to write straight into shared memory; default: new NumPy
+        arrays). Variable-size fields (ragged arrays, bytes, str) come back
+        as lists.
+        """
+        idx = np.asarray(indices, dtype=np.int64).reshape(-1)
+        n = len(idx)
+        if n and (idx.min() < 0 or idx.max() >= self._length):
+            bad = int(idx[(idx < 0) | (idx >= self._length)][0])
+            raise IndexError(f"sample {bad} is out of range: the store {self.path!r} has {self._length} samples")
+        chunks = np.searchsorted(self._starts_array, idx, side="right") - 1
+        rows = idx - self._starts_array[chunks]
+        unique = np.unique(chunks).tolist()
+        by_chunk = {c: self._chunk_columns(c) for c in unique}
+        wanted = []
+        for spec in self._specs:
+            if spec.kind == "array":
+                wanted.append(((n, *spec.shape), np.dtype(spec.dtype)))
+            elif spec.kind == "scalar":
+                wanted.append(((n,), np.dtype(spec.dtype)))
+        outs = iter((alloc or _numpy_alloc)(wanted))
+        chunk_list, row_list = chunks.tolist(), rows.tolist()
+        values = []
+        for f, spec in enumerate(self._specs):
+            if spec.kind in ("array", "scalar"):
+                out = next(outs)
+                if spec.image:
+                    for k, (c, r) in enumerate(zip(chunk_list, row_list)):
+                        out[k] = by_chunk[c][f].value(r)
+                elif len(unique) == 1:
+                    # mode="clip" avoids NumPy's buffered copy for out= (rows are in range, checked above).
+                    np.take(by_chunk[unique[0]][f].array, rows, axis=0, out=out, mode="clip")
+                else:
+                    blocks = {c: by_chunk[c][f].array for c in unique}
+                    for k, (c, r) in enumerate(zip(chunk_list, row_list)):
+                        out[k] = blocks[c][r]
+                values.append(out)
+            else:
+                values.append([by_chunk[c][f].value(r) for c, r in zip(chunk_list, row_list)])
+        return rebuild(self._skeleton, values)
+
+    def where(self, index: int) -> str:
+        chunk = bisect.bisect_right(self._starts, index) - 1
+        part = self._where[chunk][0] if chunk >= 0 else 0
+        names = ", ".join(entry["name"] for entry in self.manifest["files"][part]["files"].values())
+        return f"{self.path} sample {index} (in {names})"
+
+    def describe(self) -> str:
+        fields = ", ".join(f"{spec.name}: {spec.describe()}" for spec in self._specs)
+        return f"from_store({self.path!r}, {self._length} samples; {fields})"
+
+    def close(self) -> None:
+        """Drop cached readers and columns (mappings go once no array points into them)."""
+        with self._lock:
+            self._readers.clear()
+            self._columns.clear()
+
+    def __repr__(self) -> str:
+        structure = describe(self.manifest["structure"]) if self.manifest["structure"] else "empty"
+        return f"Store({self.path!r}, {self._length} samples, {structure})"
+
+
+def open_store(path) -> Store:
+    """Open the store at ``path`` for random access.
+
+    Checks the manifest and that every file is present with its recorded
+    size (a `stat` per file; no data is read).
+
+    Raises:
+        StoreError: no store there, an incomplete store (no manifest: the
+            writer was interrupted), a newer format version, or a missing
+            or truncated file; the message says what to do.
+        ImportError: pyarrow is missing (``pip install 'feedline[store]'``).
+    """
+    return Store(path)
+
+
+def from_store(path) -> "Pipeline":
+    """A pipeline over the samples of a store written by ``feedline convert`` or `StoreWriter`.
+
+    Samples come in the structure they were written (e.g. ``{"image": ...,
+    "label": ...}``). Without per-sample steps, ``batch()`` gathers rows in
+    bulk straight into the batch (shared memory in process workers); with
+    ``map``, each worker reads its samples from its own memory map. The
+    pipeline pickles as the store's path and manifest, so it works with
+    every backend, ``shuffle`` and ``shard``.
+
+    Raises:
+        StoreError: see `open_store`.
+
+    >>> import numpy as np, tempfile, os, feedline as fl
+    >>> from feedline.store import StoreWriter
+    >>> path = os.path.join(tempfile.mkdtemp(), "digits.store")
+    >>> with StoreWriter(path) as w:
+    ...     w.write((np.arange(10, dtype=np.uint8).reshape(5, 2), np.arange(5)))
+    >>> [b[1].tolist() for b in fl.from_store(path).batch(2)]
+    [[0, 1], [2, 3], [4]]
+    """
+    from .._pipeline import Pipeline
+
+    return Pipeline(Store(path))

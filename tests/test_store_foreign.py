@@ -1,0 +1,105 @@
+"""Reading Hugging Face `datasets` folders and Parquet files in place."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+pa = pytest.importorskip("pyarrow")
+pq = pytest.importorskip("pyarrow.parquet")
+
+import feedline as fl
+from feedline.store import StoreError
+
+
+@pytest.fixture(scope="module")
+def hf_folder(tmp_path_factory):
+    datasets = pytest.importorskip("datasets")
+    PIL = pytest.importorskip("PIL.Image")
+    rng = np.random.default_rng(0)
+    pictures = [rng.integers(0, 255, (6 + i % 3, 5, 3), dtype=np.uint8) for i in range(30)]
+    features = datasets.Features({
+        "image": datasets.Image(),
+        "label": datasets.ClassLabel(names=["a", "b", "c"]),
+        "vector": datasets.Sequence(datasets.Value("float32"), length=4),
+        "text": datasets.Value("string"),
+    })
+    ds = datasets.Dataset.from_dict(
+        {"image": [PIL.fromarray(p) for p in pictures], "label": [i % 3 for i in range(30)],
+         "vector": [np.arange(4, dtype=np.float32) + i for i in range(30)], "text": [f"row {i}" for i in range(30)]},
+        features=features,
+    )
+    root = tmp_path_factory.mktemp("hf")
+    ds.save_to_disk(str(root / "train"), num_shards=3)
+    datasets.DatasetDict({"train": ds, "test": ds.select(range(5))}).save_to_disk(str(root / "dict"))
+    return root / "train", pictures
+
+
+def test_a_saved_hugging_face_dataset_reads_in_place_with_decoded_images(hf_folder):
+    path, pictures = hf_folder
+    pipe = fl.from_hf_dataset(path)
+    assert len(pipe) == 30
+    samples = list(pipe)
+    for i, sample in enumerate(samples):
+        np.testing.assert_array_equal(sample["image"], pictures[i])  # PNG-encoded by datasets, decoded by feedline
+        assert int(sample["label"]) == i % 3 and sample["text"] == f"row {i}"
+        assert sample["vector"].dtype == np.float32 and sample["vector"].tolist() == [i, i + 1, i + 2, i + 3]
+
+
+def test_hugging_face_columns_and_raw_image_bytes(hf_folder):
+    path, _ = hf_folder
+    sample = next(iter(fl.from_hf_dataset(path, columns=["image", "label"], decode_images=False)))
+    assert set(sample) == {"image", "label"} and isinstance(sample["image"]["bytes"], bytes)
+    with pytest.raises(StoreError, match=r"no column\(s\) \['nope'\]"):
+        fl.from_hf_dataset(path, columns=["nope"])
+
+
+def test_hugging_face_dataset_every_row_once_on_every_backend(hf_folder, backend, no_leaks):
+    path, _ = hf_folder
+    pipe = fl.from_hf_dataset(path, columns=["label", "text"]).shuffle(seed=2).map(lambda s: int(s["text"][4:]), backend=backend, workers=2).batch(7)
+    with pipe:
+        assert sorted(int(v) for b in pipe for v in b) == list(range(30))
+
+
+def test_a_dataset_dict_folder_asks_for_a_split(hf_folder):
+    path, _ = hf_folder
+    with pytest.raises(StoreError, match=r"DatasetDict with splits \['test', 'train'\]"):
+        fl.from_hf_dataset(path.parent / "dict")
+
+
+@pytest.fixture
+def parquet_files(tmp_path):
+    for part in range(2):
+        rows = np.arange(part * 50, part * 50 + 50)
+        table = pa.table({
+            "id": rows,
+            "emb": pa.FixedSizeListArray.from_arrays(pa.array(np.repeat(rows, 3).astype(np.float32)), 3),
+            "name": [f"n{i}" for i in rows],
+        })
+        pq.write_table(table, tmp_path / f"part-{part}.parquet", row_group_size=16)
+    return tmp_path
+
+
+def test_parquet_rows_read_in_place_by_row_group(parquet_files, backend, no_leaks):
+    pipe = fl.from_parquet(str(parquet_files / "*.parquet"), columns=["id", "emb"])
+    assert len(pipe) == 100 and "8 row groups" in repr(pipe)
+    with pipe.shuffle(seed=1).map(lambda s: (s["id"], s["emb"]), backend=backend, workers=2).batch(16) as shuffled:
+        rows = [(int(i), e.tolist()) for ids, embs in shuffled for i, e in zip(ids, embs)]
+    assert sorted(i for i, _ in rows) == list(range(100))
+    assert all(e == [float(i)] * 3 for i, e in rows)
+
+
+def test_parquet_samples_are_dicts_of_the_selected_columns(parquet_files):
+    sample = list(fl.from_parquet(parquet_files))[63]
+    assert set(sample) == {"id", "emb", "name"} and int(sample["id"]) == 63 and sample["name"] == "n63"
+    assert isinstance(sample["emb"], np.ndarray) and sample["emb"].dtype == np.float32
+
+
+def test_parquet_errors_name_what_is_missing(parquet_files):
+    with pytest.raises(StoreError, match="no Parquet files match"):
+        fl.from_parquet(str(parquet_files / "*.nothing"))
+    with pytest.raises(StoreError, match=r"no column\(s\) \['x'\]"):
+        fl.from_parquet(parquet_files, columns=["x"])
+    (parquet_files / "zz.parquet").write_bytes(b"not parquet at all")
+    with pytest.raises(StoreError, match="zz.parquet.*as Parquet"):
+        fl.from_parquet(parquet_files)
