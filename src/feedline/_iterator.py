@@ -60,7 +60,7 @@ class EpochIterator:
         self._finished = False
         self._superseded = False
         self._error = None
-        self.stats_ = Stats(runtime.backend, runtime.workers, self._depth, runtime.decision, default_workers())
+        self.stats_ = Stats(runtime.backend, runtime.workers, self._depth, runtime.decision, getattr(runtime, "cores", None) or default_workers())
         self.stats_.epoch = epoch
         self.stats_.source_kind = type(pipeline._source).__name__
         runtime.last_stats = self.stats_  # pipe.stats() reads the latest epoch, even mid-way

@@ -332,7 +332,8 @@ def _describe_step(step) -> str:
     if isinstance(step, Shard):
         return f"shard(index={step.index}, count={step.count}{f', even={step.even!r}' if step.even else ''})"
     if isinstance(step, Map):
-        extras = [f"{k}={v!r}" for k, v in (("workers", step.workers), ("backend", step.backend)) if v is not None]
+        shown = (("workers", step.workers), ("backend", step.backend), ("ray_address", step.ray_address), ("ray_options", step.ray_options))
+        extras = [f"{k}={v!r}" for k, v in shown if v is not None]
         if step.on_error != "raise":
             extras.append(f"on_error={getattr(step.on_error, '__name__', step.on_error)!r}")
         if not step.ordered:

@@ -90,7 +90,7 @@ def _input_bound_advice(stats, wait, busy, saturated, bottleneck, share):
         else:
             advice.append((gain, f"{bottleneck} takes {share:.0%} of worker time: make it cheaper, or move vectorisable work to map_batch (removing it entirely would give {_x(gain)})"))
         if stats.workers >= stats.cores:
-            advice.append((min(ceiling, 2.0), "every core is busy feeding: more CPUs are the remaining lever (backend='ray' on a cluster, when available)"))
+            advice.append((min(ceiling, 2.0), "every core is busy feeding: more CPUs are the remaining lever (backend='ray' on a cluster: docs/scaling.md)"))
     if not saturated and not gil_bound and busy is not None:
         inflight = stats.inflight_total / stats.batches if stats.batches else 0.0
         gain = min(ceiling, 1.0 / max(busy, 1e-9))

@@ -88,12 +88,14 @@ class Runtime:
 
         self.plan = plan
         self.shared = None
+        self.cores = default_workers()
         backend, workers, reason = _choose(plan)
         if backend == "ray":
             from .backends._ray import plan_actors, ray_settings
 
             ray_address, ray_options = ray_settings(plan.part.ops)
             workers, how = plan_actors(workers, ray_options, ray_address)  # connects to Ray
+            self.cores = _cluster_cpus()  # the report's "cores available" is the cluster's
             reason = f"{reason}; {how}"
         self.backend, self.decision = backend, reason
         self.depth = plan.depth or max(2, 2 * workers)  # two tasks per worker: one running, one queued
@@ -167,3 +169,9 @@ class Runtime:
 def _close_all() -> None:
     for runtime in list(_live):
         runtime.close()
+
+
+def _cluster_cpus() -> int:
+    import ray
+
+    return max(1, int(ray.cluster_resources().get("CPU", 1)))

@@ -134,6 +134,8 @@ def _load_target(target: str):
         sys.path.insert(0, os.path.dirname(os.path.abspath(where)))
         spec.loader.exec_module(module)
     else:
+        if os.getcwd() not in sys.path:  # as `python -m` does: modules of the current directory import
+            sys.path.insert(0, os.getcwd())
         try:
             module = importlib.import_module(where)
         except ImportError as e:

@@ -1,0 +1,559 @@
+"""The Ray backend: the per-sample work runs in Ray actors, on any node of a cluster.
+
+The training process stays the consumer: it computes each epoch's index
+list, cuts it into tasks and puts results back in order, exactly as with
+the other backends. Only `run_task` moves, into Ray actors (`_ray_worker`).
+
+Protocol:
+- Start: `connect` uses the running Ray instance (the user's ``ray.init()``),
+  or connects to ``ray_address``, or starts a local instance with
+  ``ray.init(include_dashboard=False)`` and logs that it did. The consumer
+  pickles the `WorkerPart` once (`_ray_worker.dumps_part`), puts it in the
+  object store, and creates N actors with the user's resource options; each
+  loads the part once and answers ``ready``. Tasks go only to ready actors,
+  so an actor still waiting for cluster resources delays nothing.
+- Work: each task is one actor call ``run(task)`` that returns a `Result`;
+  its batch travels through Ray's object store. A worker holds at most its
+  share of the prefetch window; the rest of the window waits here and goes
+  to whichever actor frees up first (late binding), and tasks of one stream
+  shard always go to the same actor, which keeps the open iterator.
+- Ownership: the consumer owns every object: the shipped part (freed at
+  `close`) and each task's result (the reference is dropped as soon as the
+  result is fetched). Batches are zero-copy NumPy views of the object store
+  on the consumer's node, and read-only; the store keeps a batch as long as
+  any of its arrays is alive, and never reuses its memory for anything else.
+- Back-pressure: the iterator keeps at most the prefetch depth of tasks
+  outstanding, so at most that many results exist in the object store
+  beyond the batches the consumer still holds; a consumer that stops
+  calling ``next()`` stops new actor calls.
+- Death: a task whose result is an actor-death error (the process was
+  killed, crashed, ran out of memory, or its node died) marks the actor
+  dead. Results it finished before dying are kept; the first unfinished
+  call is the one it was running and counts an attempt; everything it had
+  not started is sent again to a replacement actor, so every index is still
+  delivered exactly once. (A killed process can lose the reply of a call it
+  had just finished, so "first unfinished" may blame an innocent task; that
+  costs it an extra run, never a wrong error, because of the next rule.)
+  A task blamed ``MAX_ATTEMPTS - 1`` times is isolated: it gets an actor to
+  itself and runs one sample per call (probes), each sent only after the
+  previous one answered, then the whole task. A probe that kills the actor
+  names the sample beyond doubt, and the task fails with a `WorkerError`
+  naming it; if every sample survives alone and the whole task still kills
+  the actor, the error names the task's samples. Actors are created with
+  ``max_restarts=0``: the executor, not Ray, decides what is redone, so
+  nothing is delivered twice.
+- Shutdown (`close`): every actor is killed with ``ray.kill`` (which also
+  ends the call it was running), the executor waits (bounded) until Ray
+  reports each one dead, then drops its references so the object store can
+  free the part and unreturned results. The Ray instance itself is left
+  running: the user's is theirs to shut down, and one feedline started is
+  shut down by Ray's own exit hook when the interpreter exits.
+"""
+
+from __future__ import annotations
+
+import collections
+import itertools
+import logging
+import os
+import time
+import uuid
+
+from .._errors import FeedlineError, WorkerError
+from .._plan import Result
+from .._steps import Map
+from ._base import Event, Executor
+from ._process import MAX_ATTEMPTS, PER_WORKER
+from ._ray_worker import RayWorker, dumps_part
+
+__all__ = ["PartNotPicklable", "RayExecutor", "connect", "import_ray", "plan_actors", "ray_settings"]
+
+START_TIMEOUT = 120.0  # seconds without any ready actor (while work waits) before giving up
+CLOSE_TIMEOUT = 5.0  # seconds close() waits for Ray to report the actors dead
+DEFAULT_NUM_CPUS = 1  # one core per actor: an actor runs one task at a time (Ray's actor default, 0, would pack any number on a node)
+_log = logging.getLogger("feedline")
+_READY = object()
+_ids = itertools.count()
+
+
+class PartNotPicklable(Exception):
+    """The pipeline could not be pickled for the actors; the cause is chained."""
+
+
+def ray_settings(ops) -> tuple[str | None, dict]:
+    """``(ray_address, ray_options)`` given on the pipeline's ``map`` steps (which must agree)."""
+    maps = [op for op in ops if isinstance(op, Map)]
+    addresses = {m.ray_address for m in maps if m.ray_address is not None}
+    options = [m.ray_options for m in maps if m.ray_options is not None]
+    if len(addresses) > 1:
+        raise ValueError(f"map() steps give different ray_address values ({sorted(addresses)}); give it on one map() only")
+    if any(o != options[0] for o in options[1:]):
+        raise ValueError("map() steps give different ray_options; the fused stage runs on one set of actors, so give them on one map() only")
+    return (addresses.pop() if addresses else None), dict(options[0]) if options else {}
+
+
+def import_ray():
+    """Import Ray, or raise an ImportError that says how to install it."""
+    try:
+        import ray
+    except ImportError as e:
+        raise ImportError(
+            "map(backend='ray') needs Ray, which is not installed: pip install 'feedline[ray]' "
+            "(or pip install 'ray>=2.9')"
+        ) from e
+    return ray
+
+
+def connect(address: str | None) -> str:
+    """Make sure this process is connected to Ray; return a note on how.
+
+    Uses the running instance if ``ray.init()`` was already called (it stays
+    the user's), else ``ray.init(address=address)`` (``"auto"``, a head node's
+    ``host:6379``, or ``RAY_ADDRESS``), else starts a local instance without
+    the dashboard, which Ray shuts down when the interpreter exits.
+    """
+    ray = import_ray()
+    if ray.is_initialized():
+        note = "the running Ray instance"
+        if address is not None:
+            note += f" (ray.init() was already called, so ray_address={address!r} is not used)"
+        return note
+    if address is not None or os.environ.get("RAY_ADDRESS"):
+        target = address or os.environ["RAY_ADDRESS"]
+        try:
+            ray.init(address=address)
+        except ConnectionError as e:
+            raise FeedlineError(
+                f"backend='ray' could not connect to the Ray cluster at {target!r}: {e}. Start one with "
+                "'ray start --head' (then ray_address='auto' on that machine), or leave ray_address unset "
+                "for a local instance"
+            ) from e
+        return f"the Ray cluster at {target!r}"
+    ray.init(include_dashboard=False)
+    cpus = ray.cluster_resources().get("CPU", 0)
+    _log.warning(
+        "feedline started a local Ray instance for backend='ray' (ray.init(include_dashboard=False), "
+        "%g CPUs); Ray shuts it down when this interpreter exits. Call ray.init() yourself, or pass "
+        "ray_address='auto', to use a cluster.", cpus,
+    )
+    return "a local Ray instance started by feedline"
+
+
+def plan_actors(workers: int | None, options: dict, address: str | None) -> tuple[int, str]:
+    """Connect, and choose the number of actors: one per ``num_cpus`` of the cluster by default."""
+    note = connect(address)
+    ray = import_ray()
+    cpus = ray.cluster_resources().get("CPU", 0.0)
+    nodes = sum(1 for node in ray.nodes() if node.get("Alive"))
+    per = options.get("num_cpus", DEFAULT_NUM_CPUS)
+    if workers is None:
+        workers = max(1, int(cpus // per)) if per else max(1, int(cpus))
+        how = "one actor per"
+    else:
+        how = "workers set by map();"
+    why = f"Ray actors on {note}, {cpus:g} CPUs on {nodes} node{'s' if nodes != 1 else ''}: {workers} actors ({how} num_cpus={per:g})"
+    if per * workers > cpus:
+        why += f"; only {int(cpus // per) if per else workers} fit now, the rest start when the cluster has room"
+    largest = _largest_node(ray)
+    wanted = {"CPU": per, "GPU": options.get("num_gpus", 0), "memory": options.get("memory", 0)}
+    short = [f"{key}={need:g} (largest node: {largest.get(key, 0):g})" for key, need in wanted.items() if need > largest.get(key, 0)]
+    if short:
+        _log.warning(
+            "feedline: each Ray actor asks for %s, which no node of the cluster has; the actors wait "
+            "until such a node joins (WorkerError after %.0f s). Lower ray_options or add nodes.",
+            ", ".join(short), START_TIMEOUT,
+        )
+    return workers, why
+
+
+def _largest_node(ray) -> dict:
+    """The most of each resource that one live node of the cluster has."""
+    largest: dict = {}
+    for node in ray.nodes():
+        if node.get("Alive"):
+            for key, amount in node.get("Resources", {}).items():
+                largest[key] = max(largest.get(key, 0), amount)
+    return largest
+
+
+class _Actor:
+    __slots__ = ("handle", "host", "id", "isolating", "node", "offset", "outstanding", "pid", "position", "ready", "started")
+
+    def __init__(self, aid, position, handle):
+        self.id, self.position, self.handle = aid, position, handle
+        self.ready = False
+        self.pid = self.host = self.node = None
+        self.offset = 0.0  # add to the actor's perf_counter to get the consumer's
+        self.outstanding: collections.OrderedDict = collections.OrderedDict()  # call key -> _Call
+        self.isolating = False  # running an isolated task's calls, and nothing else
+        self.started = time.monotonic()
+
+
+class _Call(collections.namedtuple("_Call", "key task ref probe")):
+    """One actor call: a task (``probe`` None) or one sample of it (``probe`` = position)."""
+
+
+class RayExecutor(Executor):
+    """Runs tasks on Ray actors; see the module docstring for the protocol."""
+
+    name = "ray"
+
+    def __init__(self, part, workers: int, options: dict | None = None, describe_index=None):
+        ray = self.ray = import_ray()
+        self.workers = workers
+        self.per_worker = PER_WORKER
+        self.describe_index = describe_index or (lambda index: None)
+        self.closing = False
+        self.backlog: collections.deque = collections.deque()
+        self.attempts: collections.Counter = collections.Counter()
+        self.isolate: dict = {}  # task key -> next sample position to probe (see "Death")
+        self.failures: list = []
+        self.cancelled: set[int] = set()
+        self.refs: dict = {}  # object ref -> (actor, call key or _READY)
+        self.restarts = 0
+        self.start_failures = 0
+        self.shard_positions: dict = {}
+        self.pool: list[_Actor | None] = [None] * workers
+        self.death_errors = (
+            ray.exceptions.RayActorError, ray.exceptions.ObjectLostError, ray.exceptions.WorkerCrashedError,
+            ray.exceptions.NodeDiedError, ray.exceptions.OutOfMemoryError, ray.exceptions.LocalRayletDiedError,
+        )
+        self.fatal_start_errors = (ray.exceptions.RuntimeEnvSetupError, ray.exceptions.ActorUnschedulableError)
+        self.node = ray.get_runtime_context().get_node_id()
+        self.clock = time.time() - time.perf_counter()
+        self.session = uuid.uuid4().hex[:8]
+        self.actor_class = ray.remote(RayWorker)
+        self.actor_options = {
+            "num_cpus": DEFAULT_NUM_CPUS, **(options or {}),
+            "max_restarts": 0, "max_task_retries": 0, "max_concurrency": 1,  # see the module docstring
+        }
+        try:
+            shipped = dumps_part(part, ray.ObjectRef)
+        except Exception as e:  # the runtime names the function that cannot travel
+            raise PartNotPicklable(str(e)) from e
+        self.part_ref = ray.put(shipped)
+        for position in range(workers):
+            self._spawn(position)
+
+    # ----------------------------------------------------------------- start
+    def _spawn(self, position: int) -> None:
+        aid = next(_ids)
+        # Named, so ``ray.util.list_named_actors()`` (and the dashboard) show whose actors these are.
+        handle = self.actor_class.options(name=self._name(aid), **self.actor_options).remote(self.part_ref)
+        actor = _Actor(aid, position, handle)
+        self.pool[position] = actor
+        self.refs[handle.ready.remote()] = (actor, _READY)
+
+    def _on_ready(self, actor: _Actor, ref) -> None:
+        try:
+            answer = self.ray.get(ref)
+        except self.death_errors + self.fatal_start_errors as e:
+            self._on_start_failure(actor, e)
+            return
+        if answer[0] == "part_error":
+            self.close()
+            raise WorkerError(
+                "a Ray actor could not load the pipeline (its functions are unpickled in the actor's "
+                "interpreter, so every module they use must be importable on every node; pass "
+                "ray_options={'runtime_env': {...}} to ship code or packages):\n" + answer[1]
+            )
+        _, actor.pid, actor.host, actor.node, clock = answer
+        # Spans are measured with the actor's perf_counter; on another node, map them
+        # to ours through the wall clocks (same node: the same monotonic clock).
+        actor.offset = 0.0 if actor.node == self.node else clock - self.clock
+        actor.ready = True
+
+    def _on_start_failure(self, actor: _Actor, error: Exception) -> None:
+        self._forget(actor)
+        if self.closing:
+            return
+        self.start_failures += 1
+        if isinstance(error, self.fatal_start_errors) or self.start_failures > MAX_ATTEMPTS * self.workers:
+            self.close()
+            raise WorkerError(f"Ray actors for backend='ray' keep failing to start: {_short(error)}") from error
+        self._spawn(actor.position)
+
+    # ------------------------------------------------------------- dispatch
+    def submit(self, key, task, affinity=None):
+        self.backlog.append((key, task, affinity))
+        self._dispatch()
+
+    def _dispatch(self) -> None:
+        kept = collections.deque()
+        while self.backlog:
+            key, task, affinity = self.backlog.popleft()
+            if key[0] in self.cancelled:
+                continue
+            if key in self.isolate:
+                idle = [a for a in self.pool if a is not None and a.ready and not a.outstanding]
+                if not idle:
+                    kept.append((key, task, affinity))
+                    continue
+                actor, position = idle[0], self.isolate[key]
+                actor.isolating = True
+                if position < len(task.indices):
+                    self._call(actor, (key, position), task, actor.handle.probe.remote(task, position), position)
+                else:
+                    self._call(actor, key, task, actor.handle.run.remote(task), None)
+                continue
+            if affinity is not None:
+                actor = self.pool[affinity % self.workers]
+                if actor is None or not actor.ready or actor.isolating:
+                    kept.append((key, task, affinity))
+                    continue
+            else:
+                ready = [a for a in self.pool if a is not None and a.ready and not a.isolating and _tasks(a) < self.per_worker]
+                if not ready:
+                    kept.append((key, task, affinity))
+                    continue
+                actor = min(ready, key=_tasks)
+            self._call(actor, key, task, actor.handle.run.remote(task), None)
+        self.backlog = kept
+
+    def _call(self, actor: _Actor, call_key, task, ref, probe) -> None:
+        actor.outstanding[call_key] = _Call(call_key, task, ref, probe)
+        self.refs[ref] = (actor, call_key)
+
+    # ------------------------------------------------------------- collect
+    def wait(self, timeout):
+        events, self.failures = self.failures, []
+        if events:
+            return events
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            if self.refs:
+                remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+                step = 1.0 if remaining is None else min(remaining, 1.0)  # wakes up to check start-up
+                ready, _ = self.ray.wait(list(self.refs), num_returns=1, timeout=step)
+                if ready:
+                    ready, _ = self.ray.wait(list(self.refs), num_returns=len(self.refs), timeout=0)
+                for ref in ready:
+                    if ref in self.refs:  # a death handled earlier in this loop may have dropped it
+                        events.extend(self._on_ref(ref))
+            elif deadline is not None:
+                time.sleep(max(0.0, min(0.05, deadline - time.monotonic())))
+            self._check_start()
+            events.extend(self.failures)
+            self.failures = []
+            self._dispatch()
+            if events or (deadline is not None and time.monotonic() >= deadline) or not (self.refs or self.backlog):
+                return events
+
+    def _on_ref(self, ref) -> list:
+        actor, call_key = self.refs.pop(ref)
+        if call_key is _READY:
+            self._on_ready(actor, ref)
+            return []
+        received = time.perf_counter()
+        try:
+            result = self.ray.get(ref)
+        except self.death_errors as e:
+            self.refs[ref] = (actor, call_key)  # classified with the actor's other calls
+            return self._on_death(actor, e)
+        except self.ray.exceptions.RayError as e:  # e.g. the batch could not be pickled back
+            call = actor.outstanding[call_key]
+            result = _task_error(call.task, f"the Ray actor could not return the task's result: {_short(e)}", e)
+        call = actor.outstanding.pop(call_key)
+        actor.isolating = False
+        if call.probe is not None:  # this sample survived alone: probe the next one
+            task_key = call_key[0]
+            if task_key in self.isolate and task_key[0] not in self.cancelled:
+                self.isolate[task_key] = call.probe + 1
+                self.backlog.appendleft((task_key, call.task, None))
+            return []
+        return self._finish(actor, call, result, time.perf_counter() - received)
+
+    def _finish(self, actor: _Actor, call: _Call, result: Result, transport: float) -> list:
+        self.attempts.pop(call.key, None)
+        self.isolate.pop(call.key, None)
+        result.worker = actor.position
+        result.transport = transport
+        if actor.offset:
+            result.span = (result.span[0] + actor.offset, result.span[1] + actor.offset)
+        if call.task.shard is not None:
+            self.shard_positions[(call.task.epoch, call.task.shard)] = result.consumed
+        if call.key[0] in self.cancelled:
+            return []
+        return [Event(call.key, result)]
+
+    def _check_start(self) -> None:
+        if any(a is not None and a.ready for a in self.pool) or not self.backlog:
+            return
+        waiting = [a for a in self.pool if a is not None]
+        if waiting and time.monotonic() - min(a.started for a in waiting) > START_TIMEOUT:
+            cpus = self.ray.cluster_resources().get("CPU", 0)
+            free = self.ray.available_resources().get("CPU", 0)
+            self.close()
+            raise WorkerError(
+                f"no Ray actor for backend='ray' started within {START_TIMEOUT:.0f} s; the cluster has "
+                f"{cpus:g} CPUs ({free:g} free). Lower ray_options num_cpus/memory, free the cluster, or add nodes."
+            )
+
+    # ---------------------------------------------------------------- death
+    def _on_death(self, actor: _Actor, error: Exception) -> list:
+        if self.pool[actor.position] is not actor:  # already replaced: only drop what it left
+            self._forget(actor)
+            return []
+        if not actor.ready:
+            self._on_start_failure(actor, error)
+            return []
+        calls = list(actor.outstanding.values())
+        # A dead actor's calls all resolve promptly; results it finished first are kept.
+        self.ray.wait([c.ref for c in calls], num_returns=len(calls), timeout=2.0)
+        events, unfinished, redo = [], [], []  # redo: (key, task) in submission order, each once
+        for call in calls:
+            if not unfinished:
+                received = time.perf_counter()
+                try:
+                    result = self.ray.get(call.ref, timeout=0)
+                except self.ray.exceptions.RayError:
+                    unfinished.append(call)
+                    continue
+                actor.outstanding.pop(call.key)
+                if call.probe is None:
+                    events.extend(self._finish(actor, call, result, time.perf_counter() - received))
+                elif call.key[0] in self.isolate:  # the probe passed just before the death
+                    self.isolate[call.key[0]] = call.probe + 1
+                    redo.append((call.key[0], call.task))
+            else:
+                unfinished.append(call)
+        self._forget(actor)
+        if self.closing:
+            return events
+        self.restarts += 1
+        how = _short(error)
+        for call in unfinished:
+            key = call.key if call.probe is None else call.key[0]
+            if not any(k == key for k, _ in redo):
+                redo.append((key, call.task))
+        if unfinished:
+            running = unfinished[0]
+            key = running.key if running.probe is None else running.key[0]
+            self.attempts[key] += 1
+            if key in self.isolate or self.attempts[key] >= MAX_ATTEMPTS:
+                redo = [(k, t) for k, t in redo if k != key]
+                if key[0] not in self.cancelled:
+                    self.failures.append(Event(key, self._death_result(running, how)))
+                self.attempts.pop(key, None)
+                self.isolate.pop(key, None)
+            elif self.attempts[key] == MAX_ATTEMPTS - 1 and running.task.indices is not None:
+                self.isolate[key] = 0 if len(running.task.indices) > 1 else 1  # one sample: the task is its probe
+        self._spawn(actor.position)
+        restarted = set()
+        for _, task in redo:
+            if task.shard is not None and task.shard not in restarted:
+                restarted.add(task.shard)
+                task.start = self.shard_positions.get((task.epoch, task.shard), task.start or 0)
+        self.backlog.extendleft(reversed([(k, t, actor.position if t.shard is not None else None) for k, t in redo]))
+        return events
+
+    def _death_result(self, running: _Call, how: str) -> Result:
+        task = running.task
+        if running.probe is not None or (task.indices is not None and len(task.indices) == 1):
+            index = int(task.indices[running.probe or 0])
+            where = self.describe_index(index)
+            sample = f"sample {index}" + (f" ({where})" if where else "")
+            cause = "the sample probably crashes the decoder or exhausts memory. Remove or repair it, or run with backend='thread' to see the error in-process"
+        else:
+            index, where = None, None
+            if task.indices is not None:
+                shown = ", ".join(str(int(i)) for i in task.indices[:8])
+                sample = f"task {task.number} (samples {shown}{', ...' if len(task.indices) > 8 else ''}); each sample alone survived, so the crash is intermittent or needs the whole batch"
+            else:
+                sample = f"task {task.number} (shard {task.shard} of the generator)"
+            cause = "check the actors' logs (printed by Ray, or in /tmp/ray/session_latest/logs)"
+        message = f"a Ray actor died {MAX_ATTEMPTS} times on {sample} (last: {how}); {cause}."
+        return Result(error={
+            "index": index, "where": where, "stage": "worker", "type": "WorkerError", "message": message,
+            "traceback": "", "exception": None, "worker_exit": how,
+        })
+
+    def _forget(self, actor: _Actor) -> None:
+        for call in actor.outstanding.values():
+            self.refs.pop(call.ref, None)
+        for ref, (owner, _) in list(self.refs.items()):
+            if owner is actor:
+                del self.refs[ref]
+        actor.outstanding.clear()
+        if self.pool[actor.position] is actor:
+            self.pool[actor.position] = None
+        try:
+            self.ray.kill(actor.handle, no_restart=True)
+        except ValueError:  # not an actor handle any more (Ray already dropped it)
+            return
+
+    def wait_ready(self, timeout: float | None = None) -> bool:
+        """Block until every actor has loaded the pipeline (benchmarks and tests); False on timeout."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while any(a is not None and not a.ready for a in self.pool):
+            starting = [ref for ref, (_, key) in self.refs.items() if key is _READY]
+            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+            done, _ = self.ray.wait(starting, num_returns=len(starting), timeout=remaining)
+            for ref in done:
+                self._on_ref(ref)
+            if deadline is not None and time.monotonic() >= deadline:
+                return False
+        self._dispatch()
+        return True
+
+    # ------------------------------------------------------------- queries
+    def outstanding(self):
+        return sum(_tasks(a) for a in self.pool if a is not None) + len(self.backlog)
+
+    def cancel(self, generation):
+        self.cancelled.add(generation)
+        self.backlog = collections.deque(item for item in self.backlog if item[0][0] != generation)
+
+    def worker_pids(self) -> list[int]:
+        """Process ids of the ready actors (on their own nodes)."""
+        return [a.pid for a in self.pool if a is not None and a.ready]
+
+    def actor_names(self) -> list[str]:
+        """Ray names of the live actors of this executor."""
+        return [self._name(a.id) for a in self.pool if a is not None]
+
+    def _name(self, aid: int) -> str:
+        return f"feedline-{os.getpid()}-{self.session}-{aid}"
+
+    # ------------------------------------------------------------- shutdown
+    def close(self):
+        if self.closing:
+            return
+        self.closing = True
+        actors = [a for a in self.pool if a is not None]
+        if not self.ray.is_initialized():  # Ray already shut down (at exit): its actors went with it
+            actors = []
+        for actor in actors:
+            try:
+                self.ray.kill(actor.handle, no_restart=True)
+            except ValueError:
+                continue
+        # Ray reports a killed actor dead to callers; wait (bounded) so close()
+        # returns with the actors gone rather than merely doomed.
+        pings = [a.handle.ready.remote() for a in actors]
+        if pings:
+            self.ray.wait(pings, num_returns=len(pings), timeout=CLOSE_TIMEOUT)
+        self.pool = [None] * self.workers
+        self.refs.clear()
+        self.backlog.clear()
+        self.part_ref = None
+
+
+def _tasks(actor: _Actor) -> int:
+    """Tasks (not probes) outstanding on ``actor``."""
+    return sum(1 for call in actor.outstanding.values() if call.probe is None)
+
+
+def _short(error: BaseException) -> str:
+    text = " ".join(str(error).split())
+    return f"{type(error).__name__}: {text[:300]}{'...' if len(text) > 300 else ''}"
+
+
+def _task_error(task, message: str, error: BaseException) -> Result:
+    index = int(task.indices[0]) if task.indices is not None and len(task.indices) else None
+    return Result(error={
+        "index": index, "where": None, "stage": "worker", "type": type(error).__name__, "message": message,
+        "traceback": "", "exception": None,
+    })
+
+

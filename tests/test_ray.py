@@ -1,0 +1,445 @@
+"""The Ray backend and Ray interop, on a real local Ray instance (2 CPUs).
+
+One Ray instance serves the module (starting one costs ~5 s); it is shut
+down at the end. Every test that runs a pipeline also checks that no
+feedline actor survives it (`ray_clean`) and, through ``no_leaks``, that no
+child process, thread or segment of ours does. Ray's own processes
+(raylet, GCS, its worker pool) are started by the module fixture before any
+test, so ``no_leaks`` does not count them; actor processes are children of
+Ray's raylet, which is why their end is checked by pid here.
+
+Worker-death tests kill real actor processes with SIGKILL.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import numpy as np
+import pytest
+from conftest import snapshot
+
+import feedline as fl
+from feedline import SampleError, WorkerError
+
+ray = pytest.importorskip("ray")
+
+pytestmark = pytest.mark.timeout(60)
+
+
+# --------------------------------------------------------------- fixtures
+@pytest.fixture(scope="module")
+def ray_cluster():
+    """A local Ray instance for the whole module, shut down at the end."""
+    if ray.is_initialized():
+        ray.shutdown()
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield
+    ray.shutdown()
+
+
+def feedline_actors() -> list[str]:
+    """Named Ray actors of feedline (the backend names every actor it creates)."""
+    return [a["name"] if isinstance(a, dict) else a for a in ray.util.list_named_actors(all_namespaces=True)
+            if (a["name"] if isinstance(a, dict) else a).startswith("feedline-")]
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def wait_for(condition, timeout=15.0):
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+@pytest.fixture
+def ray_clean(ray_cluster, no_leaks):
+    """The test runs on the module's Ray instance and leaves no feedline actor behind."""
+    yield
+    assert wait_for(lambda: not feedline_actors()), f"feedline actors left alive: {feedline_actors()}"
+
+
+# --------------------------------------------------------------- helpers
+def augment(sample, rng):
+    """Depends on the index and on the per-sample rng: any mix-up changes the bytes."""
+    i = int(sample)
+    return np.int64(i), rng.standard_normal(3)
+
+
+def uneven(sample, rng):
+    """Like `augment`, with costs that make tasks finish out of order."""
+    time.sleep(0.004 if int(sample) % 7 == 0 else 0.0)
+    return augment(sample, rng)
+
+
+def pipeline(fn, backend, *, n=120, workers=2, batch=8, seed=5, **options):
+    return fl.from_arrays(np.arange(n, dtype=np.int64)).shuffle(seed=seed).map(
+        fn, backend=backend, workers=workers, **options
+    ).batch(batch)
+
+
+def epochs(pipe, count):
+    with pipe:
+        return [[snapshot(b) for b in pipe] for _ in range(count)]
+
+
+def indices(batches) -> list[int]:
+    return [int(v) for b in batches for v in np.asarray(b[0]).ravel()]
+
+
+# ---------------------------------------------------------- guarantees
+def test_ray_output_is_bit_identical_to_serial_in_order_every_index_once(ray_clean):
+    expected = epochs(pipeline(uneven, "serial"), 2)
+    pipe = pipeline(uneven, "ray")
+    with pipe:
+        for epoch in range(2):
+            batches = list(pipe)
+            assert sorted(indices(batches)) == list(range(120)), f"epoch {epoch}: not every index exactly once"
+            assert [snapshot(b) for b in batches] == expected[epoch], f"epoch {epoch}: differs from serial"
+        assert pipe.stats().backend == "ray"
+
+
+def test_ray_output_is_the_same_for_one_and_two_actors(ray_clean):
+    one = epochs(pipeline(augment, "ray", workers=1), 1)
+    two = epochs(pipeline(augment, "ray", workers=2), 1)
+    assert one == two
+
+
+def test_ray_batches_are_read_only_views_of_the_object_store(ray_clean):
+    big = fl.from_arrays(np.zeros((64, 64, 64), np.uint8)).map(lambda x: x + 1, backend="ray", workers=1).batch(32)
+    with big:
+        batch = next(iter(big))
+        assert batch.shape == (32, 64, 64) and int(batch[0, 0, 0]) == 1
+        assert not batch.flags.writeable, "Ray batches are documented as read-only object-store views"
+        with pytest.raises(ValueError, match="read-only"):
+            batch[0, 0, 0] = 5
+
+
+def test_shuffle_and_shard_on_ray_partition_each_epoch_like_serial(ray_clean):
+    parts = []
+    for rank in range(2):
+        base = fl.from_arrays(np.arange(101, dtype=np.int64)).shuffle(seed=9).shard(rank, 2)
+        ray_pipe = base.map(augment, backend="ray", workers=2).batch(4)
+        serial_pipe = base.map(augment, backend="serial").batch(4)
+        got, want = epochs(ray_pipe, 1)[0], epochs(serial_pipe, 1)[0]
+        assert got == want, f"rank {rank}: ray shard differs from serial"
+        with ray_pipe:
+            parts.append(indices(list(ray_pipe)))
+    assert not set(parts[0]) & set(parts[1]), "the two ranks share samples"
+    assert sorted(parts[0] + parts[1]) == list(range(101)), "the ranks do not cover the epoch"
+
+
+def test_generator_source_on_ray_matches_serial(ray_clean):
+    def shard(s, n):
+        for k in range(s, 45, n):
+            yield np.int64(k)
+
+    def build(backend):
+        return fl.from_generator(shard, num_shards=3).shuffle(seed=2).map(augment, backend=backend, workers=2).batch(4)
+
+    assert epochs(build("ray"), 2) == epochs(build("serial"), 2)
+
+
+# ---------------------------------------------------------------- errors
+def fails_on_13(sample):
+    if int(sample) == 13:
+        raise ValueError("bad sample")
+    return sample
+
+
+def test_sample_error_on_ray_names_the_sample_and_keeps_the_traceback(ray_clean):
+    pipe = fl.from_arrays(np.arange(40)).map(fails_on_13, backend="ray", workers=2).batch(4)
+    with pipe, pytest.raises(SampleError, match="sample 13") as info:
+        list(pipe)
+    assert info.value.index == 13
+    assert isinstance(info.value.__cause__, ValueError) and "bad sample" in str(info.value.__cause__)
+
+
+def test_failing_samples_are_skipped_and_counted_on_ray(ray_clean):
+    pipe = fl.from_arrays(np.arange(40)).map(fails_on_13, backend="ray", workers=2, on_error="skip").batch(4)
+    with pipe, pytest.warns(RuntimeWarning, match="skipped 1 samples"):
+        got = [int(v) for b in pipe for v in b]
+    assert got == [i for i in range(40) if i != 13]
+    assert [index for index, _ in pipe.stats().skipped] == [13]
+
+
+def test_unpicklable_map_function_is_named_before_actors_start(ray_clean):
+    import threading
+
+    lock = threading.Lock()
+
+    def guarded(x):
+        with lock:
+            return x
+
+    pipe = fl.from_arrays(np.arange(8)).map(guarded, backend="ray", workers=1)
+    with pytest.raises(TypeError, match="guarded"):
+        iter(pipe)
+    assert pipe._runtime is None
+
+
+# ---------------------------------------------------------- back-pressure
+def test_slow_consumer_keeps_at_most_depth_batches_in_flight_on_ray(ray_clean, tmp_path):
+    marks = str(tmp_path)
+
+    def record(x):
+        open(os.path.join(marks, str(int(x))), "w").close()  # a side channel the actors write
+        return x
+
+    depth, batch, taken = 2, 4, 3
+    pipe = fl.from_arrays(np.arange(200)).map(record, backend="ray", workers=2).batch(batch).prefetch(depth)
+    with pipe:
+        it = iter(pipe)
+        for _ in range(taken):
+            next(it)
+        time.sleep(1.5)  # room for unbounded workers to run far ahead; the bound below is not timed
+        started = len(os.listdir(marks))
+        assert started <= (taken + depth) * batch, f"{started} samples ran with {taken} batches taken and depth {depth}"
+        rest = [int(v) for b in it for v in b]
+    assert len(rest) == 200 - taken * batch
+
+
+# ---------------------------------------------------------------- death
+def test_killed_ray_actor_is_replaced_and_the_epoch_still_has_every_sample_once(ray_clean):
+    def slow(sample, rng):
+        time.sleep(0.003)
+        return augment(sample, rng)
+
+    expected = epochs(pipeline(slow, "serial", n=160), 1)[0]
+    pipe = pipeline(slow, "ray", n=160)
+    with pipe:
+        it = iter(pipe)
+        got = [snapshot(next(it)) for _ in range(3)]
+        executor = pipe._runtime.executor
+        victim = executor.worker_pids()[0]
+        os.kill(victim, signal.SIGKILL)
+        got += [snapshot(b) for b in it]
+        assert got == expected, "batches differ from serial after an actor was killed"
+        assert it.stats().worker_restarts >= 1, "the killed actor was never noticed and replaced"
+        assert victim not in executor.worker_pids()
+
+
+def test_killed_ray_actor_holding_open_generator_shards_restarts_them_where_they_were(ray_clean):
+    def shard(s, n):
+        for k in range(s, 160, n):
+            time.sleep(0.002)
+            yield np.int64(k)
+
+    def build(backend):
+        return fl.from_generator(shard, num_shards=4).shuffle(seed=3).map(augment, backend=backend, workers=2).batch(4)
+
+    expected = epochs(build("serial"), 1)[0]
+    pipe = build("ray")
+    with pipe:
+        it = iter(pipe)
+        got = [snapshot(next(it)) for _ in range(5)]
+        os.kill(pipe._runtime.executor.worker_pids()[0], signal.SIGKILL)
+        got += [snapshot(b) for b in it]
+        assert it.stats().worker_restarts >= 1, "the killed actor was never noticed and replaced"
+    assert got == expected, "a generator epoch differs from serial after its actor was killed"
+
+
+def kills_its_worker_on_37(sample):
+    if int(sample) == 37:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return sample
+
+
+@pytest.mark.timeout(45)
+def test_sample_that_kills_every_actor_fails_with_worker_error_naming_it(ray_clean):
+    pipe = fl.from_arrays(np.arange(64)).map(kills_its_worker_on_37, backend="ray", workers=2).batch(8)
+    with pipe:
+        it = iter(pipe)
+        with pytest.raises(WorkerError, match="sample 37") as info:
+            list(it)
+        assert "died 3 times" in str(info.value)
+        # The pipeline stays usable for the next epoch's other samples.
+        assert it.stats().worker_restarts >= 3
+
+
+# -------------------------------------------------------------- shutdown
+def test_close_kills_the_actors_and_leaves_none(ray_clean):
+    pipe = pipeline(augment, "ray")
+    list(pipe)
+    executor = pipe._runtime.executor
+    pids, names = executor.worker_pids(), executor.actor_names()
+    assert pids and len(names) == 2 and set(names) <= set(feedline_actors())
+    pipe.close()
+    assert not set(names) & set(feedline_actors()), "close() left named actors"
+    assert wait_for(lambda: not any(pid_alive(p) for p in pids)), "actor processes outlived close()"
+
+
+def test_dropping_an_unclosed_ray_pipeline_releases_its_actors(ray_clean):
+    pipe = pipeline(augment, "ray")
+    list(pipe)
+    pids = pipe._runtime.executor.worker_pids()
+    del pipe
+    assert wait_for(lambda: not any(pid_alive(p) for p in pids)), "actors of a dropped pipeline still run"
+
+
+# ------------------------------------------------------------------ stats
+def test_stats_show_ray_actors_as_workers_with_spans_on_the_consumer_clock(ray_clean):
+    pipe = pipeline(uneven, "ray")
+    with pipe:
+        it = iter(pipe)
+        assert pipe._runtime.executor.wait_ready(30), "the actors did not start"
+        start = time.perf_counter()
+        list(it)
+        end = time.perf_counter()
+        stats = pipe.stats()
+    assert stats.backend == "ray" and stats.workers == 2
+    assert set(stats.worker_windows) == {0, 1}, "both actors should appear as workers"
+    assert stats.tasks == 15 and stats.task_cpu_seconds > 0
+    for _, s, e, number, _ in stats.task_spans:
+        assert start <= s <= e <= end, f"task {number} span is not on the consumer's clock"
+    assert stats.stage_seconds["uneven"] > 0
+
+
+# ------------------------------------------------------------ validation
+@pytest.mark.parametrize(
+    ("kwargs", "error", "match"),
+    [
+        ({"backend": "ray", "ray_options": {"num_cpu": 1}}, ValueError, "num_cpu"),
+        ({"backend": "ray", "ray_options": {"num_cpus": -1}}, ValueError, "num_cpus"),
+        ({"backend": "ray", "ray_options": {"memory": 0.5}}, ValueError, "memory"),
+        ({"backend": "ray", "ray_options": ["num_cpus"]}, TypeError, "dict"),
+        ({"backend": "process", "ray_options": {"num_cpus": 1}}, ValueError, "backend='ray' only"),
+        ({"ray_address": "auto"}, ValueError, "backend='ray' only"),
+    ],
+)
+def test_bad_ray_options_are_rejected_when_map_is_called(kwargs, error, match):
+    with pytest.raises(error, match=match):
+        fl.from_arrays(np.arange(4)).map(lambda x: x, **kwargs)
+
+
+def test_ray_options_reach_the_actors(ray_clean):
+    def resources(_):
+        return np.float64(ray.get_runtime_context().get_assigned_resources().get("CPU", 0.0))
+
+    pipe = fl.from_arrays(np.arange(4)).map(resources, backend="ray", workers=2, ray_options={"num_cpus": 0.5}).batch(4)
+    with pipe:
+        assert next(iter(pipe)).tolist() == [0.5] * 4
+
+
+def test_actor_request_no_node_can_meet_is_reported_and_ends_in_worker_error(ray_clean, monkeypatch, caplog):
+    from feedline.backends import _ray as ray_backend
+
+    monkeypatch.setattr(ray_backend, "START_TIMEOUT", 2.0)  # instead of 120 s
+    pipe = fl.from_arrays(np.arange(8)).map(lambda x: x, backend="ray", workers=1, ray_options={"num_cpus": 64}).batch(4)
+    with pipe, caplog.at_level("WARNING", logger="feedline"), pytest.raises(WorkerError, match="no Ray actor .* started"):
+        list(pipe)
+    assert "CPU=64 (largest node: 2)" in caplog.text
+
+
+def run_python(code: str, timeout=90) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=timeout, env=env, check=False)
+
+
+def test_import_feedline_does_not_import_ray_and_a_missing_ray_names_the_extra():
+    result = run_python("""
+        import sys
+        sys.modules["ray"] = None  # as if Ray were not installed
+        import feedline as fl, numpy as np
+        assert "ray" not in [m.split(".")[0] for m in sys.modules if sys.modules[m] is not None]
+        try:
+            list(fl.from_arrays(np.arange(4)).map(lambda x: x, backend="ray"))
+        except ImportError as e:
+            print("ERROR:", e)
+    """)
+    assert result.returncode == 0, result.stderr
+    assert "pip install 'feedline[ray]'" in result.stdout
+
+
+@pytest.mark.timeout(90)
+def test_backend_ray_without_ray_init_starts_a_local_instance_and_says_so():
+    result = run_python("""
+        import numpy as np, feedline as fl
+        pipe = fl.from_arrays(np.arange(20)).map(lambda x: x * 2, backend="ray", workers=1).batch(10)
+        print("OUT", [b.tolist() for b in pipe])
+        print("PIDS", pipe._runtime.executor.worker_pids())
+    """)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "OUT [[0, 2, 4, 6, 8, 10, 12, 14, 16, 18], [20, 22, 24, 26, 28, 30, 32, 34, 36, 38]]" in result.stdout
+    assert "feedline started a local Ray instance" in result.stderr
+    pids = eval(result.stdout.split("PIDS", 1)[1].strip())
+    assert wait_for(lambda: not any(pid_alive(p) for p in pids)), "actors outlived the interpreter that started Ray"
+
+
+# ------------------------------------------------------------- Ray Data
+def test_from_ray_dataset_reads_every_row_once_and_matches_thread_backend(ray_clean):
+    import ray.data
+
+    rows = [{"image": np.full((4, 4), i, np.float32), "label": i} for i in range(50)]
+    ds = ray.data.from_items(rows, override_num_blocks=4)
+
+    def prepare(row, rng):
+        return row["image"] + rng.standard_normal((4, 4)).astype(np.float32), np.int64(row["label"])
+
+    def build(backend):
+        return fl.from_ray_dataset(ds).shuffle(seed=4).map(prepare, backend=backend, workers=2).batch(8)
+
+    auto = build(None)
+    with auto:
+        got = [snapshot(b) for b in auto]
+        assert auto._runtime.backend == "ray", "a Ray Dataset source should run on Ray actors by default"
+        labels = sorted(int(v) for b in auto for v in b[1])
+    assert labels == list(range(50))
+    assert got == epochs(build("thread"), 1)[0]
+    assert len(fl.from_ray_dataset(ds)) == 50
+    with pytest.raises(fl.FeedlineError, match="process workers"):
+        iter(build("process"))
+
+
+# ------------------------------------------------------------- Ray Train
+@pytest.mark.timeout(120)
+def test_shard_inside_ray_train_workers_splits_the_epoch_between_them(ray_clean, tmp_path):
+    pytest.importorskip("torch")
+    from ray.train import RunConfig, ScalingConfig
+    from ray.train.torch import TorchTrainer
+
+    out = str(tmp_path)
+
+    def train_loop(config):
+        import numpy as np
+        import ray.train
+        import torch.distributed as dist
+
+        import feedline as fl
+
+        base = fl.from_arrays(np.arange(50)).shuffle(seed=1)
+        by_torch = [int(v) for b in base.shard().batch(4) for v in b]  # TorchTrainer set up torch.distributed
+        dist.destroy_process_group()
+        by_ray_train = [int(v) for b in base.shard().batch(4) for v in b]  # now from ray.train.get_context()
+        rank = ray.train.get_context().get_world_rank()
+        with open(f"{config['out']}/rank{rank}.txt", "w") as f:
+            f.write(f"{by_torch}\n{by_ray_train}\n")
+
+    TorchTrainer(
+        train_loop, train_loop_config={"out": out},
+        scaling_config=ScalingConfig(num_workers=2, use_gpu=False, resources_per_worker={"CPU": 0.5}),
+        run_config=RunConfig(storage_path=os.path.join(out, "store"), name="shard"),
+    ).fit()
+    shares = []
+    for rank in range(2):
+        with open(os.path.join(out, f"rank{rank}.txt")) as f:
+            by_torch, by_ray_train = (eval(line) for line in f.read().split("\n")[:2])
+        assert by_torch == by_ray_train, f"rank {rank}: Ray Train's context gives a different shard than torch.distributed"
+        expected = [int(v) for b in fl.from_arrays(np.arange(50)).shuffle(seed=1).shard(rank, 2, even="drop").batch(4) for v in b]
+        assert by_ray_train == expected
+        shares.append(by_ray_train)
+    assert not set(shares[0]) & set(shares[1]) and len(shares[0]) == len(shares[1]) == 25
