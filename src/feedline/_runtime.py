@@ -109,7 +109,11 @@ class Runtime:
             source = plan.part.source
             describe = source.where if isinstance(source, FileSource) else None
             # Start the interpreters first; pickling and sharing arrays overlap their start-up.
-            self.executor = ProcessExecutor(None, workers, describe)
+            # Warm start only when feedline chose processes itself: the GIL probe has
+            # already run the user's code in this process; an explicit
+            # backend="process" keeps every sample out of it (isolation from crashes).
+            local_part = plan.part if plan.backend is None and not plan.streaming else None
+            self.executor = ProcessExecutor(None, workers, describe, local_part=local_part)
             try:
                 self.executor.part_bytes = dumps_for_workers(plan.part, self.shared)
             except Exception as e:

@@ -10,12 +10,17 @@ OS, and what passes on Linux is what a Windows user gets.
 Protocol:
 - Start: the executor opens a `Listener` (a Unix socket, a named pipe on
   Windows) with a random auth key, starts N subprocesses and writes each a
-  bootstrap record on stdin. A helper thread accepts connections (and only
-  that); every other step happens in the consumer's thread inside
-  `submit`/`wait`, so there is no lock. A worker says hello, receives the
-  pickled `WorkerPart` once, and answers ready; tasks are dispatched to
-  ready workers as soon as each is up (the first batch does not wait for
-  the slowest worker to start).
+  bootstrap record on stdin. A helper thread accepts connections and does
+  the handshake (hello in, the pickled `WorkerPart` out, once it is known);
+  every other step happens in the consumer's thread inside `submit`/`wait`,
+  so there is no lock (the two threads share only a queue of connections).
+  A worker answers ready; tasks are dispatched to ready workers as soon as
+  each is up (the first batch does not wait for the slowest worker).
+- Warm start (only when feedline chose processes itself, see `_runtime`):
+  while no worker is ready, `wait` runs the next waiting task in the
+  consumer's thread instead of idling, so the first batch does not wait for
+  interpreter start-up. A task is taken out of the backlog before it runs,
+  so it is never also sent to a worker.
 - Work: each task goes to the ready worker with the fewest outstanding
   tasks (or, for a stream shard, always the same worker); a worker runs its
   tasks in order and returns each result with its batch in a shared-memory
@@ -52,7 +57,7 @@ import cloudpickle
 import numpy as np
 
 from .._errors import WorkerError
-from .._plan import Result
+from .._plan import Result, run_task
 from ..transport._shm import Segment, segment_prefix, sweep, unlink
 from ..transport._slots import SlotReader
 from ._base import Event, Executor
@@ -105,10 +110,16 @@ class _Worker:
 class ProcessExecutor(Executor):
     name = "process"
 
-    def __init__(self, part_bytes: bytes | None, workers: int, describe_index=None):
+    def __init__(self, part_bytes: bytes | None, workers: int, describe_index=None, local_part=None):
         # part_bytes may be set after construction: workers are spawned first so
         # that pickling (and sharing large arrays) overlaps their start-up.
-        self.part_bytes = part_bytes
+        self._part_bytes = part_bytes
+        self.part_known = threading.Event()
+        if part_bytes is not None:
+            self.part_known.set()
+        # Warm start: while no worker is ready, the consumer runs tasks itself
+        # (see `_run_locally`); None keeps all user code out of this process.
+        self.local_part = local_part
         self.per_worker = PER_WORKER
         self.workers = workers
         self.describe_index = describe_index or (lambda index: None)
@@ -132,6 +143,15 @@ class ProcessExecutor(Executor):
         self.acceptor.start()
         for position in range(workers):
             self._spawn(position)
+
+    @property
+    def part_bytes(self) -> bytes | None:
+        return self._part_bytes
+
+    @part_bytes.setter
+    def part_bytes(self, value: bytes) -> None:
+        self._part_bytes = value
+        self.part_known.set()  # the accept thread may now hand the pipeline to waiting workers
 
     # ----------------------------------------------------------------- start
     def _spawn(self, position: int) -> None:
@@ -170,22 +190,29 @@ class ProcessExecutor(Executor):
             if self.closing:
                 conn.close()
                 return
-            self.accepted.put(conn)
+            # The handshake happens here, not in the consumer's thread, so a
+            # consumer busy with a warm-start task does not hold workers back.
+            try:
+                if not conn.poll(START_TIMEOUT):
+                    raise EOFError
+                hello = cloudpickle.loads(conn.recv_bytes())
+                self.part_known.wait()
+                if self.closing:
+                    conn.close()
+                    return
+                conn.send(("part", self._part_bytes))
+            except (EOFError, OSError):
+                conn.close()  # it died before saying hello; the start-up check sees its exit
+                continue
+            self.accepted.put((conn, hello))
             self.wake_w.send_bytes(b"w")
 
     def _take_accepted(self) -> None:
         while True:
             try:
-                conn = self.accepted.get_nowait()
+                conn, (kind, wid, pid, status_name) = self.accepted.get_nowait()
             except queue.Empty:
                 return
-            try:
-                if not conn.poll(START_TIMEOUT):
-                    raise EOFError
-                kind, wid, pid, status_name = cloudpickle.loads(conn.recv_bytes())
-            except (EOFError, OSError):
-                conn.close()  # it died before saying hello; the start-up check sees its exit
-                continue
             worker = self.by_id.get(wid)
             if worker is None:
                 conn.close()
@@ -193,7 +220,36 @@ class ProcessExecutor(Executor):
             worker.conn = conn
             worker.status = Segment.attach(status_name)
             unlink(status_name)
-            conn.send(("part", self.part_bytes))
+
+    def _run_locally(self) -> Event | None:
+        """Warm start: run the next waiting task in this thread while no worker is ready.
+
+        Workers are fresh interpreters and take 0.1-0.3 s to start; the
+        consumer would only wait meanwhile. Tasks are pure functions of their
+        indices, so the batch is the same whoever computes it, and a task
+        taken from the backlog here is never sent to a worker (exactly once).
+        Enabled only when feedline chose the process backend itself (it has
+        already run the user's code here for the GIL probe).
+        """
+        if self.local_part is None:
+            return None
+        for worker in [w for w in self.pool if w is not None and w.conn is not None and not w.ready]:
+            try:  # a starting worker's only messages are "ready" and "part_error"
+                if worker.conn.poll(0):
+                    self._on_message(worker, cloudpickle.loads(worker.conn.recv_bytes()))
+            except (EOFError, OSError):
+                self._on_death(worker)
+        if any(w is not None and w.ready for w in self.pool):
+            return None
+        for number, (key, task, affinity) in enumerate(self.backlog):
+            if affinity is None and key[0] not in self.cancelled:
+                del self.backlog[number]
+                break
+        else:
+            return None
+        result = run_task(self.local_part, task)
+        result.worker = -1  # the consumer
+        return Event(key, result)
 
     # ------------------------------------------------------------- dispatch
     def submit(self, key, task, affinity=None):
@@ -252,6 +308,10 @@ class ProcessExecutor(Executor):
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             self._take_accepted()
+            local = self._run_locally()
+            if local is not None:
+                self._dispatch()
+                return [local]
             conns = {w.conn: w for w in self.pool if w is not None and w.conn is not None}
             starting = [w for w in self.pool if w is not None and not w.ready]
             remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
@@ -380,6 +440,7 @@ class ProcessExecutor(Executor):
         if self.closing:
             return
         self.closing = True
+        self.part_known.set()  # an accept thread waiting for the pipeline gives up
         workers = [w for w in self.pool if w is not None]
         for w in workers:
             if w.conn is not None:
@@ -410,6 +471,12 @@ class ProcessExecutor(Executor):
             pass
         self.listener.close()
         self.acceptor.join(timeout=1.0)
+        while True:  # connections accepted but never taken over
+            try:
+                conn, _ = self.accepted.get_nowait()
+            except queue.Empty:
+                break
+            conn.close()
         for w in workers:
             sweep(f"{self.prefix}w{w.id}_")
         self.pool = [None] * self.workers
