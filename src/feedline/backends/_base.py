@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-__all__ = ["Event", "Executor"]
+__all__ = ["Event", "Executor", "requeue"]
 
 
 class Event(NamedTuple):
@@ -43,3 +43,18 @@ class Executor:
 
     def close(self) -> None:
         """Stop the workers and release every resource; idempotent."""
+
+
+def requeue(backlog, redo, position: int, shard_positions: dict) -> None:
+    """Put the unfinished tasks of a dead worker back at the front of ``backlog``.
+
+    Indexed tasks go to any worker; a generator shard's tasks stay with the
+    worker's replacement (``position``) and restart the shard where its last
+    delivered result left it, so no streamed sample is repeated or lost.
+    """
+    restarted = set()
+    for _, task in redo:
+        if task.shard is not None and task.shard not in restarted:
+            restarted.add(task.shard)
+            task.start = shard_positions.get((task.epoch, task.shard), task.start or 0)
+    backlog.extendleft(reversed([(key, task, position if task.shard is not None else None) for key, task in redo]))

@@ -60,7 +60,7 @@ from .._errors import WorkerError
 from .._plan import Result, run_task
 from ..transport._shm import Segment, segment_prefix, sweep, unlink
 from ..transport._slots import SlotReader
-from ._base import Event, Executor
+from ._base import Event, Executor, requeue
 from ._worker import _BLAS_VARS
 
 __all__ = ["MAX_ATTEMPTS", "ProcessExecutor"]
@@ -417,13 +417,7 @@ class ProcessExecutor(Executor):
                     "worker_exit": how,
                 })))
         self._spawn(worker.position)
-        # Stream shards restart where the last delivered result left them.
-        restarted = set()
-        for key, task in redo:
-            if task.shard is not None and task.shard not in restarted:
-                restarted.add(task.shard)
-                task.start = self.shard_positions.get((task.epoch, task.shard), task.start or 0)
-        self.backlog.extendleft(reversed([(key, task, worker.position if task.shard is not None else None) for key, task in redo]))
+        requeue(self.backlog, redo, worker.position, self.shard_positions)
 
     def outstanding(self):
         return sum(len(w.outstanding) for w in self.pool if w is not None) + len(self.backlog)

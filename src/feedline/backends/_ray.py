@@ -62,7 +62,7 @@ import uuid
 from .._errors import FeedlineError, WorkerError
 from .._plan import Result
 from .._steps import Map
-from ._base import Event, Executor
+from ._base import Event, Executor, requeue
 from ._process import MAX_ATTEMPTS, PER_WORKER
 from ._ray_worker import RayWorker, dumps_part
 
@@ -439,12 +439,7 @@ class RayExecutor(Executor):
             elif self.attempts[key] == MAX_ATTEMPTS - 1 and running.task.indices is not None:
                 self.isolate[key] = 0 if len(running.task.indices) > 1 else 1  # one sample: the task is its probe
         self._spawn(actor.position)
-        restarted = set()
-        for _, task in redo:
-            if task.shard is not None and task.shard not in restarted:
-                restarted.add(task.shard)
-                task.start = self.shard_positions.get((task.epoch, task.shard), task.start or 0)
-        self.backlog.extendleft(reversed([(k, t, actor.position if t.shard is not None else None) for k, t in redo]))
+        requeue(self.backlog, redo, actor.position, self.shard_positions)
         return events
 
     def _death_result(self, running: _Call, how: str) -> Result:

@@ -38,7 +38,7 @@ import cloudpickle
 import numpy as np
 
 from .._plan import Result, Task, _error_info, run_task
-from ..transport._transfer import SHARE_THRESHOLD, _memmap_root, _reopen_memmap
+from ..transport._transfer import SHARE_THRESHOLD, memmap_reduction
 
 __all__ = ["RayWorker", "dumps_part", "loads_part"]
 
@@ -60,14 +60,9 @@ class _PartPickler(cloudpickle.Pickler):
 
     def reducer_override(self, obj):
         if isinstance(obj, np.ndarray) and obj.dtype != object:
-            root = _memmap_root(obj)
-            if root is not None:
-                delta = obj.__array_interface__["data"][0] - root.__array_interface__["data"][0]
-                order = "F" if root.flags.f_contiguous and not root.flags.c_contiguous else "C"
-                return _reopen_memmap, (
-                    os.fspath(root.filename), root.dtype.str, root.shape, order,
-                    int(root.offset), int(delta), obj.shape, obj.dtype.str, obj.strides,
-                )
+            reopen = memmap_reduction(obj)
+            if reopen is not None:
+                return reopen
         return super().reducer_override(obj)
 
     def persistent_id(self, obj):

@@ -42,16 +42,9 @@ _BLAS_VARS = (
 
 def _parent_alive(parent_pid: int) -> bool:
     if sys.platform == "win32":
-        import _winapi
+        from .._winproc import windows_process_alive
 
-        try:
-            handle = _winapi.OpenProcess(0x00100000, False, parent_pid)  # SYNCHRONIZE
-        except OSError:
-            return False
-        try:
-            return _winapi.WaitForSingleObject(handle, 0) != 0
-        finally:
-            _winapi.CloseHandle(handle)
+        return windows_process_alive(parent_pid)
     return os.getppid() == parent_pid
 
 

@@ -51,16 +51,9 @@ def _pid_alive(pid: int) -> bool:
     if pid == os.getpid():
         return True
     if sys.platform == "win32":  # os.kill(pid, 0) would terminate the process on Windows
-        import _winapi
+        from .._winproc import windows_process_alive
 
-        try:
-            handle = _winapi.OpenProcess(0x00100000, False, pid)  # SYNCHRONIZE
-        except OSError:
-            return False
-        try:
-            return _winapi.WaitForSingleObject(handle, 0) != 0
-        finally:
-            _winapi.CloseHandle(handle)
+        return windows_process_alive(pid)
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

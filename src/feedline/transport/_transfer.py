@@ -79,6 +79,22 @@ def _memmap_root(array: np.ndarray):
     return None
 
 
+def memmap_reduction(obj: np.ndarray):
+    """How a view of a memory-mapped file travels: its file, offset and view, reopened by the receiver.
+
+    None when ``obj`` is not backed by a file (the caller pickles it otherwise).
+    """
+    root = _memmap_root(obj)
+    if root is None:
+        return None
+    delta = obj.__array_interface__["data"][0] - root.__array_interface__["data"][0]
+    order = "F" if root.flags.f_contiguous and not root.flags.c_contiguous else "C"
+    return _reopen_memmap, (
+        os.fspath(root.filename), root.dtype.str, root.shape, order,
+        int(root.offset), int(delta), obj.shape, obj.dtype.str, obj.strides,
+    )
+
+
 def _reopen_memmap(filename, dtype, shape, order, offset, delta, view_shape, view_dtype, strides):
     root = np.memmap(filename, dtype=dtype, mode="r", shape=shape, order=order, offset=offset)
     return np.ndarray(view_shape, view_dtype, buffer=root, offset=delta, strides=strides)
@@ -98,14 +114,9 @@ class _WorkerPickler(cloudpickle.Pickler):
 
     def reducer_override(self, obj):
         if isinstance(obj, np.ndarray) and obj.dtype != object:
-            root = _memmap_root(obj)
-            if root is not None:
-                delta = obj.__array_interface__["data"][0] - root.__array_interface__["data"][0]
-                order = "F" if root.flags.f_contiguous and not root.flags.c_contiguous else "C"
-                return _reopen_memmap, (
-                    os.fspath(root.filename), root.dtype.str, root.shape, order,
-                    int(root.offset), int(delta), obj.shape, obj.dtype.str, obj.strides,
-                )
+            reopen = memmap_reduction(obj)
+            if reopen is not None:
+                return reopen
             if obj.nbytes >= SHARE_THRESHOLD:
                 if self._shared is None:  # a dry run (see check_picklable): no copy
                     return _attach_array, ("", obj.shape, obj.dtype.str)
