@@ -7,7 +7,9 @@ on as many again in two threads at once. If two threads keep at least
 measure that other load on the machine scales alike in both runs; plain
 throughput for work that mostly waits on I/O), the work releases the GIL
 (decoders, NumPy on big arrays, I/O) and threads win: no start-up, no
-transport. If not, the work holds the GIL and only processes scale. The probe is bounded
+transport. If not, the work holds the GIL and only processes scale; that
+verdict is measured twice and the better ratio kept, since other load on
+the machine can only make threads look worse (`_runtime._choose`). The probe is bounded
 to about `PROBE_SECONDS`; its samples' results are discarded (outputs never
 depend on the backend, so a noisy probe can cost speed, never correctness).
 

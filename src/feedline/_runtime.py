@@ -55,6 +55,13 @@ def _choose(plan: Plan) -> tuple[str, int, str]:
     if plan.streaming:
         return "process", count, f"generator source, not probed: processes; {why}"
     scaling, per_sample, note = probe_gil(plan.part, len(plan.part.source))
+    if scaling is not None and scaling < THREAD_SCALING:
+        # Noise only ever lowers the ratio (a burst of other load during the
+        # two-thread run; GIL-bound work cannot look parallel in CPU seconds),
+        # so a "holds the GIL" verdict is measured twice and the better kept.
+        again, _, _ = probe_gil(plan.part, len(plan.part.source))
+        if again is not None and again > scaling:
+            scaling, note = again, f"{note}, best of 2 probes"
     if scaling is None:
         return "process", count, f"GIL probe inconclusive ({note}): processes, which scale either way; {why}"
     measured = f"GIL probe: 2 threads ran {scaling:.2f}x one thread at {per_sample * 1e3:.2f} ms/sample"
