@@ -1,69 +1,47 @@
-"""Audio benchmarks (issue 4): story 4 end to end, and the WAV/FLAC decoders.
+"""Audio: story 4 (the ``audio`` workload), and the WAV/FLAC decoder micro-benchmark.
 
-Run (from the repository root, in the project's virtualenv, machine quiet):
+Run (from the repository root, in the project's virtualenv):
 
-    python -m benchmarks.audio story4              # ~2 minutes; prints the table
-    python -m benchmarks.audio story4 --append     # ... and appends it to benchmarks/RESULTS.md
-    python -m benchmarks.audio story4 --quick      # smoke test
-    python -m benchmarks.audio decoders            # decoder micro-benchmark (docs/audio.md)
+    python -m benchmarks run --workload audio          # every loader; table in benchmarks/RESULTS.md
+    python -m benchmarks run --workload audio --quick  # smoke test
+    python -m benchmarks.audio story4 [--quick ...]    # the same as run --workload audio [...]
+    python -m benchmarks.audio decoders                # decoder micro-benchmark (docs/audio.md)
 
-story4: the user of story 4 reads WAV files and post-processes them, 2 s a
+audio: the user of story 4 reads WAV files and post-processes them, 2 s a
 batch of 128. Here: 16 kHz mono 16-bit WAV clips of 2 s, a random 1 s crop,
 a 64-band log-mel spectrogram (25 ms windows every 10 ms: (1, 64, 101)
-float32 a sample), batches of 128. Every loader runs the same per-sample
-function, `story4_features` (feedline.audio's `load_random_crop` and
-`LogMel`, the same NumPy code in every loader); the crop's generator is
-seeded from the sample index, so every loader's output is checked against
-the same reference. Timing, repetitions and checks are the shared runner's
-(`benchmarks/runner.py`); this module registers its workload and its extra
-loader with the shared registries for the run. Extra loader:
-``feedline-process-batched``, feedline's idiomatic form: crop per sample in
-the workers, log-mel on the whole batch with ``map_batch`` (one FFT call per
-batch instead of 128).
+float32 a sample), batches of 128. The shared per-sample function is
+`story4_features` (feedline.audio's `load_random_crop` and `LogMel`: plain
+NumPy code, the same in every loader); the crop's generator is seeded from
+the sample index. Native loader ``feedline-native``: the crop per sample in
+the workers, the log-mel on the whole batch with ``map_batch`` (one FFT call
+per batch instead of 128), automatic backend.
 
 decoders: per-file decode time of a 2 s 16 kHz clip by library and reader,
 one thread, and the speed-up with two threads (2.0 is perfect on the 2-core
 host; ~1.0 means the GIL is held). Best of 5 rounds of ~0.4 s during which
-other processes used under 10 % of the cores.
+other processes used under 10 % of the cores. Last results: docs/audio.md
+(WAV soundfile 121 us a clip, feedline 31; FLAC soundfile 405, feedline 427;
+one 60 s FLAC scales x2.00 on two threads).
 
-Last results (2026-11-22, 2-core AMD EPYC, Python 3.11.7, numpy 2.4.6, torch
-2.13.0+cpu, soundfile 0.14.0; `story4 --reps 2 --max-wait 30`; full tables in
-benchmarks/RESULTS.md, section "Audio", and docs/audio.md):
-
-    loader                                 samples/s   steady
-    serial loop                                2,911    2,813
-    feedline thread x2                         2,363    2,210
-    feedline process x2                        4,070    5,122
-    feedline process x2, map_batch log-mel     4,765    6,505
-    DataLoader fork x2                         3,769    3,889
-    DataLoader spawn x2                        1,567    4,934
-
-    decoders, us per 2 s clip: WAV soundfile 121, feedline 31; FLAC soundfile 405,
-    feedline 427 (libsndfile); one 60 s FLAC scales x2.00 on two threads.
+Last audio workload results: benchmarks/RESULTS.md, section "audio".
 """
 
 from __future__ import annotations
 
+import argparse
 import os
+import sys
+import time
 
-# Before NumPy or torch load: one BLAS/OpenMP thread per process, as in `python -m benchmarks`.
-for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "VECLIB_MAXIMUM_THREADS", "NUMEXPR_NUM_THREADS"):
-    os.environ.setdefault(_var, "1")
+import numpy as np
 
-import argparse  # noqa: E402  (after the environment is fixed)
-import contextlib  # noqa: E402
-import shlex  # noqa: E402
-import sys  # noqa: E402
-import threading  # noqa: E402
-import time  # noqa: E402
+from feedline.audio import LogMel, load_audio, load_random_crop
 
-import numpy as np  # noqa: E402
+from .loaders import feedline_native
+from .workloads import Workload, cache_dir
 
-from feedline.audio import LogMel, load_audio, load_random_crop  # noqa: E402
-
-from .workloads import Workload, cache_dir  # noqa: E402
-
-__all__ = ["LOGMEL", "clip_folder", "speechlike", "story4_batch_logmel", "story4_crop", "story4_features", "story4_workload"]
+__all__ = ["LOGMEL", "audio_workload", "clip_folder", "speechlike", "story4_batch_logmel", "story4_crop", "story4_features"]
 
 SEED = 20240917
 RATE = 16000
@@ -71,7 +49,6 @@ CLIP_SECONDS = 2
 CROP = RATE  # 1 s
 BATCH = 128
 LOGMEL = LogMel(sample_rate=RATE, n_fft=400, hop_length=160, n_mels=64)
-HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 # -------------------------------------------------------------------- data
@@ -128,132 +105,23 @@ def story4_batch_logmel(batch):
     return LOGMEL(clips), index
 
 
-def story4_workload(quick: bool) -> Workload:
+def audio_workload(quick: bool) -> Workload:
     n = 512 if quick else 5120
     paths = clip_folder(n)
     return Workload(
-        name="story4",
+        name="audio",
         data=np.array(paths),
         index=np.arange(n, dtype=np.int64),
         batch_size=BATCH,
         fn=story4_features,
-        description=f"{n} WAV clips (16 kHz mono PCM-16, {CLIP_SECONDS} s) -> random 1 s crop (seek, decode 1 s) -> "
-        f"64-band log-mel (n_fft 400, hop 160: (1, 64, 101) float32); batch {BATCH}",
+        description=f"story 4: {n} WAV clips (16 kHz mono PCM-16, {CLIP_SECONDS} s) -> random 1 s crop (seek, decode "
+        f"1 s) -> 64-band log-mel (n_fft 400, hop 160: (1, 64, 101) float32); batch {BATCH}",
+        hand={"backend": "process", "workers": 2},
+        hand_why="dozens of NumPy calls on small arrays a sample hold the GIL most of the time",
+        native={"feedline-native": feedline_native(story4_crop, story4_batch_logmel, "log-mel in map_batch")},
+        notes={"feedline-native": "from_arrays(paths).map(crop).batch(128).map_batch(log-mel of the whole batch), "
+                                  "automatic backend"},
     )
-
-
-@contextlib.contextmanager
-def feedline_process_batched(w: Workload):
-    """feedline, idiomatic: crop per sample on 2 process workers, log-mel per batch (``map_batch``)."""
-    import feedline as fl
-
-    from .loaders import Run
-
-    pipe = fl.from_arrays(w.data, w.index).map(story4_crop, backend="process", workers=2).batch(w.batch_size)
-    with pipe.map_batch(story4_batch_logmel) as pipe:
-        it = iter(pipe)
-        stats = it.stats()
-        try:
-            yield Run(it, f"{stats.backend} x{stats.workers}, log-mel in map_batch", stats.decision)
-        finally:
-            it.close()
-
-
-STORY4_LOADERS = ["serial-loop", "feedline-thread", "feedline-process", "feedline-process-batched", "feedline-auto",
-                  "torch-fork", "torch-spawn"]
-
-
-def _register() -> None:
-    """Add the story-4 workload and loader to the shared registries, for this run only."""
-    from . import loaders, workloads
-
-    workloads.WORKLOADS.setdefault("story4", story4_workload)
-    loaders.LOADERS.setdefault("feedline-process-batched", feedline_process_batched)
-    loaders.NOTES.setdefault("feedline-process-batched", "map(crop, backend='process', workers=2), batch, "
-                             "map_batch(log-mel of the whole batch)")
-
-
-def _section(results, command: str, reps: int, quick: bool, seconds: float) -> str:
-    from . import report
-    from .loaders import NOTES
-    from .runner import cores
-
-    info = report.machine()
-    r = results["story4"]
-    s = r["summaries"]
-    date = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-    out = [
-        "## Audio",
-        "",
-        f"Story 4 (issue 4). Command (from the repository root): `{command}`",
-        "",
-        (
-            f"Date: {date}. {'Quick smoke test, indicative only' if quick else 'Full run'}: {reps} timed repetitions "
-            f"per loader after a checked warm-up, loaders alternating, by the shared runner (see \"How to read the "
-            f"tables\" above). Total {seconds:.0f} s. Host: {info['cores']} cores, {info['cpu']}, Python "
-            f"{info['python']}, numpy {info['numpy']}, torch {info['torch']}, soundfile {_soundfile_version()}."
-        ),
-        "",
-        r["workload"].description + ".",
-        f"Per-sample function measured at {r['per_sample'] * 1e3:.2f} ms (median of 40 calls, in the parent).",
-        "",
-    ]
-    out += report._table(r, cores())
-    out.append("")
-    ratios = []
-    for fl_name in ("feedline-process", "feedline-thread", "feedline-process-batched", "feedline-auto"):
-        f = s.get(fl_name)
-        if not (f and f.runs):
-            continue
-        for dl in ("torch-fork", "torch-spawn"):
-            t = s.get(dl)
-            if t and t.runs:
-                ratio = f.sps / t.sps
-                steady = f.steady / t.steady if t.steady == t.steady and t.steady else float("nan")
-                ratios.append(f"| {fl_name} / DataLoader ({dl.split('-')[1]}) | {ratio:.2f}x | {steady:.2f}x | "
-                              f"{'yes' if ratio >= 1.5 else 'NO'} |")
-    out += ["| ratio (target: >= 1.5x DataLoader) | samples/s | steady | met |", "|---|---:|---:|:---:|"] + ratios
-    out.append("")
-    auto = s.get("feedline-auto")
-    if auto and auto.why:
-        out += [f"feedline-auto ran as {auto.detail}: \"{auto.why}\".", ""]
-    out += [f"- `{name}`: {NOTES.get(name, '')}" for name in s]
-    problems = [f"- {name}: {p}" for name, x in s.items() for p in x.problems]
-    if problems:
-        out += ["", "Problems found by the checks:", ""] + problems
-    out.append("")
-    return "\n".join(out)
-
-
-def _soundfile_version() -> str:
-    import soundfile as sf
-
-    return f"{sf.__version__} (libsndfile {sf.__libsndfile_version__})"
-
-
-def run_story4(args, argv) -> int:
-    from . import runner
-
-    _register()
-    loaders = args.loader or STORY4_LOADERS
-    if "serial-loop" not in loaders:
-        loaders = ["serial-loop"] + loaders
-    reps = args.reps if args.reps is not None else (1 if args.quick else 5)
-    max_wait = args.max_wait if args.max_wait is not None else (0.0 if args.quick else 120.0)
-    start = time.perf_counter()
-    results = runner.run_suite(["story4"], loaders, quick=args.quick, reps=reps, warmup=True, max_wait=max_wait,
-                               retries=0 if args.quick else runner.RETRIES)
-    command = "python -m benchmarks.audio " + shlex.join(argv)
-    text = _section(results, command, reps, args.quick, time.perf_counter() - start)
-    print()
-    print(text)
-    if args.append:
-        path = os.path.join(HERE, "RESULTS.md")
-        with open(path, "a") as f:
-            f.write("\n" + text)
-        print(f"appended to {path}")
-    s = results["story4"]["summaries"]
-    return 0 if all(x.exactly_once and not x.problems for x in s.values() if x.runs or x.error) else 1
 
 
 # ----------------------------------------------------------------- decoders
@@ -269,7 +137,7 @@ def _rate(fn, items, threads: int) -> float:
     of the cores is discarded (this host is shared); after `ROUND_BUDGET`
     seconds the best round seen so far is kept.
     """
-    from .runner import FOREIGN_LIMIT, _cpu_seconds, _machine_busy_seconds, cores
+    from .runner import FOREIGN_LIMIT, threads_rate
 
     fn(items[0])
     t0 = time.perf_counter()
@@ -281,32 +149,17 @@ def _rate(fn, items, threads: int) -> float:
     clean, best_any = [], 0.0
     deadline = time.monotonic() + ROUND_BUDGET
     while len(clean) < ROUNDS and time.monotonic() < deadline:
-        share = n // threads
-        barrier = threading.Barrier(threads + 1)
-
-        def work(offset, barrier=barrier, share=share):
-            barrier.wait()
-            for k in range(share):
-                fn(items[(offset + k) % len(items)])
-
-        pool = [threading.Thread(target=work, args=(t * share,)) for t in range(threads)]
-        for t in pool:
-            t.start()
-        busy0, cpu0 = _machine_busy_seconds(), _cpu_seconds()
-        barrier.wait()
-        t0 = time.perf_counter()
-        for t in pool:
-            t.join()
-        seconds = time.perf_counter() - t0
-        rate = n / seconds
+        rate, foreign = threads_rate(fn, items, threads, n)
         best_any = max(best_any, rate)
-        if busy0 is None:
-            clean.append(rate)
-            continue
-        foreign = max(0.0, (_machine_busy_seconds() - busy0) - (_cpu_seconds() - cpu0)) / (seconds * cores())
         if foreign <= FOREIGN_LIMIT:
             clean.append(rate)
     return max(clean) if clean else best_any
+
+
+def _soundfile_version() -> str:
+    import soundfile as sf
+
+    return f"{sf.__version__} (libsndfile {sf.__libsndfile_version__})"
 
 
 def _readers():
@@ -387,20 +240,17 @@ def run_decoders(max_wait: float) -> int:
 
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["story4"]:  # the audio workload of the suite
+        from benchmarks.__main__ import main as suite
+
+        return suite(["run", "--workload", "audio"] + argv[1:])
     p = argparse.ArgumentParser(prog="python -m benchmarks.audio", description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="command", required=True)
-    s4 = sub.add_parser("story4", help="WAV -> 1 s crop -> log-mel, batch 128: feedline vs DataLoader vs serial")
-    s4.add_argument("--loader", action="append", help=f"repeatable; default: {', '.join(STORY4_LOADERS)}")
-    s4.add_argument("--quick", action="store_true", help="512 clips, 1 repetition, no waiting: a smoke test")
-    s4.add_argument("--reps", type=int, default=None, help="timed repetitions per loader (default 5; quick: 1)")
-    s4.add_argument("--max-wait", type=float, default=None, help="seconds to wait for a quiet machine before each run")
-    s4.add_argument("--append", action="store_true", help="append the section to benchmarks/RESULTS.md")
+    sub.add_parser("story4", help="the audio workload: python -m benchmarks run --workload audio [...]")
     dec = sub.add_parser("decoders", help="per-file decode time and thread scaling by reader")
     dec.add_argument("--max-wait", type=float, default=120.0, help="seconds to wait for a quiet machine before each row")
     args = p.parse_args(argv)
-    if args.command == "decoders":
-        return run_decoders(args.max_wait)
-    return run_story4(args, argv)
+    return run_decoders(args.max_wait)
 
 
 if __name__ == "__main__":

@@ -41,12 +41,12 @@ import argparse
 import io
 import os
 import platform
-import threading
 import time
 
 import numpy as np
 
 from .imagedata import encode_jpeg, encode_png, photo
+from .runner import threads_rate
 
 ROUNDS = 7
 ROUND_SECONDS = 0.25
@@ -145,30 +145,6 @@ PNG_LIBS = {"Pillow": _pil, "OpenCV": _opencv, "pyspng": _pyspng, "feedline.visi
 
 
 # ------------------------------------------------------------------ timing
-def _timed(fn, items, threads: int, n: int) -> tuple[float, float]:
-    """(images/s, share of the cores other processes used meanwhile) for one round."""
-    from .runner import _cpu_seconds, _machine_busy_seconds, cores
-
-    share = n // threads
-    barrier = threading.Barrier(threads + 1)
-
-    def work(offset):
-        barrier.wait()
-        for k in range(share):
-            fn(items[(offset + k) % len(items)])
-
-    pool = [threading.Thread(target=work, args=(t * share,)) for t in range(threads)]
-    for t in pool:
-        t.start()
-    barrier.wait()
-    b0, c0, t0 = _machine_busy_seconds(), _cpu_seconds(), time.perf_counter()
-    for t in pool:
-        t.join()
-    wall = time.perf_counter() - t0
-    foreign = max(0.0, (_machine_busy_seconds() - b0) - (_cpu_seconds() - c0)) / (wall * cores())
-    return share * threads / wall, foreign
-
-
 def measure_case(libs: dict, items, reduce: int, rounds: int) -> dict:
     """Best 1-thread and 2-thread rate of each library over ``rounds`` interleaved rounds.
 
@@ -190,7 +166,7 @@ def measure_case(libs: dict, items, reduce: int, rounds: int) -> dict:
     for _ in range(rounds):
         for name, call in calls.items():
             for threads in (1, 2):
-                seen[name, threads].append(_timed(call, items, threads, sizes[name]))
+                seen[name, threads].append(threads_rate(call, items, threads, sizes[name]))
     out = {}
     for name in calls:
         best = {}

@@ -1,13 +1,17 @@
-"""Running loaders on workloads: timing, repetitions, checks, the report.
+"""Running loaders on workloads: timing, repetitions, checks. The one loop.
 
 The protocol, per workload:
-1. Warm-up: every loader runs one epoch, untimed, and its batches are
-   compared with the reference (the per-sample function applied in this
-   process), so a loader that is fast because it is wrong is caught.
-2. Repetitions: ``reps`` rounds; in each round every loader runs one epoch,
+1. Reference: every sample's output digest (`workloads.digests`), computed
+   here, one by one, with the workload's per-sample function.
+2. Warm-up: every loader runs one epoch, untimed, and each of its rows is
+   compared with the reference (bit-identical for loaders that run the
+   shared function; shape and dtype for native loaders, which run their own
+   ops), so a loader that is fast because it is wrong is caught. In quick
+   mode there is no separate warm-up: the one timed run is checked.
+3. Repetitions: ``reps`` rounds; in each round every loader runs one epoch,
    in an order rotated by one each round (alternating, so drift of the
    machine over time spreads over all loaders instead of favouring one).
-3. Each run builds the loader, iterates one epoch and closes it. The clock
+4. Each run builds the loader, iterates one epoch and closes it. The clock
    starts before the loader is built, so time to first batch includes
    worker start-up, as a user experiences it. Reported per run:
    - ``first``: seconds from the start to the first batch;
@@ -17,22 +21,32 @@ The protocol, per workload:
      when every loader's workers are long up (start-up excluded);
    - ``close``: seconds to release the loader after the last batch;
    - ``cpu``: CPU seconds of this process and its reaped children (the
-     workers) over the run, divided by wall time x cores;
+     workers; the runner waits up to 3 s for them to exit) over the run,
+     divided by wall time x cores;
+   - ``peak_pss`` / ``peak_rss``: the largest sum, over this process and
+     all its descendants, of PSS (proportional set size: a page shared by
+     N processes counts 1/N in each, so the sum counts it once: fair to fork,
+     whose children share the parent's pages, and to shared-memory batches,
+     which USS would leave out) and of RSS (which counts a shared page once
+     per process), sampled every 0.5 s by a thread (psutil);
+     ``added_pss``: peak PSS minus the tree's PSS just before the run (what
+     the loader added);
    - ``foreign``: CPU used on the machine by processes outside this tree
      during the run (from ``/proc/stat``), as a share of all cores;
    - ``io_wait``: seconds during which some task on the machine waited for
      the disk (Linux pressure stall information), and ``major_faults``:
-     pages this tree had to read from disk (imports of modules evicted from
-     the page cache, for instance). They explain a slow start that used no
-     CPU.
+     pages this tree had to read from disk. They explain a slow start that
+     used no CPU.
    Other work on the machine (a test suite running beside the benchmark)
    corrupts the numbers, so before each run the runner waits until the
    machine is quiet, and a run during which foreign load exceeded
    `FOREIGN_LIMIT` is repeated (up to `RETRIES` times; the cleanest is kept
    and the report shows the foreign load of what was kept).
-   Every run checks exactly-once: the index carried by each sample must
-   cover ``0..N-1`` with no gap and no repeat.
-4. Summary: median over the repetitions, with min-max as the spread;
+   Every run checks exactly-once (the index carried by each sample must
+   cover ``0..N-1`` with no gap and no repeat) and that nothing is left
+   behind after close: no child process, no new /dev/shm segment, no
+   feedline thread.
+5. Summary: median over the repetitions, with min-max as the spread;
    ratios to the serial loop's median, and the fraction of the ideal,
    ``samples_per_s / (cores * serial samples_per_s)``.
 """
@@ -42,6 +56,7 @@ from __future__ import annotations
 import dataclasses
 import faulthandler
 import gc
+import multiprocessing
 import os
 import resource
 import statistics
@@ -56,12 +71,12 @@ import numpy as np
 from . import loaders as loaders_mod
 from . import workloads as workloads_mod
 
-__all__ = ["Measurement", "Summary", "run_suite"]
+__all__ = ["Measurement", "Summary", "TreeMemory", "as_json", "measure", "run_one", "run_suite", "threads_rate"]
 
 RUN_TIMEOUT = 300.0  # seconds one run may take before the process dumps its stacks and exits
 FOREIGN_LIMIT = 0.10  # share of all cores other processes may use during a run before it is redone
 QUIET_LIMIT = 0.05  # the machine counts as quiet below this share of all cores busy
-RETRIES = 3
+RETRIES = 2
 _TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
@@ -78,6 +93,9 @@ class Measurement:
     foreign: float = 0.0  # share of all cores used by processes outside this tree
     io_wait: float = 0.0  # seconds some task on the machine was stalled on I/O (PSI)
     major_faults: int = 0  # pages this process tree read from disk
+    peak_pss: float = float("nan")  # bytes: largest sum of PSS over the process tree during the run
+    peak_rss: float = float("nan")  # bytes: the same for RSS
+    added_pss: float = float("nan")  # bytes: peak_pss minus the tree's PSS before the run
     exactly_once: bool = False
     problem: str = ""  # what the checks found (missing/duplicate indices, wrong data, leaks)
     detail: str = ""
@@ -140,6 +158,18 @@ class Summary:
     @property
     def foreign_max(self) -> float:
         return self._span("foreign")[1]
+
+    @property
+    def peak_pss(self) -> float:
+        return self._median("peak_pss")
+
+    @property
+    def peak_rss(self) -> float:
+        return self._median("peak_rss")
+
+    @property
+    def added_pss(self) -> float:
+        return self._median("added_pss")
 
     @property
     def io_wait_max(self) -> float:
@@ -223,12 +253,39 @@ def wait_quiet(max_wait: float, log=print) -> float:
             warned = True
 
 
-def _feedline_segments() -> list[str]:
-    prefix = f"feedline_{os.getpid()}_"
+def threads_rate(fn, items, threads: int, n: int) -> tuple[float, float]:
+    """Calls/s of ``fn`` over ``n`` items of ``items`` (cycled) on ``threads`` threads started together.
+
+    Returns ``(rate, foreign)``: the share of the cores other processes used
+    meanwhile (0 where /proc/stat is unavailable). For the decoder
+    micro-benchmarks (`decoders`, `audio decoders`).
+    """
+    share = n // threads
+    barrier = threading.Barrier(threads + 1)
+
+    def work(offset):
+        barrier.wait()
+        for k in range(share):
+            fn(items[(offset + k) % len(items)])
+
+    pool = [threading.Thread(target=work, args=(t * share,)) for t in range(threads)]
+    for t in pool:
+        t.start()
+    barrier.wait()
+    b0, c0, t0 = _machine_busy_seconds(), _cpu_seconds(), time.perf_counter()
+    for t in pool:
+        t.join()
+    wall = time.perf_counter() - t0
+    b1 = _machine_busy_seconds()
+    foreign = 0.0 if b0 is None or b1 is None else max(0.0, (b1 - b0) - (_cpu_seconds() - c0)) / (wall * cores())
+    return share * threads / wall, foreign
+
+
+def _shm_names() -> set[str]:
     try:
-        return sorted(n for n in os.listdir("/dev/shm") if n.startswith(prefix))
+        return set(os.listdir("/dev/shm"))
     except FileNotFoundError:
-        return []
+        return set()
 
 
 def _live_children() -> list[int]:
@@ -258,18 +315,23 @@ def _live_children() -> list[int]:
     return found
 
 
-def steady_rate(stamps: list[float], counts: list[int]) -> float:
+def steady_rate(stamps: list[float], counts: list[int], start: float | None = None) -> float:
     """Samples/s over the second half of an epoch's batches: least-squares slope.
 
     The slope of cumulative samples against arrival time, over the batches
     from the middle of the epoch on, when start-up is long over. A fit, not
     first-to-last, because parallel loaders deliver batches in bursts (two
     workers finish at nearly the same moment), which makes any two-point
-    estimate depend on where a burst falls. NaN with fewer than 8 batches.
+    estimate depend on where a burst falls. NaN with fewer than 8 batches,
+    and NaN when the second half arrived within 10 % of the epoch (measured
+    from ``start``): the loader had computed it ahead during a long start-up,
+    so the slope measures the consumer, not the loader.
     """
     if len(stamps) < 8:
         return float("nan")
     half = len(stamps) // 2
+    if start is not None and stamps[-1] - stamps[half] < 0.1 * (stamps[-1] - start):
+        return float("nan")
     t = np.asarray(stamps[half:]) - stamps[half]
     cum = np.cumsum(counts)[half:]
     if t[-1] <= 0:
@@ -278,50 +340,166 @@ def steady_rate(stamps: list[float], counts: list[int]) -> float:
     return float(slope)
 
 
-def reference(w: workloads_mod.Workload) -> np.ndarray:
-    """Every sample's expected output row, computed here, one by one."""
-    if w.fn is None:
-        return w.data
-    return np.stack([w.fn(w.read(i))[0] for i in range(len(w))])
+class TreeMemory(threading.Thread):
+    """Samples the memory of this process and all its descendants every ``interval`` s (psutil).
+
+    One sample of a parent that has TensorFlow, torch and Grain loaded costs
+    ~18 ms of CPU (the kernel walks thousands of mappings for smaps_rollup),
+    so the default interval is 0.5 s (~4 % of one core, taken from every
+    loader alike; at 0.1 s it cost ~18 % and slowed the parallel loaders more
+    than the serial loop). A sample is also taken at the start and the end.
+
+    ``peak_pss`` and ``peak_rss`` are the largest sums seen; ``start_pss`` the
+    first sample. PSS (each page divided by the number of processes sharing
+    it) is read from ``/proc/PID/smaps_rollup``; a process that exits between listing and
+    reading is skipped. Every third sample also records the /dev/shm files
+    the tree has mapped (``shm``), so a segment left behind after close can be
+    told from one another program on the machine created.
+    """
+
+    def __init__(self, interval: float = 0.5):
+        super().__init__(name="bench-memory", daemon=True)
+        import psutil
+
+        self._psutil = psutil
+        self.interval = interval
+        self.peak_pss = self.peak_rss = 0.0
+        self.start_pss = float("nan")
+        self.shm: set[str] = set()
+        self._count = 0
+        self._stop_event = threading.Event()
+        self._me = psutil.Process()
+        self.sample()
+        self.start_pss = self.peak_pss
+
+    def _mapped_shm(self, pid: int) -> None:
+        try:
+            with open(f"/proc/{pid}/maps", "rb") as f:
+                text = f.read()
+        except OSError:
+            return
+        at = text.find(b"/dev/shm/")
+        while at >= 0:
+            end = text.find(b"\n", at)
+            self.shm.add(text[at + 9 : end if end >= 0 else None].split(b" ")[0].decode(errors="replace"))
+            at = text.find(b"/dev/shm/", at + 9)
+
+    def sample(self) -> None:
+        pss = rss = 0
+        try:
+            procs = [self._me] + self._me.children(recursive=True)
+        except self._psutil.Error:
+            procs = [self._me]
+        maps = self._count % 3 == 0
+        self._count += 1
+        for p in procs:
+            try:
+                info = p.memory_full_info()
+            except (self._psutil.Error, OSError):
+                continue
+            pss += info.pss
+            rss += info.rss
+            if maps:
+                self._mapped_shm(p.pid)
+        self.peak_pss, self.peak_rss = max(self.peak_pss, pss), max(self.peak_rss, rss)
+
+    def run(self) -> None:
+        while not self._stop_event.wait(self.interval):
+            self.sample()
+
+    def stop(self) -> None:
+        self._stop_event.set()
+        self.join()
+        self._count = 0
+        self.sample()
 
 
-def measure(loader, w: workloads_mod.Workload, expected: np.ndarray | None = None) -> Measurement:
+def _settle_children(limit: float = 3.0) -> list[int]:
+    """Reap exited workers (so their CPU time counts); the children still alive after ``limit`` s."""
+    deadline = time.monotonic() + limit
+    while True:
+        multiprocessing.active_children()  # joins multiprocessing's finished children
+        alive = _live_children()
+        if not alive or time.monotonic() > deadline:
+            return alive
+        time.sleep(0.02)
+
+
+def _own_leftovers(new: set[str], mapped: set[str]) -> list[str]:
+    """The new /dev/shm names that are this tree's: mapped by it during the run, or named for this process."""
+    prefix = f"feedline_{os.getpid()}_"
+    return sorted(n for n in new if n in mapped or n.startswith(prefix))
+
+
+def reference(w: workloads_mod.Workload) -> list:
+    """Every sample's expected row digest (`workloads.digests`), computed here, one by one."""
+    return [workloads_mod.digests(workloads_mod.collate([w.sample(i)]))[0] for i in range(len(w))]
+
+
+def _check(batch, idx, expected: list, exact: bool) -> str:
+    """'' if every row of ``batch`` matches the reference for its index, else what differs."""
+    got = workloads_mod.digests(tuple(batch[:-1]) + (idx,))
+    for k, i in enumerate(idx):
+        if not 0 <= i < len(expected):
+            continue  # reported by the exactly-once check
+        want = expected[i]
+        if got[k][0] != want[0]:
+            return f"sample {i}: shapes/dtypes {got[k][0]}, expected {want[0]}"
+        if exact and got[k][1] != want[1]:
+            return f"sample {i}: values differ from the reference"
+    return ""
+
+
+def measure(loader, w: workloads_mod.Workload, expected: list | None = None, exact: bool = True) -> Measurement:
     """One epoch of ``loader`` on ``w``: build, iterate, close, check."""
     m = Measurement()
     gc.collect()
     ids, stamps, counts = [], [], []
-    wrong = 0
+    wrong = []
+    shm0 = _shm_names()
+    memory = TreeMemory()
     faulthandler.dump_traceback_later(RUN_TIMEOUT, exit=True)
     try:
         busy0 = _machine_busy_seconds()
         io0, faults0 = _io_stall_seconds(), _major_faults()
         cpu0 = _cpu_seconds()
+        memory.start()
         t0 = time.perf_counter()
         with loader(w) as run:
             m.detail, m.why = run.detail, run.why
-            for x, idx in run.batches:
+            for batch in run.batches:
                 now = time.perf_counter()
-                idx = np.array(idx)  # a copy: holding a view would pin a shared-memory slot
+                idx = np.array(batch[-1], dtype=np.int64).reshape(-1)  # a copy: a view would pin a shared-memory slot
                 stamps.append(now)
                 counts.append(len(idx))
                 ids.append(idx)
-                if expected is not None and not np.array_equal(np.asarray(x), expected[idx]):
-                    wrong += 1
+                if expected is not None and len(wrong) < 3:
+                    problem = _check(batch, idx, expected, exact)
+                    if problem:
+                        wrong.append(problem)
+                del batch
             t_last = time.perf_counter()
+            run = None  # the loader's iterator (its queues, semaphores, segments) must not outlive the epoch
         t_closed = time.perf_counter()
+        memory.stop()
+        alive = _settle_children()
         cpu = _cpu_seconds() - cpu0
         busy = _machine_busy_seconds()
         m.io_wait, m.major_faults = _io_stall_seconds() - io0, _major_faults() - faults0
     finally:
         faulthandler.cancel_dump_traceback_later()
+        if memory.is_alive():
+            memory.stop()
     m.samples = sum(counts)
     m.seconds = (stamps[-1] if stamps else t_last) - t0
     m.first = stamps[0] - t0 if stamps else float("nan")
     m.close = t_closed - t_last
     m.cpu = cpu / max(t_closed - t0, 1e-9) / cores()
+    m.peak_pss, m.peak_rss = memory.peak_pss, memory.peak_rss
+    m.added_pss = memory.peak_pss - memory.start_pss
     if busy0 is not None:
         m.foreign = max(0.0, (busy - busy0) - cpu) / max(t_closed - t0, 1e-9) / cores()
-    m.steady = steady_rate(stamps, counts)
+    m.steady = steady_rate(stamps, counts, t0)
     problems = []
     seen = np.concatenate(ids) if ids else np.empty(0, np.int64)
     n = len(w)
@@ -332,14 +510,17 @@ def measure(loader, w: workloads_mod.Workload, expected: np.ndarray | None = Non
     if not m.exactly_once:
         problems.append(f"exactly-once failed: {missing} missing, {repeated} repeated, {outside} out of range")
     if wrong:
-        problems.append(f"{wrong} batches differ from the reference output")
-    time.sleep(0.05)  # let exiting workers be reaped before looking for leftovers
-    leaked = _feedline_segments()
+        problems.append(f"output differs from the reference ({wrong[0]})")
+    leaked = _own_leftovers(_shm_names() - shm0, memory.shm)
+    deadline = time.monotonic() + 1.0
+    while leaked and time.monotonic() < deadline:  # some loaders unlink from a background thread
+        gc.collect()
+        time.sleep(0.1)
+        leaked = _own_leftovers(_shm_names() - shm0, memory.shm)
     if leaked:
-        problems.append(f"shared-memory segments left after close: {leaked[:3]}")
-    children = _live_children()
-    if children:
-        problems.append(f"{len(children)} child processes alive after close")
+        problems.append(f"{len(leaked)} /dev/shm entries left after close: {leaked[:3]}")
+    if alive:
+        problems.append(f"{len(alive)} child processes alive 3 s after close")
     threads = [t.name for t in threading.enumerate() if t.name.startswith("feedline")]
     if threads:
         problems.append(f"threads alive after close: {threads[:3]}")
@@ -347,65 +528,88 @@ def measure(loader, w: workloads_mod.Workload, expected: np.ndarray | None = Non
     return m
 
 
-def run_suite(workload_names, loader_names, quick: bool, reps: int, warmup: bool, log=print, max_wait: float = 120.0, retries: int = RETRIES) -> dict:
-    """Run every loader on every workload; return the results by workload."""
+def _line(m: Measurement) -> str:
+    return (f"{m.samples_per_s:10.0f} samples/s  steady {m.steady:10.0f}  first {m.first:6.3f} s  "
+            f"close {m.close:5.3f} s  cpu {m.cpu:4.0%}  PSS {m.peak_pss / 2**20:6.0f} MiB "
+            f"(+{m.added_pss / 2**20:5.0f})  foreign {m.foreign:4.0%}  io wait {m.io_wait:5.2f} s  "
+            f"major faults {m.major_faults:5d}  {m.problem or 'ok'}")
+
+
+def run_one(w: workloads_mod.Workload, s: Summary, expected: list | None, max_wait: float, retries: int,
+            log=print) -> Measurement | None:
+    """One epoch of loader ``s.loader`` on ``w``, redone while other processes disturb it; None if it failed.
+
+    A loader that raises is recorded in ``s.error`` (and its traceback
+    printed) and not run again; the other loaders still run.
+    """
+    if s.error:
+        return None
+    best = None
+    exact = s.loader not in w.native or s.loader in w.native_exact
+    for attempt in range(1 + retries):
+        wait_quiet(max_wait, log)
+        try:
+            m = measure(loaders_mod.find(s.loader, w), w, expected, exact)
+        except Exception as e:  # noqa: BLE001 - any failure of a loader is a result to report
+            s.error = f"{type(e).__name__}: {str(e)[:300]}"
+            log(f"[{w.name}] {s.loader} FAILED: {s.error}")
+            traceback.print_exc(file=sys.stderr)
+            return None
+        if best is None or m.foreign < best.foreign:
+            best = m
+        if m.foreign <= FOREIGN_LIMIT:
+            break
+        log(f"    {s.loader}: other processes used {m.foreign:.0%} of the cores during the run; "
+            f"{'running it again' if attempt < retries else 'keeping the cleanest run'}")
+    return best
+
+
+def run_suite(workload_names, loader_names, quick: bool, reps: int, warmup: bool, log=print,
+              max_wait: float = 120.0, retries: int = RETRIES) -> dict:
+    """Run every loader on every workload; return the results by workload.
+
+    ``loader_names`` may name generic loaders and native ones; each workload
+    runs those that apply to it (`loaders.applies`) and records why the
+    others were skipped. Without ``warmup`` the timed runs are checked.
+    """
     results = {}
     for wname in workload_names:
+        t = time.perf_counter()
         w = workloads_mod.build(wname, quick)
+        log(f"[{wname}] {w.description} (data ready in {time.perf_counter() - t:.1f} s)")
+        names, skipped = [], {}
+        for n in loader_names:
+            why = loaders_mod.applies(n, w)
+            if why:
+                skipped[n] = why
+            else:
+                names.append(n)
+        for n, why in skipped.items():
+            if n in w.native or n in loaders_mod.LOADERS or n in w.skipped:
+                log(f"[{wname}] {n}: skipped ({why})")
+        loaders_mod.prepare(names)  # imports (torch, TensorFlow, Grain) happen here, not inside a timed run
         wait_quiet(max_wait, log)
         per_sample = workloads_mod.per_sample_seconds(w)
-        log(f"[{wname}] {w.description}")
         if per_sample is not None:
             log(f"[{wname}] per-sample function: {per_sample * 1e3:.2f} ms (median, this process)")
         t = time.perf_counter()
         expected = reference(w)
         log(f"[{wname}] reference output computed in {time.perf_counter() - t:.2f} s")
-        names = [n for n in loader_names if loaders_mod.applies(n, w)]
-        loaders_mod.prepare(names)  # imports (torch) happen here, not inside a timed run
         summaries = {n: Summary(n) for n in names}
-
-        def one(name, check):
-            s = summaries[name]
-            if s.error:
-                return None
-            best = None
-            for attempt in range(1 + retries):
-                wait_quiet(max_wait, log)
-                try:
-                    m = measure(loaders_mod.LOADERS[name], w, expected if check else None)
-                except Exception as e:  # a loader that fails is reported, the others still run
-                    s.error = f"{type(e).__name__}: {e}"
-                    log(f"[{wname}] {name} FAILED: {s.error}")
-                    traceback.print_exc(file=sys.stderr)
-                    return None
-                if best is None or m.foreign < best.foreign:
-                    best = m
-                if m.foreign <= FOREIGN_LIMIT:
-                    break
-                log(f"    {name}: other processes used {m.foreign:.0%} of the cores during the run; "
-                    f"{'running it again' if attempt < retries else 'keeping the cleanest run'}")
-            return best
-
         if warmup:
             for name in names:
-                m = one(name, check=True)
+                m = run_one(w, summaries[name], expected, max_wait, retries, log)
                 if m is not None:
                     summaries[name].warmup = m
-                    log(f"[{wname}] warm-up {name:17s} {m.samples_per_s:10.0f} samples/s  first {m.first:6.3f} s  "
-                        f"cpu {m.cpu:4.0%}  io wait {m.io_wait:5.2f} s  major faults {m.major_faults:5d}  {m.problem or 'ok'}")
+                    log(f"[{wname}] warm-up {name:17s} {_line(m)}")
         for rep in range(reps):
-            order = names[rep % len(names):] + names[: rep % len(names)]
+            order = names[rep % len(names):] + names[: rep % len(names)] if names else []
             for name in order:
-                m = one(name, check=False)
+                m = run_one(w, summaries[name], None if warmup else expected, max_wait, retries, log)
                 if m is not None:
                     summaries[name].runs.append(m)
-                    log(
-                        f"[{wname}] rep {rep + 1}/{reps} {name:17s} {m.samples_per_s:10.0f} samples/s  "
-                        f"steady {m.steady:10.0f}  first {m.first:6.3f} s  close {m.close:5.3f} s  "
-                        f"cpu {m.cpu:4.0%}  foreign {m.foreign:4.0%}  io wait {m.io_wait:5.2f} s  "
-                        f"major faults {m.major_faults:5d}  {m.problem or 'ok'}"
-                    )
-        results[wname] = {"workload": w, "per_sample": per_sample, "summaries": summaries}
+                    log(f"[{wname}] rep {rep + 1}/{reps} {name:17s} {_line(m)}")
+        results[wname] = {"workload": w, "per_sample": per_sample, "summaries": summaries, "skipped": skipped}
     return results
 
 
@@ -416,10 +620,12 @@ def as_json(results) -> dict:
         out[wname] = {
             "description": r["workload"].description,
             "per_sample_seconds": r["per_sample"],
+            "skipped": r["skipped"],
             "loaders": {
                 name: {
                     "detail": s.detail,
                     "error": s.error,
+                    "warmup": dataclasses.asdict(s.warmup) if s.warmup else None,
                     "runs": [dataclasses.asdict(m) | {"samples_per_s": m.samples_per_s} for m in s.runs],
                 }
                 for name, s in r["summaries"].items()
