@@ -21,8 +21,8 @@ except Exception as exc:  # PyPI torchvision against another torch build fails a
     pytest.skip(f"torchvision does not import here: {exc}", allow_module_level=True)
 cv2 = pytest.importorskip("cv2")
 
-import feedline as fl  # noqa: E402
-import feedline.vision as fv  # noqa: E402
+import feedline as fl
+import feedline.vision as fv
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 

@@ -38,7 +38,13 @@ _WHERE = {
 }
 
 if TYPE_CHECKING:  # for type checkers and IDEs; at run time see __getattr__
-    from ._errors import DecodeError, FeedlineError, RemoteTraceback, SampleError, WorkerError
+    from ._errors import (
+        DecodeError,
+        FeedlineError,
+        RemoteTraceback,
+        SampleError,
+        WorkerError,
+    )
     from ._iterator import EpochIterator
     from ._pipeline import Pipeline
     from ._stats import Stats

@@ -34,7 +34,7 @@ from ._errors import FeedlineError
 from ._fingerprint import digest
 from .sources._base import Source
 
-__all__ = ["CacheSource", "ON_CHANGE"]
+__all__ = ["ON_CHANGE", "CacheSource"]
 
 ON_CHANGE = ("rebuild", "raise", "reuse")
 _ROWS_PER_WRITE = 256  # samples handed to the writer at once: amortises Arrow's per-call cost

@@ -21,6 +21,7 @@ import functools
 import hashlib
 import inspect
 import os
+import pickle
 import sys
 import types
 
@@ -141,7 +142,7 @@ class _Walker:
 
     def _class(self, cls: type, depth: int) -> None:
         for name, member in sorted(vars(cls).items()):
-            if isinstance(member, (types.FunctionType, staticmethod, classmethod, property)) or isinstance(member, _PLAIN):
+            if isinstance(member, (types.FunctionType, staticmethod, classmethod, property, *_PLAIN)):
                 self.put("member", name)
                 self.visit(getattr(member, "__func__", getattr(member, "fget", member)), depth + 1)
 
@@ -172,8 +173,9 @@ def _state(obj):
     if getstate is not None:
         try:
             return getstate()
-        except Exception:  # some objects refuse; their attributes are the next best thing
-            pass
+        except (TypeError, ValueError, AttributeError, NotImplementedError, RuntimeError, pickle.PickleError):
+            # some objects refuse to give their state; their attributes are the next best thing
+            return getattr(obj, "__dict__", None)
     return getattr(obj, "__dict__", None)
 
 
@@ -221,7 +223,7 @@ def _is_library(obj) -> bool:
     return "site-packages" in path or "dist-packages" in path or _in_stdlib(path)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _stdlib_prefix() -> str:
     return os.path.dirname(inspect.getfile(os))
 

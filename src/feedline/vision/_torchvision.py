@@ -27,7 +27,7 @@ from ._geometry import check_rng
 __all__ = ["TorchvisionOp", "from_torchvision"]
 
 
-def from_torchvision(transform, *, reproducible: bool = True) -> "TorchvisionOp":
+def from_torchvision(transform, *, reproducible: bool = True) -> TorchvisionOp:
     """Wrap a torchvision (v2) transform as ``fn(sample, rng)`` for ``Pipeline.map``.
 
     Args:
