@@ -8,8 +8,9 @@ measure that other load on the machine scales alike in both runs; plain
 throughput for work that mostly waits on I/O), the work releases the GIL
 (decoders, NumPy on big arrays, I/O) and threads win: no start-up, no
 transport. If not, the work holds the GIL and only processes scale; that
-verdict is measured twice and the better ratio kept, since other load on
-the machine can only make threads look worse (`_runtime._choose`). The probe is bounded
+verdict, when doubtful (below 0.9x or between 1.1x and the threshold), is
+measured twice and the better ratio kept, since other load on the machine
+can only make threads look worse (`_runtime._choose`). The probe is bounded
 to about `PROBE_SECONDS`; its samples' results are discarded (outputs never
 depend on the backend, so a noisy probe can cost speed, never correctness).
 
