@@ -111,7 +111,6 @@ def audio_workload(quick: bool) -> Workload:
     return Workload(
         name="audio",
         data=np.array(paths),
-        index=np.arange(n, dtype=np.int64),
         batch_size=BATCH,
         fn=story4_features,
         description=f"story 4: {n} WAV clips (16 kHz mono PCM-16, {CLIP_SECONDS} s) -> random 1 s crop (seek, decode "

@@ -44,6 +44,7 @@ import time
 import numpy as np
 
 import feedline as fl
+from feedline import testing
 
 SHAPE = (64, 64, 3)
 
@@ -72,7 +73,7 @@ def measure(data: np.ndarray, fn, batch: int, epochs: int) -> dict[str, float]:
         pipe = pipes[backend] = fl.from_arrays(data).map(fn, backend=backend, workers=workers).batch(batch)
         batches = sum(1 for _ in pipe)  # starts and warms the workers
         if backend == "ray":
-            pipe._runtime.executor.wait_ready(120)
+            testing.wait_ready(pipe, 120)
     best = dict.fromkeys(pipes, float("inf"))
     for _ in range(epochs):
         for backend, pipe in pipes.items():
@@ -89,11 +90,11 @@ def call_costs(data: np.ndarray, calls: int) -> tuple[float, float]:
     """ms per Ray call for a batch-32 task: actor holding the part vs stateless task."""
     import ray
 
-    from feedline._plan import Task, run_task
-    from feedline.backends._ray_worker import RayWorker, dumps_part, loads_part
+    from feedline.worker import Task, run_task
+    from feedline.backends.ray._actor import RayWorker, dumps_part, loads_part
 
     pipe = fl.from_arrays(data).map(tiny).batch(32)
-    part = pipe._plan.part
+    part = pipe.plan.part
     shipped = ray.put(dumps_part(part, ray.ObjectRef))
     tasks = [Task(0, k, indices=np.arange(k * 32, k * 32 + 32) % len(data)) for k in range(calls)]
 

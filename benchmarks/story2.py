@@ -197,7 +197,6 @@ def seg_workload(quick: bool) -> Workload:
     return Workload(
         name="seg",
         data=np.stack([np.array(images), np.array(masks)], axis=1),
-        index=np.arange(n, dtype=np.int64),
         batch_size=BATCH,
         fn=seg_sample,
         description=f"story 2: {n} pairs of 512x512 RGB PNG photo-like images (~{mb:.2f} MB) and RGB colour-coded "

@@ -163,7 +163,6 @@ def jpeg_workload(quick: bool) -> Workload:
     return Workload(
         name="jpeg",
         data=np.array(paths),
-        index=np.arange(n, dtype=np.int64),
         batch_size=BATCH,
         fn=jpeg_sample,
         description=f"{n} JPEG photos (500x375, 1 in 4 portrait, quality 90, ~{kb:.0f} KB) -> PIL decode, "
@@ -303,11 +302,9 @@ def _feedline_store_missing() -> str:
 def store_workload(quick: bool) -> Workload:
     n = 64 if quick else 512
     images = _decoded(jpeg_folder(n))
-    index = np.arange(n, dtype=np.int64)
     w = Workload(
         name="store",
         data=images,
-        index=index,
         batch_size=BATCH,
         fn=store_sample,
         description=f"the jpeg workload's first {n} photos decoded once to uint8 375x500x3 "
@@ -331,7 +328,7 @@ def store_workload(quick: bool) -> Workload:
     if missing:
         w.skipped["feedline-store"] = missing
     else:
-        w.files["feedline"] = _feedline_store_path(images, index)
+        w.files["feedline"] = _feedline_store_path(images, w.index)
         w.native["feedline-store"] = _feedline_store
     return w
 

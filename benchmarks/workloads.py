@@ -56,8 +56,8 @@ class Workload:
         name: the ``--workload`` name.
         data: ``(N, ...)`` array (or memory map, or array of paths); row ``i``
             is sample ``i``'s input.
-        index: ``(N,)`` int64 array, ``index[i] == i``; carried through
-            every loader for the exactly-once check.
+        index: ``arange(N)`` as int64 (derived from ``data``); carried
+            through every loader for the exactly-once check.
         batch_size: samples per batch.
         fn: ``fn((row, index)) -> (array, ..., index)``, the per-sample
             work (module-level, picklable by reference), or None for identity.
@@ -76,7 +76,6 @@ class Workload:
 
     name: str
     data: np.ndarray
-    index: np.ndarray
     batch_size: int
     fn: Callable | None
     description: str
@@ -88,6 +87,10 @@ class Workload:
     skipped: dict = field(default_factory=dict)
     native_exact: set = field(default_factory=set)
     files: dict = field(default_factory=dict)
+    index: np.ndarray = field(init=False)
+
+    def __post_init__(self):
+        self.index = np.arange(len(self.data), dtype=np.int64)
 
     def __len__(self) -> int:
         return len(self.index)
@@ -162,7 +165,6 @@ def _gil(quick: bool) -> Workload:
     return Workload(
         name="gil",
         data=data,
-        index=np.arange(n, dtype=np.int64),
         batch_size=32,
         fn=gil_augment,
         description=f"{n} samples; pure-Python loop over {GIL_VALUES} floats x {GIL_ROUNDS} rounds "
@@ -179,7 +181,6 @@ def _tiny(quick: bool) -> Workload:
     return Workload(
         name="tiny",
         data=data,
-        index=np.arange(n, dtype=np.int64),
         batch_size=256,
         fn=None,
         description=f"{n} samples of 3x32x32 uint8 from an in-memory array, identity; batch 256 "

@@ -205,7 +205,7 @@ def test_fingerprint_follows_helper_functions_and_captured_values():
 
 
 def test_fingerprint_ignores_how_the_work_runs(tmp_path):
-    from feedline._cache import CacheSource
+    from feedline.pipeline._cache import CacheSource
 
     def decode(x):
         return x
@@ -220,7 +220,7 @@ def test_fingerprint_is_stable_across_interpreters(tmp_path):
 
     code = (
         "import numpy as np, feedline as fl\n"
-        "from feedline._cache import CacheSource\n"
+        "from feedline.pipeline._cache import CacheSource\n"
         "def decode(x):\n    return np.flip(x)\n"
         "print(CacheSource(fl.from_arrays(np.arange(8)).map(decode), 'x').fingerprint())\n"
     )

@@ -28,7 +28,7 @@ import pytest
 from conftest import child_pids, snapshot
 
 import feedline as fl
-from feedline import FeedlineError, SampleError, WorkerError
+from feedline import FeedlineError, SampleError, WorkerError, testing
 
 
 # --------------------------------------------------------------- helpers
@@ -65,7 +65,7 @@ def is_live_worker(pid: int) -> bool:
         return False
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return b"feedline.backends._worker" in f.read()
+            return b"feedline.backends.process._main" in f.read()
     except OSError:
         return False
 
@@ -152,7 +152,7 @@ def test_worker_dying_once_mid_batch_is_replaced_and_work_redone(how, tmp_path, 
     pipe = indexed_pipeline(dying_augment(str(tmp_path), 37, how, once=True), "process")
     with pipe:
         it = iter(pipe)
-        watcher = PidWatcher(pipe._runtime.executor)
+        watcher = PidWatcher(testing.executor(pipe))
         try:
             held = [next(it) for _ in range(3)]
             held_copies = [snapshot(b) for b in held]
@@ -196,7 +196,7 @@ def test_workers_killed_at_random_points_in_several_epochs_lose_nothing(no_leaks
             for k, batch in enumerate(it):
                 got.append(snapshot(batch))
                 if k == kill_after:
-                    executor = pipe._runtime.executor
+                    executor = testing.executor(pipe)
                     watcher = PidWatcher(executor)
                     victim = int(rng.choice(executor.worker_pids()))
                     killed_at = time.time()
@@ -388,6 +388,7 @@ LONG_RUN = textwrap.dedent(
     import os, sys, time
     import numpy as np
     import feedline as fl
+    from feedline import testing
 
     mode = sys.argv[1]
 
@@ -403,7 +404,7 @@ LONG_RUN = textwrap.dedent(
     it = iter(pipe)
     if mode != "starting":             # "starting": report at once, while workers start up
         first = next(it)
-    print("PIDS", os.getpid(), *pipe._runtime.executor.worker_pids(), flush=True)
+    print("PIDS", os.getpid(), *testing.worker_pids(pipe), flush=True)
     if mode == "starting":
         time.sleep(120)
     if mode == "idle":

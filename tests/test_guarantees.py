@@ -22,6 +22,7 @@ import numpy as np
 import pytest
 
 import feedline as fl
+from feedline import testing
 
 N = 37  # not a multiple of any batch size used here, so every epoch ends with a remainder
 WORKERS = 2
@@ -316,11 +317,11 @@ def test_process_workers_persist_across_epochs(no_leaks):
     pipe = fl.from_arrays(np.arange(N)).map(lambda x: os.getpid(), backend="process", workers=2).batch(2)
     with pipe:
         first = indices(list(pipe))
-        executor = pipe._runtime.executor
+        executor = testing.executor(pipe)
         pids = executor.worker_pids()
         second = indices(list(pipe))
         third = indices(list(pipe))
-        assert pipe._runtime.executor is executor
+        assert testing.executor(pipe) is executor
         assert executor.worker_pids() == pids
     assert len(set(pids)) == 2 and os.getpid() not in pids
     assert set(first) | set(second) | set(third) <= set(pids), "an epoch ran on processes other than the first epoch's workers"
@@ -330,10 +331,10 @@ def test_thread_workers_persist_across_epochs(no_leaks):
     pipe = fl.from_arrays(np.arange(N)).map(lambda x: threading.get_ident(), backend="thread", workers=2).batch(2)
     with pipe:
         first = indices(list(pipe))
-        executor = pipe._runtime.executor
+        executor = testing.executor(pipe)
         idents = {t.ident for t in executor.threads}
         second = indices(list(pipe))
-        assert pipe._runtime.executor is executor
+        assert testing.executor(pipe) is executor
         assert {t.ident for t in executor.threads} == idents
         assert all(t.is_alive() for t in executor.threads)
     assert len(idents) == 2 and threading.get_ident() not in idents
@@ -613,6 +614,7 @@ import os
 import pathlib
 import numpy as np
 import feedline as fl
+from feedline import testing
 
 def scale(x, rng):
     return x * 2 + rng.integers(0, 1, size=x.shape)
@@ -620,7 +622,7 @@ def scale(x, rng):
 pipe = fl.from_arrays(np.arange(4000).reshape(400, 10)).map(scale, backend="process", workers=2).batch(8)
 it = iter(pipe)
 first = next(it)
-print(os.getpid(), *pipe._runtime.executor.worker_pids(), flush=True)
+print(os.getpid(), *testing.worker_pids(pipe), flush=True)
 print(*first[0].tolist(), flush=True)
 """  # no `if __name__ == "__main__":` guard, no close(), and the epoch is left unfinished
 

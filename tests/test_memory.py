@@ -10,6 +10,7 @@ import pytest
 from conftest import rss_anon_bytes
 
 import feedline as fl
+from feedline import testing
 
 cloudpickle.register_pickle_by_value(__import__(__name__))
 
@@ -23,7 +24,9 @@ def touch_path(sample):
 
 
 def worker_pids(pipe) -> list[int]:
-    return [w.proc.pid for w in pipe._runtime.executor.pool if w is not None and w.ready]
+    """The pids of the pipeline's worker processes, once they can all take tasks."""
+    assert testing.wait_ready(pipe, 60), "the workers did not start"
+    return testing.worker_pids(pipe)
 
 
 def test_consumer_and_worker_memory_stay_flat_over_many_epochs(no_leaks):

@@ -22,6 +22,7 @@ import pytest
 from conftest import child_pids, rss_anon_bytes, snapshot
 
 import feedline as fl
+from feedline import testing
 from feedline.transport._transfer import SharedArrays, dumps_for_workers
 
 BLAS_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "VECLIB_MAXIMUM_THREADS", "NUMEXPR_NUM_THREADS")
@@ -90,6 +91,7 @@ USER_CODE = textwrap.dedent(
     import os, sys
     import numpy as np
     import feedline as fl
+    from feedline import testing
 
     MARKER = sys.argv[1]
     with open(MARKER, "a") as f:          # a worker that re-ran __main__ would add a line
@@ -119,7 +121,7 @@ USER_CODE = textwrap.dedent(
     values = [int(v) for batch in pipe for v in batch]
     print("RESULT", values, flush=True)
     print("BACKEND", pipe.stats().backend, pipe.stats().workers, flush=True)
-    print("WORKERS", *pipe._runtime.executor.worker_pids(), flush=True)
+    print("WORKERS", *testing.worker_pids(pipe), flush=True)
     # No close(): the interpreter's exit must release workers and shared memory.
     """
 )
@@ -322,7 +324,7 @@ def test_slow_consumer_keeps_few_slots_in_flight(no_leaks, gc_disabled):
     pipe = fl.from_arrays(data).map(lambda row: row * 2, backend="process", workers=2).batch(4)
     with pipe:
         it = iter(pipe)
-        executor, depth = pipe._runtime.executor, pipe._runtime.depth
+        executor, depth = testing.executor(pipe), testing.runtime(pipe).depth
         seen, most_in_flight, per_worker = set(), 0, {}
         for k in range(n_batches):
             batch = next(it)
@@ -354,7 +356,7 @@ def test_large_in_memory_array_reaches_workers_once_through_shared_memory(no_lea
     shared = SharedArrays()
     try:
         pipe_desc = fl.from_arrays(big).map(lambda row: row.sum()).batch(64)
-        small = dumps_for_workers(pipe_desc._plan.part, shared)
+        small = dumps_for_workers(pipe_desc.plan.part, shared)
         assert len(small) < 64 * 1024, f"the pickled plan is {len(small)} bytes: the array was copied into it"
         assert len(shared.names) == 1
     finally:
@@ -363,7 +365,7 @@ def test_large_in_memory_array_reaches_workers_once_through_shared_memory(no_lea
     with fl.from_arrays(big).map(lambda row: row.sum(), backend="process", workers=2).batch(64) as pipe:
         it = iter(pipe)
         got = np.concatenate([np.array(b) for b in it])
-        executor = pipe._runtime.executor
+        executor = testing.executor(pipe)
         assert len(executor.part_bytes) < 64 * 1024, f"{len(executor.part_bytes)} bytes sent to each worker"
         arrays = [n for n in os.listdir("/dev/shm") if n.startswith(f"feedline_{me}_a")]
         assert len(arrays) == 1, f"expected one shared copy of the array, found {arrays}"
@@ -392,7 +394,7 @@ def test_memory_mapped_array_is_reopened_by_workers_not_copied(kind, tmp_path, n
 
     shared = SharedArrays()
     try:
-        pickled = dumps_for_workers(fl.from_arrays(array)._plan.part, shared)
+        pickled = dumps_for_workers(fl.from_arrays(array).plan.part, shared)
         assert len(pickled) < 64 * 1024, f"the memory-mapped array was pickled whole ({len(pickled)} bytes)"
         assert shared.names == [], "the memory-mapped array was copied into shared memory instead of reopened"
     finally:
@@ -400,7 +402,7 @@ def test_memory_mapped_array_is_reopened_by_workers_not_copied(kind, tmp_path, n
 
     with fl.from_arrays(array).map(lambda row: row.sum(), backend="process", workers=2).batch(32) as pipe:
         got = np.concatenate([np.array(b) for b in pipe])
-        executor = pipe._runtime.executor
+        executor = testing.executor(pipe)
         assert not [n for n in os.listdir("/dev/shm") if n.startswith(f"feedline_{me}_a")]
         for pid in ready_worker_pids(executor):
             assert str(path) in mapped_paths(pid), f"worker {pid} did not memory-map {path}"
@@ -464,15 +466,15 @@ def test_time_to_first_batch_is_reported_in_stats(no_leaks):
 
 # ------------------------------------------------------------ warm start
 def test_warm_start_runs_tasks_in_the_consumer_until_a_worker_is_ready(no_leaks):
-    from feedline._plan import Task, run_task
-    from feedline.backends._process import ProcessExecutor
+    from feedline.worker import Task, run_task
+    from feedline.backends.process import ProcessExecutor
 
     def slow(x):
         time.sleep(0.02)  # 0.16 s per task: workers are up long before 8 tasks are done
         return x * 3, os.getpid()
 
     pipe = fl.from_arrays(np.arange(64)).map(slow).batch(8)
-    part = pipe._plan.part
+    part = pipe.plan.part
     shared = SharedArrays()
     executor = ProcessExecutor(None, 2, local_part=part)
     try:
@@ -501,5 +503,5 @@ def test_explicit_process_backend_never_runs_samples_in_the_consumer(no_leaks):
     pipe = fl.from_arrays(np.arange(64)).map(lambda x: os.getpid(), backend="process", workers=2).batch(8)
     with pipe:
         pids = {int(p) for b in pipe for p in b}
-        assert pipe._runtime.executor.local_part is None
+        assert testing.executor(pipe).local_part is None
     assert os.getpid() not in pids and len(pids) >= 1

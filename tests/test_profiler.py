@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import feedline as fl
-from feedline._autotune import MEMORY_BUDGET, DepthTuner
+from feedline.engine._autotune import MEMORY_BUDGET, DepthTuner
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 

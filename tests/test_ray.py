@@ -25,7 +25,7 @@ import pytest
 from conftest import snapshot
 
 import feedline as fl
-from feedline import SampleError, WorkerError
+from feedline import SampleError, WorkerError, testing
 
 ray = pytest.importorskip("ray")
 
@@ -189,7 +189,7 @@ def test_unpicklable_map_function_is_named_before_actors_start(ray_clean):
     pipe = fl.from_arrays(np.arange(8)).map(guarded, backend="ray", workers=1)
     with pytest.raises(TypeError, match="guarded"):
         iter(pipe)
-    assert pipe._runtime is None
+    assert testing.runtime(pipe) is None
 
 
 # ---------------------------------------------------------- back-pressure
@@ -224,7 +224,7 @@ def test_killed_ray_actor_is_replaced_and_the_epoch_still_has_every_sample_once(
     with pipe:
         it = iter(pipe)
         got = [snapshot(next(it)) for _ in range(3)]
-        executor = pipe._runtime.executor
+        executor = testing.executor(pipe)
         victim = executor.worker_pids()[0]
         os.kill(victim, signal.SIGKILL)
         got += [snapshot(b) for b in it]
@@ -247,7 +247,7 @@ def test_killed_ray_actor_holding_open_generator_shards_restarts_them_where_they
     with pipe:
         it = iter(pipe)
         got = [snapshot(next(it)) for _ in range(5)]
-        os.kill(pipe._runtime.executor.worker_pids()[0], signal.SIGKILL)
+        os.kill(testing.worker_pids(pipe)[0], signal.SIGKILL)
         got += [snapshot(b) for b in it]
         assert it.stats().worker_restarts >= 1, "the killed actor was never noticed and replaced"
     assert got == expected, "a generator epoch differs from serial after its actor was killed"
@@ -275,7 +275,7 @@ def test_sample_that_kills_every_actor_fails_with_worker_error_naming_it(ray_cle
 def test_close_kills_the_actors_and_leaves_none(ray_clean):
     pipe = pipeline(augment, "ray")
     list(pipe)
-    executor = pipe._runtime.executor
+    executor = testing.executor(pipe)
     pids, names = executor.worker_pids(), executor.actor_names()
     assert pids and len(names) == 2 and set(names) <= set(feedline_actors())
     pipe.close()
@@ -286,7 +286,7 @@ def test_close_kills_the_actors_and_leaves_none(ray_clean):
 def test_dropping_an_unclosed_ray_pipeline_releases_its_actors(ray_clean):
     pipe = pipeline(augment, "ray")
     list(pipe)
-    pids = pipe._runtime.executor.worker_pids()
+    pids = testing.worker_pids(pipe)
     del pipe
     assert wait_for(lambda: not any(pid_alive(p) for p in pids)), "actors of a dropped pipeline still run"
 
@@ -296,7 +296,7 @@ def test_stats_show_ray_actors_as_workers_with_spans_on_the_consumer_clock(ray_c
     pipe = pipeline(uneven, "ray")
     with pipe:
         it = iter(pipe)
-        assert pipe._runtime.executor.wait_ready(30), "the actors did not start"
+        assert testing.wait_ready(pipe, 30), "the actors did not start"
         start = time.perf_counter()
         list(it)
         end = time.perf_counter()
@@ -311,35 +311,79 @@ def test_stats_show_ray_actors_as_workers_with_spans_on_the_consumer_clock(ray_c
 
 # ------------------------------------------------------------ validation
 @pytest.mark.parametrize(
+    ("make", "error", "match"),
+    [
+        (lambda: fl.Ray(num_cpu=1), TypeError, "num_cpu"),
+        (lambda: fl.Ray(num_cpus=-1), ValueError, r"num_cpus=-1"),
+        (lambda: fl.Ray(num_gpus="one"), ValueError, "num_gpus"),
+        (lambda: fl.Ray(memory=0.5), ValueError, "memory"),
+        (lambda: fl.Ray(resources=["GPU"]), TypeError, "dict"),
+        (lambda: fl.Ray(address=6379), TypeError, "address"),
+    ],
+)
+def test_bad_ray_settings_are_rejected_when_written(make, error, match):
+    with pytest.raises(error, match=match):
+        make()
+
+
+def test_bad_ray_settings_are_rejected_on_the_map_line():
+    with pytest.raises(ValueError, match="num_cpus"):
+        fl.from_arrays(np.arange(4)).map(lambda x: x, backend=fl.Ray(num_cpus=-1))
+    with pytest.raises(ValueError, match=r"choose one of .*fl\.Ray"):
+        fl.from_arrays(np.arange(4)).map(lambda x: x, backend="ray-cluster")
+
+
+def test_ray_settings_are_kept_on_the_step_and_shown():
+    settings = fl.Ray(address="auto", num_cpus=0.5, memory=1 << 30)
+    pipe = fl.from_arrays(np.arange(4)).map(lambda x: x, backend=settings, workers=2)
+    step = pipe.steps[-1]
+    assert step.backend == "ray" and step.ray == settings
+    assert "backend=fl.Ray(address='auto', memory=1073741824, num_cpus=0.5)" in str(pipe)
+    assert fl.from_arrays(np.arange(4)).map(lambda x: x, backend="ray").steps[-1].ray == fl.Ray()
+
+
+# The older spelling, map(backend="ray", ray_address=..., ray_options={...}), still works and warns.
+def test_deprecated_ray_options_still_work_and_warn():
+    with pytest.warns(DeprecationWarning, match=r"backend=fl\.Ray"):
+        pipe = fl.from_arrays(np.arange(4)).map(lambda x: x, backend="ray", ray_options={"num_cpus": 1})
+    assert pipe.steps[-1].backend == "ray" and pipe.steps[-1].ray == fl.Ray(num_cpus=1)
+    assert "backend=fl.Ray(num_cpus=1)" in str(pipe)
+    with pytest.warns(DeprecationWarning, match="deprecated"):
+        pipe = fl.from_arrays(np.arange(4)).map(lambda x: x, backend="ray", ray_address="auto", ray_options={"num_gpus": 1})
+    assert pipe.steps[-1].ray == fl.Ray(address="auto", num_gpus=1)
+
+
+@pytest.mark.parametrize(
     ("kwargs", "error", "match"),
     [
         ({"backend": "ray", "ray_options": {"num_cpu": 1}}, ValueError, "num_cpu"),
         ({"backend": "ray", "ray_options": {"num_cpus": -1}}, ValueError, "num_cpus"),
         ({"backend": "ray", "ray_options": {"memory": 0.5}}, ValueError, "memory"),
         ({"backend": "ray", "ray_options": ["num_cpus"]}, TypeError, "dict"),
+        ({"backend": "thread", "ray_options": {"num_cpus": 1}}, ValueError, "backend='ray' only"),
         ({"backend": "process", "ray_options": {"num_cpus": 1}}, ValueError, "backend='ray' only"),
         ({"ray_address": "auto"}, ValueError, "backend='ray' only"),
     ],
 )
-def test_bad_ray_options_are_rejected_when_map_is_called(kwargs, error, match):
-    with pytest.raises(error, match=match):
+def test_bad_deprecated_ray_options_are_rejected_when_map_is_called(kwargs, error, match):
+    with pytest.warns(DeprecationWarning), pytest.raises(error, match=match):
         fl.from_arrays(np.arange(4)).map(lambda x: x, **kwargs)
 
 
-def test_ray_options_reach_the_actors(ray_clean):
+def test_ray_settings_reach_the_actors(ray_clean):
     def resources(_):
         return np.float64(ray.get_runtime_context().get_assigned_resources().get("CPU", 0.0))
 
-    pipe = fl.from_arrays(np.arange(4)).map(resources, backend="ray", workers=2, ray_options={"num_cpus": 0.5}).batch(4)
+    pipe = fl.from_arrays(np.arange(4)).map(resources, backend=fl.Ray(num_cpus=0.5), workers=2).batch(4)
     with pipe:
         assert next(iter(pipe)).tolist() == [0.5] * 4
 
 
 def test_actor_request_no_node_can_meet_is_reported_and_ends_in_worker_error(ray_clean, monkeypatch, caplog):
-    from feedline.backends import _ray as ray_backend
+    from feedline.backends.ray import _executor as ray_backend
 
     monkeypatch.setattr(ray_backend, "START_TIMEOUT", 2.0)  # instead of 120 s
-    pipe = fl.from_arrays(np.arange(8)).map(lambda x: x, backend="ray", workers=1, ray_options={"num_cpus": 64}).batch(4)
+    pipe = fl.from_arrays(np.arange(8)).map(lambda x: x, backend=fl.Ray(num_cpus=64), workers=1).batch(4)
     with pipe, caplog.at_level("WARNING", logger="feedline"), pytest.raises(WorkerError, match="no Ray actor .* started"):
         list(pipe)
     assert "CPU=64 (largest node: 2)" in caplog.text
@@ -369,9 +413,10 @@ def test_import_feedline_does_not_import_ray_and_a_missing_ray_names_the_extra()
 def test_backend_ray_without_ray_init_starts_a_local_instance_and_says_so():
     result = run_python("""
         import numpy as np, feedline as fl
+        from feedline import testing
         pipe = fl.from_arrays(np.arange(20)).map(lambda x: x * 2, backend="ray", workers=1).batch(10)
         print("OUT", [b.tolist() for b in pipe])
-        print("PIDS", pipe._runtime.executor.worker_pids())
+        print("PIDS", testing.worker_pids(pipe))
     """)
     assert result.returncode == 0, result.stderr[-2000:]
     assert "OUT [[0, 2, 4, 6, 8, 10, 12, 14, 16, 18], [20, 22, 24, 26, 28, 30, 32, 34, 36, 38]]" in result.stdout
@@ -396,7 +441,7 @@ def test_from_ray_dataset_reads_every_row_once_and_matches_thread_backend(ray_cl
     auto = build(None)
     with auto:
         got = [snapshot(b) for b in auto]
-        assert auto._runtime.backend == "ray", "a Ray Dataset source should run on Ray actors by default"
+        assert testing.runtime(auto).backend == "ray", "a Ray Dataset source should run on Ray actors by default"
         labels = sorted(int(v) for b in auto for v in b[1])
     assert labels == list(range(50))
     assert got == epochs(build("thread"), 1)[0]

@@ -153,7 +153,7 @@ def test_from_arrays_memory_mapped_array_is_not_copied_to_workers(tmp_path):
     pipe = fl.from_arrays(x).map(lambda r: r, backend="process", workers=1)
     shared = SharedArrays()
     try:
-        pickled = dumps_for_workers(pipe._plan.part, shared)
+        pickled = dumps_for_workers(pipe.plan.part, shared)
         assert shared.names == [], "a memory-mapped array was put in shared memory instead of reopened"
     finally:
         shared.close()
@@ -178,7 +178,7 @@ def test_from_arrays_large_in_memory_array_reaches_workers_through_shared_memory
     pipe = fl.from_arrays(x).map(lambda r: r, backend="process", workers=2)
     shared = SharedArrays()
     try:
-        pickled = dumps_for_workers(pipe._plan.part, shared)
+        pickled = dumps_for_workers(pipe.plan.part, shared)
         assert len(shared.names) == 1
     finally:
         shared.close()

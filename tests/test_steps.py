@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import feedline as fl
+from feedline import testing
 
 N = 23
 
@@ -262,10 +263,10 @@ def test_prefetch_depth_bounds_the_work_in_flight(backend, no_leaks):
     pipe = fl.from_arrays(np.arange(N)).map(lambda v: v, backend=backend, workers=2).batch(2).prefetch(3)
     with pipe:
         assert values(pipe) == list(range(N))
-        assert pipe._runtime.depth == 3
+        assert testing.runtime(pipe).depth == 3
         it = iter(pipe)
         next(it)
-        assert pipe._runtime.executor.outstanding() <= 3
+        assert testing.executor(pipe).outstanding() <= 3
         it.close()
 
 
@@ -442,7 +443,7 @@ def test_unpicklable_map_function_raises_before_any_worker_starts(no_leaks):
     with pipe, pytest.raises(TypeError, match="uses_lock") as info:
         iter(pipe)
     assert "backend='thread'" in str(info.value)
-    assert pipe._runtime is None, "a runtime (and its workers) was built for a pipeline that cannot be sent"
+    assert testing.runtime(pipe) is None, "a runtime (and its workers) was built for a pipeline that cannot be sent"
 
 
 def test_map_does_not_pass_rng_into_a_defaulted_second_parameter():

@@ -14,17 +14,18 @@ import importlib
 from typing import TYPE_CHECKING
 
 # Public names are imported on first use (PEP 562). A process worker imports
-# `feedline.backends._worker`, which imports this package first: keeping it
+# `feedline.backends.process._main`, which imports this package first: keeping it
 # lazy spares every worker the consumer-side modules (measured ~40 ms of a
 # ~150 ms worker start on the 2-core CI machine).
 _WHERE = {
     "DecodeError": "._errors",
-    "EpochIterator": "._iterator",
+    "EpochIterator": ".engine",
     "FeedlineError": "._errors",
-    "Pipeline": "._pipeline",
+    "Pipeline": ".pipeline",
+    "Ray": ".pipeline",
     "RemoteTraceback": "._errors",
     "SampleError": "._errors",
-    "Stats": "._stats",
+    "Stats": ".engine",
     "WorkerError": "._errors",
     "from_arrays": ".sources",
     "from_files": ".sources",
@@ -45,9 +46,8 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time see __getattr__
         SampleError,
         WorkerError,
     )
-    from ._iterator import EpochIterator
-    from ._pipeline import Pipeline
-    from ._stats import Stats
+    from .engine import EpochIterator, Stats
+    from .pipeline import Pipeline, Ray
     from .adapters.keras import from_keras_sequence
     from .sources import from_arrays, from_files, from_generator, from_sequence
     from .sources._ray import from_ray_dataset
@@ -74,6 +74,7 @@ __all__ = [
     "EpochIterator",
     "FeedlineError",
     "Pipeline",
+    "Ray",
     "RemoteTraceback",
     "SampleError",
     "Stats",

@@ -20,26 +20,11 @@ they all follow, so the four behave alike:
 
 from __future__ import annotations
 
-import importlib
-
 from .._errors import FeedlineError
+from ..pipeline._steps import Shard
+from .._optional import require
 
 __all__ = ["epoch_batches", "even_steps", "map_structure", "require", "steps_per_epoch"]
-
-
-def require(module: str, extra: str, purpose: str):
-    """Import ``module`` or raise an `ImportError` that names the extra to install.
-
-    >>> require("math", "none", "a doctest").sqrt(4.0)
-    2.0
-    """
-    try:
-        return importlib.import_module(module)
-    except ImportError as e:
-        raise ImportError(
-            f"{purpose} needs {module.split('.')[0]}, which cannot be imported here ({e}). "
-            f"Install it with: pip install 'feedline[{extra}]'"
-        ) from e
 
 
 def map_structure(fn, tree):
@@ -62,11 +47,7 @@ def map_structure(fn, tree):
 
 def _shards(pipe) -> list:
     """The `Shard` steps of ``pipe``, in order."""
-    # Reads the compiled plan (private to feedline, read-only here); see
-    # /tmp/requests_adapters.md for the public method this should become.
-    from .._steps import Shard
-
-    return [step for step in pipe._plan.index_steps if isinstance(step, Shard)]
+    return [step for step in pipe.steps if isinstance(step, Shard)]
 
 
 def even_steps(pipe, even: bool = True) -> int | None:

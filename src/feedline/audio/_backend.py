@@ -14,6 +14,8 @@ Importing ``feedline.audio`` does not import soundfile: ``LogMel`` and
 
 from __future__ import annotations
 
+from .._optional import require
+
 __all__ = ["EXTRA_HINT", "soundfile", "supported_formats"]
 
 EXTRA_HINT = 'install it with: pip install "feedline[audio]" (or pip install soundfile)'
@@ -25,11 +27,13 @@ def soundfile():
     """The ``soundfile`` module, imported once; ImportError naming the extra if missing."""
     global _module
     if _module is None:
+        # An OSError (soundfile is there but libsndfile is not) is left as is:
+        # it says what is missing. Only an ImportError gets the extra's name.
         try:
-            import soundfile as sf
-        except ImportError as e:  # OSError (no libsndfile) is left as is: it says what is missing
-            raise ImportError(f"feedline.audio decodes audio files with the soundfile package; {EXTRA_HINT}") from e
-        _module = sf
+            _module = require("soundfile", "audio", "feedline.audio (decoding audio files)")
+        except ImportError as e:
+            # docs/audio.md writes the command with double quotes, which also work in Windows' cmd
+            raise ImportError(f"{e} (in Windows' cmd: pip install \"feedline[audio]\"; or pip install soundfile)") from e.__cause__
     return _module
 
 

@@ -1,10 +1,18 @@
-"""The interface every execution backend implements."""
+"""The interface every execution backend implements, with its capabilities declared.
+
+The consumer (`feedline.engine`) calls `submit` for each task (at most the
+prefetch depth outstanding) and `wait` to collect finished ones in any
+order. Task keys are ``(generation, task number)``; the generation tells
+an abandoned epoch's results apart, and `cancel` drops them. What an
+executor can do beyond that is an attribute or method here with a neutral
+default, never guessed with ``hasattr``.
+"""
 
 from __future__ import annotations
 
 from typing import NamedTuple
 
-__all__ = ["Event", "Executor", "requeue"]
+__all__ = ["Event", "Executor", "PartNotPicklable"]
 
 
 class Event(NamedTuple):
@@ -14,17 +22,26 @@ class Event(NamedTuple):
     result: object
 
 
+class PartNotPicklable(Exception):
+    """The pipeline could not be pickled for workers in other processes; the cause is chained."""
+
+
 class Executor:
     """Runs tasks for one pipeline; workers live as long as the executor.
 
-    The consumer calls `submit` for each task (at most the prefetch depth
-    outstanding) and `wait` to collect finished ones in any order. Task keys
-    carry an iterator generation so results of an abandoned epoch can be
-    told apart and dropped.
+    Attributes:
+        name: the backend's name, as given to ``map(backend=...)``.
+        workers: how many tasks may run at once.
+        cores: cores the workers can use (the machine's, or a Ray cluster's).
+        note: how the worker count was arrived at, for the report (or "").
+        restarts: workers replaced after dying with work in hand, so far.
     """
 
     name = "base"
     workers = 1
+    cores = 1
+    note = ""
+    restarts = 0
 
     def submit(self, key: tuple, task, affinity: int | None = None) -> None:
         """Queue ``task``; ``affinity`` pins tasks of one stream shard to one worker."""
@@ -41,20 +58,16 @@ class Executor:
     def cancel(self, generation: int) -> None:
         """Forget the unreturned tasks of ``generation``: their results are dropped."""
 
+    def set_window_share(self, tasks: int) -> None:
+        """At most ``tasks`` may be handed to one worker at once (executors that bind tasks late use it)."""
+
+    def worker_pids(self) -> list[int]:
+        """Process ids of the workers (empty for in-process backends)."""
+        return []
+
+    def wait_ready(self, timeout: float | None = None) -> bool:
+        """Block until every worker can take tasks; False on timeout (benchmarks and tests)."""
+        return True
+
     def close(self) -> None:
         """Stop the workers and release every resource; idempotent."""
-
-
-def requeue(backlog, redo, position: int, shard_positions: dict) -> None:
-    """Put the unfinished tasks of a dead worker back at the front of ``backlog``.
-
-    Indexed tasks go to any worker; a generator shard's tasks stay with the
-    worker's replacement (``position``) and restart the shard where its last
-    delivered result left it, so no streamed sample is repeated or lost.
-    """
-    restarted = set()
-    for _, task in redo:
-        if task.shard is not None and task.shard not in restarted:
-            restarted.add(task.shard)
-            task.start = shard_positions.get((task.epoch, task.shard), task.start or 0)
-    backlog.extendleft(reversed([(key, task, position if task.shard is not None else None) for key, task in redo]))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import collections
 
-from .._plan import run_task
+from ..worker import run_task
 from ._base import Event, Executor
 
 __all__ = ["SerialExecutor"]

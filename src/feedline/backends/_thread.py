@@ -16,7 +16,7 @@ import itertools
 import queue
 import threading
 
-from .._plan import Result, _error_info, run_task
+from ..worker import Result, TaskError, run_task
 from ._base import Event, Executor
 
 __all__ = ["ThreadExecutor"]
@@ -53,7 +53,7 @@ class ThreadExecutor(Executor):
             try:
                 result = run_task(self.part, task, streams=streams)
             except BaseException as exc:  # reported to the consumer, never swallowed
-                result = Result(error=_error_info(exc, None, None, "worker"))
+                result = Result(error=TaskError.from_exception(exc))
             result.worker = n
             self.results.put((n, key, result))
 

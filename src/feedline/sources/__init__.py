@@ -1,19 +1,25 @@
-"""Where samples come from: random-access sources and sharded generators."""
+"""Sources: where samples come from, read by integer index (or streamed, for generators).
 
-from ._arrays import ArraySource, from_arrays
-from ._base import Source
-from ._files import FileSource, from_files
-from ._generator import GeneratorSource, from_generator
-from ._sequence import SequenceSource, from_sequence
+Imported lazily (PEP 562): a worker unpickles a source class from its own
+module and should not import the `from_*` factories, which import the
+pipeline facade.
+"""
 
-__all__ = [
-    "ArraySource",
-    "FileSource",
-    "GeneratorSource",
-    "SequenceSource",
-    "Source",
-    "from_arrays",
-    "from_files",
-    "from_generator",
-    "from_sequence",
-]
+import importlib
+
+_WHERE = {
+    "ArraySource": "._arrays", "from_arrays": "._arrays",
+    "FileSource": "._files", "from_files": "._files",
+    "GeneratorSource": "._generator", "from_generator": "._generator",
+    "SequenceSource": "._sequence", "from_sequence": "._sequence",
+    "Source": "._base",
+}
+
+__all__ = sorted(_WHERE)
+
+
+def __getattr__(name: str):
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module 'feedline.sources' has no attribute {name!r}")
+    return getattr(importlib.import_module(module, __name__), name)

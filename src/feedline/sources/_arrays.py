@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import numpy as np
 
+from ..pipeline._pipeline import Pipeline
 from ._base import Source
 
-if TYPE_CHECKING:
-    from .._pipeline import Pipeline
 
 __all__ = ["ArraySource", "from_arrays"]
 
@@ -57,7 +54,7 @@ class ArraySource(Source):
         return f"from_arrays({shapes})"
 
 
-def from_arrays(*arrays, **named) -> "Pipeline":
+def from_arrays(*arrays, **named) -> Pipeline:
     """A pipeline over the rows of one or more arrays of equal length.
 
     ``from_arrays(x)`` yields rows of ``x``; ``from_arrays(x, y)`` yields
@@ -73,8 +70,6 @@ def from_arrays(*arrays, **named) -> "Pipeline":
     >>> [b[1].tolist() for b in fl.from_arrays(x, y).batch(2)]
     [[0, 1], [0]]
     """
-    from .._pipeline import Pipeline
-
     keys = None
     if len(arrays) == 1 and isinstance(arrays[0], dict) and not named:
         named = arrays[0]

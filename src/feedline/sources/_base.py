@@ -17,10 +17,24 @@ class Source:
         gather: optional bulk read ``gather(indices, alloc) -> batch``; when
             a pipeline has no per-sample step, batches are read with one call
             instead of one `read` per sample.
+        user_code: True when reading a sample runs the user's Python (a
+            sequence's ``__getitem__``, a generator), which the backend
+            choice must treat like a ``map``.
+        needs_ray: True when samples can be read only where Ray is connected
+            (a Ray Dataset's blocks): the runtime then runs the work on Ray.
     """
 
     streaming = False
     gather = None
+    user_code = False
+    needs_ray = False
+
+    def prepare(self) -> None:
+        """Get ready to be read, in the consumer, before any worker starts (e.g. write a cache)."""
+
+    def file_of(self, index: int) -> str | None:
+        """The file that holds sample ``index``, for sources of files (else None)."""
+        return None
 
     def __len__(self) -> int:
         raise NotImplementedError

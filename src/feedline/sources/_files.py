@@ -2,17 +2,14 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import glob
 import os
 
 import numpy as np
 
+from ..pipeline._pipeline import Pipeline
 from ._base import Source
 
-if TYPE_CHECKING:
-    from .._pipeline import Pipeline
 
 __all__ = ["FileSource", "from_files"]
 
@@ -46,6 +43,9 @@ class FileSource(Source):
             return self.path(index)
         return self.path(index), self.labels[index]
 
+    def file_of(self, index: int) -> str:
+        return self.path(index)
+
     def where(self, index: int) -> str:
         return self.path(index)
 
@@ -72,7 +72,7 @@ def _expand(pattern_or_paths) -> list:
     return paths
 
 
-def from_files(pattern_or_paths, labels=None) -> "Pipeline":
+def from_files(pattern_or_paths, labels=None) -> Pipeline:
     """A pipeline over file paths: a glob pattern, a directory, or a list.
 
     A pattern or directory is expanded and sorted, so the order (and every
@@ -84,8 +84,6 @@ def from_files(pattern_or_paths, labels=None) -> "Pipeline":
         FileNotFoundError: a pattern matches no file.
         ValueError: labels of the wrong length.
     """
-    from .._pipeline import Pipeline
-
     paths = _expand(pattern_or_paths)
     if labels is not None:
         if callable(labels):

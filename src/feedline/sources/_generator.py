@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import inspect
 
+from ..pipeline._pipeline import Pipeline
 from ._base import Source
 
-if TYPE_CHECKING:
-    from .._pipeline import Pipeline
 
 __all__ = ["GeneratorSource", "from_generator"]
 
@@ -24,6 +21,7 @@ class GeneratorSource(Source):
     """
 
     streaming = True
+    user_code = True  # the factory's generator is user code
 
     def __init__(self, factory, num_shards: int):
         self.factory = factory
@@ -44,7 +42,7 @@ class GeneratorSource(Source):
         return f"from_generator({name}, num_shards={self.num_shards})"
 
 
-def from_generator(factory, num_shards: int = 1) -> "Pipeline":
+def from_generator(factory, num_shards: int = 1) -> Pipeline:
     """A pipeline over a stream: ``factory(shard, num_shards)`` yields samples.
 
     Use it for data that cannot be indexed (a database cursor, a web
@@ -56,8 +54,6 @@ def from_generator(factory, num_shards: int = 1) -> "Pipeline":
         TypeError: ``factory`` is not callable with ``(shard, num_shards)``.
         ValueError: ``num_shards`` < 1.
     """
-    from .._pipeline import Pipeline
-
     if not callable(factory):
         raise TypeError(f"from_generator() needs a function factory(shard, num_shards); got {type(factory).__name__}")
     if inspect.isgenerator(factory) or inspect.isgeneratorfunction(factory) and _arity(factory) < 2:

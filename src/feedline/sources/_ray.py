@@ -13,7 +13,7 @@ to disk when full). A dataset too large for that is better read with
 Each reader (an actor of ``backend="ray"``, or the consumer's threads) fetches
 a block once and keeps the last `CACHED_BLOCKS` as NumPy columns; on the
 same node that is a zero-copy view of the object store. Block references
-travel inside the pickled pipeline (see `feedline.backends._ray_worker`), so
+travel inside the pickled pipeline (see `feedline.backends.ray._actor`), so
 Ray keeps the blocks alive while any reader exists.
 """
 
@@ -21,14 +21,11 @@ from __future__ import annotations
 
 import collections
 import threading
-from typing import TYPE_CHECKING
-
 import numpy as np
 
+from ..pipeline._pipeline import Pipeline
 from ._base import Source
 
-if TYPE_CHECKING:
-    from .._pipeline import Pipeline
 
 __all__ = ["RayDatasetSource", "from_ray_dataset"]
 
@@ -115,8 +112,6 @@ def from_ray_dataset(dataset) -> Pipeline:
         ImportError: Ray is not installed (``pip install 'feedline[ray]'``).
         TypeError: ``dataset`` is not a Ray Dataset.
     """
-    from .._pipeline import Pipeline
-
     try:
         import ray
         import ray.data

@@ -2,18 +2,17 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
+from ..pipeline._pipeline import Pipeline
 from ._base import Source
 
-if TYPE_CHECKING:
-    from .._pipeline import Pipeline
 
 __all__ = ["SequenceSource", "from_sequence"]
 
 
 class SequenceSource(Source):
     """Samples are ``obj[i]`` for ``i`` in ``range(len(obj))``."""
+
+    user_code = True  # obj[i] is user code
 
     def __init__(self, obj):
         self.obj = obj
@@ -28,7 +27,7 @@ class SequenceSource(Source):
         return f"from_sequence({type(self.obj).__name__}, len={len(self)})"
 
 
-def from_sequence(obj) -> "Pipeline":
+def from_sequence(obj) -> Pipeline:
     """A pipeline over ``obj[0] ... obj[len(obj) - 1]``.
 
     ``obj`` is pickled once (with cloudpickle) and sent to each process
@@ -41,8 +40,6 @@ def from_sequence(obj) -> "Pipeline":
     >>> [int(b[0]) for b in fl.from_sequence([10, 20, 30]).batch(2)]
     [10, 30]
     """
-    from .._pipeline import Pipeline
-
     missing = [name for name in ("__len__", "__getitem__") if not hasattr(obj, name)]
     if missing:
         raise TypeError(

@@ -7,21 +7,14 @@ the core needs only NumPy, and pyarrow is a large import (~0.2 s).
 from __future__ import annotations
 
 import functools
-import importlib
+
+from .._optional import require
 
 __all__ = ["pyarrow", "pyarrow_ipc", "pyarrow_parquet"]
 
-_INSTALL = "pip install 'feedline[store]'"
-
 
 def _load(module: str):
-    try:
-        return importlib.import_module(module)
-    except ImportError as exc:
-        raise ImportError(
-            f"feedline's store (and its Parquet and Hugging Face readers) needs pyarrow, which is not "
-            f"installed ({exc}); install it with: {_INSTALL}"
-        ) from exc
+    return require(module, "store", "feedline's store (and its Parquet and Hugging Face readers)", package="pyarrow")
 
 
 @functools.cache

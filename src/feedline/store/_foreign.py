@@ -35,16 +35,13 @@ import glob
 import json
 import os
 import threading
-from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ..pipeline._pipeline import Pipeline
 from ..sources._base import Source
 from ._deps import pyarrow, pyarrow_ipc, pyarrow_parquet
 from ._errors import StoreError
-
-if TYPE_CHECKING:
-    from .._pipeline import Pipeline
 
 __all__ = ["ArrowFilesSource", "ParquetSource", "from_hf_dataset", "from_parquet", "value_reader"]
 
@@ -239,7 +236,7 @@ class ArrowFilesSource(Source):
         return f"from_hf_dataset({os.path.dirname(self.files[0])!r}, {len(self)} rows, columns {self.columns})"
 
 
-def from_hf_dataset(path, columns=None, *, decode_images: bool = True) -> "Pipeline":
+def from_hf_dataset(path, columns=None, *, decode_images: bool = True) -> Pipeline:
     """A pipeline over a Hugging Face ``datasets`` dataset on disk, read in place.
 
     Args:
@@ -258,8 +255,6 @@ def from_hf_dataset(path, columns=None, *, decode_images: bool = True) -> "Pipel
         StoreError: no such folder, a ``DatasetDict`` folder (pick a
             split), no Arrow files, or a column that does not exist.
     """
-    from .._pipeline import Pipeline
-
     files, features = _hf_files(os.fspath(path))
     rows, names = [], None
     for file in files:
@@ -356,7 +351,7 @@ class ParquetSource(Source):
         return f"from_parquet({len(self.files)} files, {len(self)} rows, {sum(len(g) for g in self.groups)} row groups, columns {self.columns})"
 
 
-def from_parquet(path_or_glob, columns=None) -> "Pipeline":
+def from_parquet(path_or_glob, columns=None) -> Pipeline:
     """A pipeline over the rows of Parquet files, read in place.
 
     Random access is by row group: a read decodes the row's whole row
@@ -376,8 +371,6 @@ def from_parquet(path_or_glob, columns=None) -> "Pipeline":
     Raises:
         StoreError: no files match, a file is not Parquet, or a column is missing.
     """
-    from .._pipeline import Pipeline
-
     pa, pq = pyarrow(), pyarrow_parquet()
     files = _parquet_files(path_or_glob)
     groups, names = [], None

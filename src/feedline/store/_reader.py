@@ -29,19 +29,16 @@ from __future__ import annotations
 import bisect
 import os
 import threading
-from typing import TYPE_CHECKING
-
 import numpy as np
 
 from ..sources._base import Source
+from ..pipeline._pipeline import Pipeline
 from ._deps import pyarrow, pyarrow_ipc
 from ._errors import StoreError
 from ._fields import Column, FieldSpec
 from ._format import read_manifest
 from ._structure import describe, rebuild, skeleton_of
 
-if TYPE_CHECKING:
-    from .._pipeline import Pipeline
 
 __all__ = ["Store", "from_store", "open_store"]
 
@@ -294,7 +291,7 @@ def open_store(path) -> Store:
     return Store(path)
 
 
-def from_store(path) -> "Pipeline":
+def from_store(path) -> Pipeline:
     """A pipeline over the samples of a store written by ``feedline convert`` or `StoreWriter`.
 
     Samples come in the structure they were written (e.g. ``{"image": ...,
@@ -315,6 +312,4 @@ def from_store(path) -> "Pipeline":
     >>> [b[1].tolist() for b in fl.from_store(path).batch(2)]
     [[0, 1], [2, 3], [4]]
     """
-    from .._pipeline import Pipeline
-
     return Pipeline(Store(path))

@@ -10,16 +10,13 @@ from __future__ import annotations
 import functools
 import importlib
 
-__all__ = ["cv2", "optional_cv2", "pil_image", "simplejpeg"]
+from .._optional import require
 
-_INSTALL = "install the image extra: pip install 'feedline[vision]'"
+__all__ = ["cv2", "optional_cv2", "pil_image", "simplejpeg"]
 
 
 def _load(module: str, package: str, purpose: str):
-    try:
-        return importlib.import_module(module)
-    except ImportError as exc:
-        raise ImportError(f"feedline.vision needs {package} {purpose}, and it is not installed ({exc}); {_INSTALL}") from exc
+    return require(module, "vision", f"feedline.vision ({purpose})", package=package)
 
 
 @functools.cache
@@ -31,7 +28,7 @@ def simplejpeg():
 @functools.cache
 def cv2():
     """OpenCV: PNG decoding and resizing."""
-    return _load("cv2", "OpenCV (opencv-python-headless)", "to decode PNG and to resize")
+    return _load("cv2", "opencv-python-headless (OpenCV)", "to decode PNG and to resize")
 
 
 @functools.cache

@@ -2,8 +2,8 @@
 
 Collected always, at a cost of a few clock reads per batch and per sample
 (measured in benchmarks/RESULTS.md). `str(stats)` adds the verdict and
-advice from `feedline._report`; `save_trace` and `save_plot` (in
-`feedline._trace`) draw the same numbers.
+advice from `feedline.engine._report`; `save_trace` and `save_plot` (in
+`feedline.engine._trace`) draw the same numbers.
 
 Time-stamped records (one per task and per batch) are kept in bounded
 deques, so a long epoch keeps its most recent `TIMELINE` entries and the
@@ -90,7 +90,7 @@ class Stats:
         return self.wait_seconds / self.wall_seconds if self.wall_seconds else None
 
     def verdict(self):
-        """The analysis of these numbers (see `feedline._report.Verdict`)."""
+        """The analysis of these numbers (see `feedline.engine._report.Verdict`)."""
         from ._report import analyse
 
         return analyse(self)

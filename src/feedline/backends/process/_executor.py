@@ -8,15 +8,16 @@ receive the pipeline by value (cloudpickle), so one code path serves every
 OS, and what passes on Linux is what a Windows user gets.
 
 Protocol:
-- Start: the executor opens a `Listener` (a Unix socket, a named pipe on
-  Windows) with a random auth key, starts N subprocesses and writes each a
-  bootstrap record on stdin. A helper thread accepts connections and does
-  the handshake (hello in, the pickled `WorkerPart` out, once it is known);
+- Start: the executor checks that the `WorkerPart` pickles, opens a
+  `Listener` (a Unix socket, a named pipe on Windows) with a random auth
+  key, starts N subprocesses and writes each a bootstrap record on stdin,
+  then pickles the part (sharing large arrays) while they start. A helper thread accepts connections and does
+  the handshake (`Hello` in, `SendPart` out, once the part is pickled);
   every other step happens in the consumer's thread inside `submit`/`wait`,
   so there is no lock (the two threads share only a queue of connections).
-  A worker answers ready; tasks are dispatched to ready workers as soon as
+  A worker answers `Ready`; tasks are dispatched to ready workers as soon as
   each is up (the first batch does not wait for the slowest worker).
-- Warm start (only when feedline chose processes itself, see `_runtime`):
+- Warm start (only when feedline chose processes itself, see `feedline.engine`):
   while no worker is ready, `wait` runs the next waiting task in the
   consumer's thread instead of idling, so the first batch does not wait for
   interpreter start-up. A task is taken out of the backlog before it runs,
@@ -34,9 +35,11 @@ Protocol:
   with an error naming the sample (read from the worker's status word in
   shared memory) and the exit signal. Names of segments the dead worker had
   not yet handed over are swept.
-- Shutdown: ``("stop",)`` to each worker, a grace period, then terminate and
-  kill; the listener closes and the accept thread is woken. Workers also
-  exit by themselves when the consumer dies (see `_worker`).
+- Shutdown: `Stop` to each worker, a grace period, then terminate and
+  kill; the accept thread is woken by a connection attempt bounded in time
+  (it can never block close, whatever the number of workers still
+  connecting) and the listener closes. Workers also exit by themselves when
+  the consumer dies (see `_main`).
 """
 
 from __future__ import annotations
@@ -56,17 +59,18 @@ from multiprocessing.connection import Client, Listener, wait as wait_connection
 import cloudpickle
 import numpy as np
 
-from .._errors import WorkerError
-from .._plan import Result, run_task
-from ..transport._shm import Segment, segment_prefix, sweep, unlink
-from ..transport._slots import SlotReader
-from ._base import Event, Executor, requeue
-from ._worker import _BLAS_VARS
+from ..._errors import WorkerError
+from ...transport._shm import Segment, segment_prefix, sweep, unlink
+from ...transport._slots import SlotReader
+from ...transport._transfer import SharedArrays, check_picklable, dumps_for_workers
+from ...worker import Result, TaskError, run_task
+from ...worker._protocol import Done, Hello, PartError, Ready, Release, RunTask, SendPart, Stop
+from .._base import Event, Executor, PartNotPicklable
+from .._pool import MAX_ATTEMPTS, TaskPool
+from ._main import BLAS_VARS
 
 __all__ = ["MAX_ATTEMPTS", "ProcessExecutor"]
 
-MAX_ATTEMPTS = 3  # a task that kills its worker this many times fails instead of looping
-PER_WORKER = 2  # default tasks per worker (one running, one queued); the runtime sets its share of the window
 START_TIMEOUT = 60.0  # seconds a worker may take to import and connect
 _worker_ids = itertools.count()
 # glibc's default heap thresholds make a fresh interpreter hand temporaries of a
@@ -75,7 +79,7 @@ _worker_ids = itertools.count()
 # grown heap; ours start fresh, so keep freed memory up to these bounds per worker.
 # Other C libraries ignore the variables; the user's own settings win.
 _MALLOC_VARS = {"MALLOC_TRIM_THRESHOLD_": str(128 << 20), "MALLOC_MMAP_THRESHOLD_": str(16 << 20)}
-_WORKER_CODE = "from feedline.backends._worker import main; main()"
+_WORKER_CODE = "from feedline.backends.process._main import main; main()"
 
 
 def describe_exit(code: int | None) -> str:
@@ -110,54 +114,53 @@ class _Worker:
 class ProcessExecutor(Executor):
     name = "process"
 
-    def __init__(self, part_bytes: bytes | None, workers: int, describe_index=None, local_part=None):
-        # part_bytes may be set after construction: workers are spawned first so
-        # that pickling (and sharing large arrays) overlaps their start-up.
-        self._part_bytes = part_bytes
+    def __init__(self, part, workers: int, local_part=None):
+        try:
+            check_picklable(part)  # cheap, and before any worker starts
+        except Exception as e:
+            raise PartNotPicklable(str(e)) from e
+        self._part_bytes = None
         self.part_known = threading.Event()
-        if part_bytes is not None:
-            self.part_known.set()
         # Warm start: while no worker is ready, the consumer runs tasks itself
         # (see `_run_locally`); None keeps all user code out of this process.
         self.local_part = local_part
-        self.per_worker = PER_WORKER
+        self.tasks = TaskPool()  # backlog, late binding, attempts, cancelled generations
         self.workers = workers
-        self.describe_index = describe_index or (lambda index: None)
+        self.describe_index = part.source.where
         self.prefix = segment_prefix()
         self.authkey = os.urandom(32)
-        self.listener = Listener(authkey=self.authkey)
+        # Backlog: every worker may be connecting at once (a backlog of 1 made
+        # connections queue in the kernel, and a wake-up connect block, at 8+).
+        self.listener = Listener(authkey=self.authkey, backlog=max(16, workers + 1))
         self.accepted: queue.SimpleQueue = queue.SimpleQueue()
         self.wake_r, self.wake_w = _wake_pipe()
         self.closing = False
         self.released: collections.deque = collections.deque()
-        self.backlog: collections.deque = collections.deque()
-        self.attempts: dict = collections.Counter()
-        self.failures: list = []  # Events for tasks that cannot be redone
-        self.cancelled: set[int] = set()
         self.pool: list[_Worker | None] = [None] * workers
         self.by_id: dict[int, _Worker] = {}
         self.restarts = 0  # workers replaced after dying with work in hand
         self.start_failures = 0  # workers that died before becoming ready
-        self.shard_positions: dict = {}  # (epoch, shard) -> raw position after the last result
         self.acceptor = threading.Thread(target=self._accept_loop, name="feedline-accept", daemon=True)
         self.acceptor.start()
+        self.shared = SharedArrays()
         for position in range(workers):
             self._spawn(position)
-
-    @property
-    def part_bytes(self) -> bytes | None:
-        return self._part_bytes
-
-    @part_bytes.setter
-    def part_bytes(self, value: bytes) -> None:
-        self._part_bytes = value
+        # Pickling (and sharing large arrays) overlaps the interpreters' start-up.
+        try:
+            self._part_bytes = dumps_for_workers(part, self.shared)
+        except Exception as e:
+            self.close()
+            raise PartNotPicklable(str(e)) from e
         self.part_known.set()  # the accept thread may now hand the pipeline to waiting workers
+
+    def set_window_share(self, tasks: int) -> None:
+        self.tasks.per_worker = tasks
 
     # ----------------------------------------------------------------- start
     def _spawn(self, position: int) -> None:
         wid = next(_worker_ids)
         env = dict(os.environ)
-        for var in _BLAS_VARS:
+        for var in BLAS_VARS:
             env.setdefault(var, "1")  # one BLAS thread per worker: N workers x N threads thrash
         for var, value in _MALLOC_VARS.items():
             env.setdefault(var, value)
@@ -200,7 +203,7 @@ class ProcessExecutor(Executor):
                 if self.closing:
                     conn.close()
                     return
-                conn.send(("part", self._part_bytes))
+                conn.send(SendPart(self._part_bytes))
             except (EOFError, OSError):
                 conn.close()  # it died before saying hello; the start-up check sees its exit
                 continue
@@ -210,16 +213,16 @@ class ProcessExecutor(Executor):
     def _take_accepted(self) -> None:
         while True:
             try:
-                conn, (kind, wid, pid, status_name) = self.accepted.get_nowait()
+                conn, hello = self.accepted.get_nowait()
             except queue.Empty:
                 return
-            worker = self.by_id.get(wid)
+            worker = self.by_id.get(hello.worker_id)
             if worker is None:
                 conn.close()
                 continue
             worker.conn = conn
-            worker.status = Segment.attach(status_name)
-            unlink(status_name)
+            worker.status = Segment.attach(hello.status_segment)
+            unlink(hello.status_segment)
 
     def _run_locally(self) -> Event | None:
         """Warm start: run the next waiting task in this thread while no worker is ready.
@@ -234,56 +237,43 @@ class ProcessExecutor(Executor):
         if self.local_part is None:
             return None
         for worker in [w for w in self.pool if w is not None and w.conn is not None and not w.ready]:
-            try:  # a starting worker's only messages are "ready" and "part_error"
+            try:  # a starting worker's only messages are Ready and PartError
                 if worker.conn.poll(0):
                     self._on_message(worker, cloudpickle.loads(worker.conn.recv_bytes()))
             except (EOFError, OSError):
                 self._on_death(worker)
         if any(w is not None and w.ready for w in self.pool):
+            self.local_part = None  # the workers are up: warm start is over, no check per batch from now on
             return None
-        for number, (key, task, affinity) in enumerate(self.backlog):
-            if affinity is None and key[0] not in self.cancelled:
-                del self.backlog[number]
-                break
-        else:
+        taken = self.tasks.take_unpinned()
+        if taken is None:
             return None
+        key, task = taken
         result = run_task(self.local_part, task)
         result.worker = -1  # the consumer
         return Event(key, result)
 
     # ------------------------------------------------------------- dispatch
     def submit(self, key, task, affinity=None):
-        self.backlog.append((key, task, affinity))
+        self.tasks.add(key, task, affinity)
         self._dispatch()
 
     def _dispatch(self) -> None:
         self._send_releases()
-        kept = collections.deque()
-        while self.backlog:
-            key, task, affinity = self.backlog.popleft()
-            if key[0] in self.cancelled:
-                continue
-            if affinity is not None:
-                worker = self.pool[affinity % self.workers]
-                if worker is None or not worker.ready:
-                    kept.append((key, task, affinity))
-                    continue
-            else:
-                # Late binding: a worker holds at most its share of the prefetch
-                # window; the rest wait here and go to whichever worker frees up
-                # first, so a worker that is up first cannot take the whole window
-                # and the end of the epoch stays balanced.
-                ready = [w for w in self.pool if w is not None and w.ready and len(w.outstanding) < self.per_worker]
-                if not ready:
-                    kept.append((key, task, affinity))
-                    continue
-                worker = min(ready, key=lambda w: len(w.outstanding))
-            worker.outstanding[key] = task
-            try:
-                worker.conn.send(("task", key, task))
-            except OSError:
-                pass  # its death is handled when wait() sees the EOF
-        self.backlog = kept
+        self.tasks.dispatch(self._pick, self._send)
+
+    def _pick(self, key, task, affinity) -> _Worker | None:
+        if affinity is not None:
+            worker = self.pool[affinity % self.workers]
+            return worker if worker is not None and worker.ready else None
+        return self.tasks.least_loaded(self.pool, lambda w: w.ready, lambda w: len(w.outstanding))
+
+    def _send(self, worker: _Worker, key, task) -> None:
+        worker.outstanding[key] = task
+        try:
+            worker.conn.send(RunTask(key, task))
+        except OSError:
+            pass  # its death is handled when wait() sees the EOF
 
     def _send_releases(self) -> None:
         if not self.released:
@@ -296,13 +286,13 @@ class ProcessExecutor(Executor):
             worker = self.by_id.get(wid)
             if worker is not None and worker.ready:
                 try:
-                    worker.conn.send(("release", slots))
+                    worker.conn.send(Release(slots))
                 except OSError:
                     pass
 
     # ------------------------------------------------------------- collect
     def wait(self, timeout):
-        events, self.failures = self.failures, []
+        events = self.tasks.take_failures()
         if events:
             return events
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -339,36 +329,35 @@ class ProcessExecutor(Executor):
                     self._on_death(worker)
                 elif time.monotonic() - worker.started > START_TIMEOUT and worker.conn is None:
                     raise WorkerError(f"a process worker did not start within {START_TIMEOUT:.0f} s; is the machine overloaded?")
-            events.extend(self.failures)
-            self.failures = []
+            events.extend(self.tasks.take_failures())
             self._dispatch()
             if events or (deadline is not None and time.monotonic() >= deadline):
                 return events
 
     def _on_message(self, worker: _Worker, message) -> list:
-        kind = message[0]
-        if kind == "ready":
+        if isinstance(message, Ready):
             worker.ready = True
             return []
-        if kind == "part_error":
+        if isinstance(message, PartError):
             self.close()
             raise WorkerError(
                 "a process worker could not load the pipeline (its functions are unpickled "
                 "in a fresh interpreter, so every module they use must be importable there):\n"
-                + message[1]
+                + message.traceback
             )
-        _, key, result, fields = message
+        if not isinstance(message, Done):
+            raise WorkerError(f"a process worker sent an unexpected message: {type(message).__name__}")
+        key, result, fields = message.key, message.result, message.fields
         result.worker = worker.position
         task = worker.outstanding.pop(key, None)
-        self.attempts.pop(key, None)
-        if task is not None and task.shard is not None:
-            self.shard_positions[(task.epoch, task.shard)] = result.consumed
+        if task is not None:
+            self.tasks.finished(key, task, result.consumed)
         if fields is not None:
             payload = worker.reader.open(fields)
-            if key[0] in self.cancelled:
+            if not self.tasks.live(key):
                 return []  # dropping the views releases the slot
             result.payload = payload
-        if key[0] in self.cancelled:
+        if not self.tasks.live(key):
             return []
         return [Event(key, result)]
 
@@ -401,8 +390,7 @@ class ProcessExecutor(Executor):
         redo = list(worker.outstanding.items())
         if redo:
             first_key, first_task = redo[0]
-            self.attempts[first_key] += 1
-            if self.attempts[first_key] >= MAX_ATTEMPTS:
+            if self.tasks.blame(first_key) >= MAX_ATTEMPTS:
                 redo = redo[1:]
                 where = self.describe_index(index) if index >= 0 else None
                 sample = f"sample {index}" + (f" ({where})" if where else "") if index >= 0 else f"task {first_task.number}"
@@ -411,20 +399,17 @@ class ProcessExecutor(Executor):
                     "probably crashes the decoder or exhausts memory. Remove or repair it, or run "
                     "with backend='thread' to see the error in-process."
                 )
-                self.failures.append(Event(first_key, Result(error={
-                    "index": index if index >= 0 else None, "where": where, "stage": "worker",
-                    "type": "WorkerError", "message": message, "traceback": "", "exception": None,
-                    "worker_exit": how,
-                })))
+                self.tasks.failures.append(Event(first_key, Result(error=TaskError.crash(
+                    message, how, index=index if index >= 0 else None, where=where,
+                ))))
         self._spawn(worker.position)
-        requeue(self.backlog, redo, worker.position, self.shard_positions)
+        self.tasks.requeue(redo, worker.position)
 
     def outstanding(self):
-        return sum(len(w.outstanding) for w in self.pool if w is not None) + len(self.backlog)
+        return sum(len(w.outstanding) for w in self.pool if w is not None) + len(self.tasks)
 
     def cancel(self, generation):
-        self.cancelled.add(generation)
-        self.backlog = collections.deque(item for item in self.backlog if item[0][0] != generation)
+        self.tasks.cancel(generation)
 
     def worker_pids(self) -> list[int]:
         return [w.proc.pid for w in self.pool if w is not None]
@@ -439,7 +424,7 @@ class ProcessExecutor(Executor):
         for w in workers:
             if w.conn is not None:
                 try:
-                    w.conn.send(("stop",))
+                    w.conn.send(Stop())
                 except OSError:
                     pass
         deadline = time.monotonic() + 1.0
@@ -459,10 +444,7 @@ class ProcessExecutor(Executor):
                 w.proc.wait()
             if w.conn is not None:
                 w.conn.close()
-        try:  # wake the accept thread so it can exit
-            Client(self.listener.address).close()
-        except OSError:
-            pass
+        _wake_listener(self.listener.address)  # the accept thread sees `closing` and exits
         self.listener.close()
         self.acceptor.join(timeout=1.0)
         while True:  # connections accepted but never taken over
@@ -475,6 +457,25 @@ class ProcessExecutor(Executor):
             sweep(f"{self.prefix}w{w.id}_")
         self.pool = [None] * self.workers
         self.by_id.clear()
+        self.shared.close()
+
+
+def _wake_listener(address) -> None:
+    """Connect to ``address`` once, giving up after a second: never blocks close."""
+    if isinstance(address, str) and sys.platform != "win32":
+        import socket
+
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+            sock.settimeout(1.0)
+            try:
+                sock.connect(address)
+            except OSError:  # the listener is gone or its queue is full: the thread is not in accept() for long
+                pass
+        return
+    try:  # a named pipe: multiprocessing's client waits at most 1 s for it
+        Client(address).close()
+    except OSError:
+        pass
 
 
 def _wake_pipe():

@@ -1,6 +1,6 @@
 """The Ray side of the Ray backend: the actor class and how the pipeline reaches it.
 
-`RayWorker` is a plain class; `feedline.backends._ray` turns it into a Ray
+`RayWorker` is a plain class; `feedline.backends.ray._executor` turns it into a Ray
 actor with the user's resource options. One actor holds the unpickled
 `WorkerPart` for its whole life, so a task costs one actor call (the part,
 with its functions and arrays, is not unpickled per batch).
@@ -37,8 +37,8 @@ import traceback
 import cloudpickle
 import numpy as np
 
-from .._plan import Result, Task, _error_info, run_task
-from ..transport._transfer import SHARE_THRESHOLD, memmap_reduction
+from ...worker import Result, Task, TaskError, run_task
+from ...transport._transfer import SHARE_THRESHOLD, memmap_reduction
 
 __all__ = ["RayWorker", "dumps_part", "loads_part"]
 
@@ -131,7 +131,7 @@ class RayWorker:
         try:
             return run_task(self.part, task, None, None, self.streams)
         except BaseException as exc:  # reported to the consumer, never swallowed
-            return Result(error=_error_info(exc, None, None, "worker"))
+            return Result(error=TaskError.from_exception(exc))
 
     def probe(self, task: Task, position: int) -> None:
         """Run sample ``position`` of ``task`` alone, output discarded.

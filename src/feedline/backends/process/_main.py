@@ -1,15 +1,15 @@
 """Entry point of a process worker (a fresh interpreter, never a fork).
 
-Started by `feedline.backends._process` as
-``python -c "from feedline.backends._worker import main; main()"`` with a
-bootstrap record on stdin. It does not import the parent's ``__main__``, so
-a script without an ``if __name__ == "__main__"`` guard is not re-run, and
-user functions arrive by value through cloudpickle.
+Started by `feedline.backends.process._executor` as
+``python -c "from feedline.backends.process._main import main; main()"``
+with a bootstrap record on stdin. It does not import the parent's
+``__main__``, so a script without an ``if __name__ == "__main__"`` guard is
+not re-run, and user functions arrive by value through cloudpickle.
 
-Messages (consumer -> worker): ``("part", bytes)`` once, then
-``("task", key, task)``, ``("release", [slot ids])``, ``("stop",)``.
-Messages (worker -> consumer, cloudpickled): ``("hello", ...)``,
-``("ready",)`` or ``("part_error", info)``, ``("done", key, fields)``.
+Messages are the dataclasses of `feedline.worker._protocol`: the worker
+sends `Hello`, receives `SendPart` and answers `Ready` (or `PartError`),
+then receives `RunTask` / `Release` and answers each task with `Done`,
+until `Stop`.
 
 The worker ignores SIGINT (the consumer decides when workers stop) and
 exits when the consumer goes away: either its connection reaches EOF or,
@@ -30,7 +30,7 @@ import traceback
 
 # Thread pools of native libraries, set to one thread per worker unless the user set them:
 # N workers each starting N threads oversubscribe the cores (3-7x slower, measured on peers).
-_BLAS_VARS = (
+BLAS_VARS = (
     "OMP_NUM_THREADS",
     "OPENBLAS_NUM_THREADS",
     "MKL_NUM_THREADS",
@@ -42,7 +42,7 @@ _BLAS_VARS = (
 
 def _parent_alive(parent_pid: int) -> bool:
     if sys.platform == "win32":
-        from .._winproc import windows_process_alive
+        from ..._winproc import windows_process_alive
 
         return windows_process_alive(parent_pid)
     return os.getppid() == parent_pid
@@ -59,10 +59,11 @@ def main() -> None:
     import numpy as np
     from multiprocessing.connection import Client
 
-    from .._plan import Result, _error_info, run_task
-    from ..transport import _transfer
-    from ..transport._shm import Segment, sweep, unlink
-    from ..transport._slots import SlotWriter
+    from ...transport import _transfer
+    from ...transport._shm import Segment, sweep, unlink
+    from ...transport._slots import SlotWriter
+    from ...worker import Result, TaskError, run_task
+    from ...worker._protocol import Done, Hello, PartError, Ready, Release, RunTask, SendPart, Stop
 
     wid, parent_pid, prefix = boot["worker_id"], boot["parent_pid"], boot["prefix"]
     writer = SlotWriter(f"{prefix}w{wid}_")
@@ -107,7 +108,7 @@ def main() -> None:
 
     try:
         conn = Client(boot["address"], authkey=boot["authkey"])
-        send(("hello", wid, os.getpid(), status_seg.name))
+        send(Hello(wid, os.getpid(), status_seg.name))
     except (OSError, EOFError):  # the consumer closed (or died) before we were up
         cleanup(parent_gone=consumer_gone())
         return
@@ -117,37 +118,36 @@ def main() -> None:
             try:
                 message = conn.recv()
             except (EOFError, OSError):
-                # A clean shutdown sends ("stop",) first, so EOF means the consumer died.
+                # A clean shutdown sends Stop first, so EOF means the consumer died.
                 cleanup(parent_gone=consumer_gone())
                 return
-            kind = message[0]
-            if kind == "task":
-                _, key, task = message
+            if isinstance(message, RunTask):
+                key, task = message.key, message.task
                 status[0] = task.number
                 try:
                     result = run_task(part, task, writer.alloc, progress, streams)
                 except BaseException as exc:  # reported to the consumer, never swallowed
-                    result = Result(error=_error_info(exc, None, None, "worker"))
+                    result = Result(error=TaskError.from_exception(exc))
                 status[1] = -1
                 fields = None
                 if result.payload is not None and part.batch_size is not None:
                     fields = writer.place(result.payload)
                     result.payload = None
                 try:
-                    send(("done", key, result, fields))
+                    send(Done(key, result, fields))
                 except (OSError, EOFError):  # the consumer is gone
                     cleanup(parent_gone=consumer_gone())
                     return
-            elif kind == "release":
-                writer.release(message[1])
-            elif kind == "part":
+            elif isinstance(message, Release):
+                writer.release(message.slots)
+            elif isinstance(message, SendPart):
                 try:
-                    part = cloudpickle.loads(message[1])
+                    part = cloudpickle.loads(message.data)
                 except BaseException:
-                    send(("part_error", traceback.format_exc()))
+                    send(PartError(traceback.format_exc()))
                     continue
-                send(("ready",))
-            elif kind == "stop":
+                send(Ready())
+            elif isinstance(message, Stop):
                 break
     finally:
         cleanup(parent_gone=False)

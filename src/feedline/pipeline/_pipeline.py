@@ -1,21 +1,24 @@
 """The public `Pipeline`: an immutable description of an input pipeline.
 
 Each method returns a new pipeline with one more step; nothing runs until
-the pipeline is iterated. Iterating builds a `Runtime` (workers, shared
-memory) that persists across epochs until `close`.
+the pipeline is iterated. Iterating builds a `feedline.engine.Runtime`
+(workers, shared memory) that persists across epochs until `close`; only
+the description is pickled (see `__getstate__`).
 """
 
 from __future__ import annotations
 
 import hashlib
-import os
-import sys
 import time
+import warnings
 import weakref
 
-from ._errors import FeedlineError
-from ._iterator import STATE_VERSION, EpochIterator
+from .._errors import FeedlineError
+from ..engine import STATE_VERSION, EpochIterator, Runtime
+from ._cache import CacheSource
+from ._environment import rank_from_environment
 from ._plan import compile_plan, new_seed
+from ._settings import Ray
 from ._steps import Batch, Filter, Map, MapBatch, Prefetch, Shard, Shuffle
 
 __all__ = ["Pipeline"]
@@ -46,10 +49,31 @@ class Pipeline:
         return Pipeline(self._source, self._steps + (step,))
 
     def _seed(self) -> int:
-        for step in self._steps:
-            if isinstance(step, Shuffle):
-                return step.seed
-        return 0
+        """The first shuffle's seed (0 without one): it also seeds the ``rng`` of ``map`` functions."""
+        return next((step.seed for step in self._steps if isinstance(step, Shuffle)), 0)
+
+    @property
+    def source(self):
+        """The pipeline's source (read-only)."""
+        return self._source
+
+    @property
+    def steps(self) -> tuple:
+        """The pipeline's steps, in order (immutable records; read-only)."""
+        return self._steps
+
+    @property
+    def plan(self):
+        """The compiled plan (`feedline.pipeline._plan.Plan`): what the consumer and the workers each do."""
+        return self._plan
+
+    def __getstate__(self) -> dict:
+        # What travels is the description: a running pipeline pickles like a new one.
+        return {"source": self._source, "steps": self._steps, "next_epoch": self._next_epoch}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__(state["source"], state["steps"])
+        self._next_epoch = state["next_epoch"]
 
     def shuffle(self, seed: int | None = None) -> "Pipeline":
         """Visit samples in a new order each epoch, a permutation from ``(seed, epoch)``.
@@ -63,7 +87,7 @@ class Pipeline:
         return self._with(Shuffle(new_seed() if seed is None else seed))
 
     def map(
-        self, fn, *, workers: int | None = None, backend: str | None = None, on_error="raise", ordered: bool = True,
+        self, fn, *, workers: int | None = None, backend: str | Ray | None = None, on_error="raise", ordered: bool = True,
         ray_address: str | None = None, ray_options: dict | None = None,
     ) -> "Pipeline":
         """Apply ``fn(sample)`` or ``fn(sample, rng)`` to every sample, in parallel.
@@ -74,26 +98,27 @@ class Pipeline:
                 seeded from ``(seed, epoch, index)``, so augmentation is the
                 same for any backend and worker count.
             workers: number of workers (default: one per available core).
-            backend: ``"serial"``, ``"thread"``, ``"process"``, ``"ray"`` or
-                None to let feedline choose (see the README's "Backends";
-                ``"ray"``: docs/scaling.md).
+            backend: ``"serial"``, ``"thread"``, ``"process"``, ``"ray"``,
+                ``fl.Ray(...)`` (Ray with settings: cluster address, resources
+                of each actor; see docs/scaling.md) or None to let feedline
+                choose (see the README's "Backends").
             on_error: ``"raise"`` (default), ``"skip"`` (drop the sample,
                 count it in ``stats()`` and warn once per epoch), or a function
                 ``(index, error) -> replacement sample``.
             ordered: False lets batches arrive in completion order (faster
                 when sample costs vary; not resumable mid-epoch).
-            ray_address: with ``backend="ray"``: the cluster to connect to
-                (``"auto"``, ``"head-node:6379"``) when ``ray.init()`` was not
-                called; unset, a local Ray instance is started.
-            ray_options: with ``backend="ray"``: resources of each actor,
-                e.g. ``{"num_cpus": 1, "memory": 2 << 30}`` (also
-                ``num_gpus``, ``resources``, ``runtime_env``,
-                ``scheduling_strategy``, ``accelerator_type``).
+            ray_address, ray_options: deprecated spelling of
+                ``backend=fl.Ray(address=..., **options)``.
         """
-        return self._with(Map(
-            fn, workers=workers, backend=backend, on_error=on_error, ordered=ordered,
-            ray_address=ray_address, ray_options=ray_options,
-        ))
+        ray = None
+        if ray_address is not None or ray_options is not None:
+            warnings.warn(
+                "map(ray_address=..., ray_options={...}) is deprecated; write "
+                "map(fn, backend=fl.Ray(address=..., num_cpus=..., ...)) instead",
+                DeprecationWarning, stacklevel=2,
+            )
+            ray = Ray.from_options(ray_address, ray_options)
+        return self._with(Map(fn, workers=workers, backend=backend, on_error=on_error, ordered=ordered, ray=ray))
 
     def filter(self, pred) -> "Pipeline":
         """Keep the samples for which ``pred(sample)`` is true."""
@@ -134,7 +159,7 @@ class Pipeline:
         """
         from_environment = index is None and count is None
         if from_environment:
-            index, count = _rank_from_environment()
+            index, count = rank_from_environment()
         elif index is None or count is None:
             raise ValueError("shard() takes both index and count, or neither (to read them from the environment)")
         if even == "auto":
@@ -181,17 +206,10 @@ class Pipeline:
         >>> [b.tolist() for b in pipe]
         [[0, 10, 20], [30, 40, 50]]
         """
-        from ._cache import CacheSource
-
         for step in self._steps:
-            if isinstance(step, (Shuffle, Shard)):
-                name = type(step).__name__.lower()
-                raise ValueError(
-                    f"cache() after {name}(): the cache holds every sample in source order; "
-                    f"put {name}() after .cache() (each epoch's order is then drawn from the cache)"
-                )
-            if isinstance(step, (Batch, MapBatch)):
-                raise ValueError("cache() after batch(): the cache stores samples; put batch() (and map_batch()) after .cache()")
+            conflict = step.cache_conflict()
+            if conflict:
+                raise ValueError(conflict)
         upstream = Pipeline(self._source, tuple(s for s in self._steps if not isinstance(s, Prefetch)))
         return Pipeline(CacheSource(upstream, path, encodings=encodings, on_change=on_change, variable_shape=variable_shape))
 
@@ -201,15 +219,11 @@ class Pipeline:
 
     # ---------------------------------------------------------- consuming
     def _prepare_source(self) -> None:
-        prepare = getattr(self._source, "prepare", None)
-        if prepare is not None:
-            prepare()  # e.g. write a cache on first use, before any worker starts
+        self._source.prepare()  # e.g. write a cache on first use, before any worker starts
 
     def _ensure_runtime(self):
         self._prepare_source()
         if self._runtime is None or self._runtime.closed:
-            from ._runtime import Runtime
-
             self._runtime = Runtime(self._plan)
             if self._finalizer is not None:
                 self._finalizer.detach()
@@ -220,7 +234,13 @@ class Pipeline:
         created = time.perf_counter()
         epoch = self._next_epoch
         self._next_epoch += 1
-        return EpochIterator(self, self._ensure_runtime(), epoch, created=created)
+        return self._iterator(epoch, created=created)
+
+    def _iterator(self, epoch: int, state: dict | None = None, created: float | None = None) -> EpochIterator:
+        return EpochIterator(
+            self._ensure_runtime(), epoch, fingerprint=self._fingerprint(), source_kind=type(self._source).__name__,
+            state=state, created=created, owner=self,
+        )
 
     def epoch(self, k: int) -> EpochIterator:
         """An iterator over epoch ``k``; the next ``iter(pipe)`` is epoch ``k + 1``."""
@@ -228,7 +248,7 @@ class Pipeline:
             raise ValueError(f"epoch(k) needs an integer k >= 0, got {k!r}")
         created = time.perf_counter()
         self._next_epoch = k + 1
-        return EpochIterator(self, self._ensure_runtime(), k, created=created)
+        return self._iterator(k, created=created)
 
     def set_epoch(self, k: int) -> None:
         """Make the next ``iter(pipe)`` epoch ``k`` (e.g. after restoring a checkpoint)."""
@@ -247,7 +267,7 @@ class Pipeline:
                 "seed or batch size differ); resume with the pipeline that produced it"
             )
         self._next_epoch = state["epoch"] + 1
-        return EpochIterator(self, self._ensure_runtime(), state["epoch"], state)
+        return self._iterator(state["epoch"], state)
 
     def __len__(self) -> int:
         """Batches per epoch (samples, if the pipeline does not batch)."""
@@ -256,10 +276,7 @@ class Pipeline:
 
     def stats(self):
         """Statistics of the most recent epoch (see `EpochIterator.stats`)."""
-        runtime = self._runtime
-        stats = getattr(runtime, "last_stats", None) if runtime else None
-        if runtime is not None and runtime.active is not None and runtime.active() is not None:
-            stats = runtime.active().stats()
+        stats = self._runtime.latest_stats() if self._runtime is not None else None
         if stats is None:
             raise FeedlineError("stats() is available once the pipeline has been iterated")
         return stats
@@ -280,97 +297,43 @@ class Pipeline:
     # so the core needs only NumPy; a missing framework names the extra to install.
     def torch(self, device=None, pin_memory=None, **options):
         """Batches as torch tensors; with a CUDA device, copied ahead of time (see `feedline.adapters.torch`)."""
-        from .adapters.torch import to_torch
+        from ..adapters.torch import to_torch
 
         return to_torch(self, device=device, pin_memory=pin_memory, **options)
 
     def jax(self, sharding=None, **options):
         """Batches as JAX arrays, put on device ahead of time (see `feedline.adapters.jax`)."""
-        from .adapters.jax import to_jax
+        from ..adapters.jax import to_jax
 
         return to_jax(self, sharding=sharding, **options)
 
     def tf(self, element_spec=None, **options):
         """A `tf.data.Dataset` over the pipeline's batches (see `feedline.adapters.tf`)."""
-        from .adapters.tf import to_tf
+        from ..adapters.tf import to_tf
 
         return to_tf(self, element_spec=element_spec, **options)
 
     def keras(self, **options):
         """An input for Keras 3 ``model.fit``/``evaluate``/``predict`` (see `feedline.adapters.keras`)."""
-        from .adapters.keras import to_keras
+        from ..adapters.keras import to_keras
 
         return to_keras(self, **options)
 
     # ------------------------------------------------------------ reading
     def _fingerprint(self) -> str:
+        """What a saved ``it.state()`` must match to resume here: the source's size and the steps that order data."""
         try:
             length = len(self._source)
         except TypeError:
             length = getattr(self._source, "num_shards", -1)
         parts = [type(self._source).__name__, str(length)]
-        for step in self._steps:
-            if isinstance(step, (Shuffle, Shard, Batch)):
-                parts.append(repr((type(step).__name__, getattr(step, "seed", None), getattr(step, "index", None), getattr(step, "count", None), getattr(step, "size", None), getattr(step, "drop_remainder", None), getattr(step, "even", None))))
-            elif isinstance(step, (Map, Filter, MapBatch)):
-                parts.append(f"{type(step).__name__}:{step.name}")
+        parts += [p for p in (step.fingerprint() for step in self._steps) if p is not None]
         return hashlib.sha256("|".join(parts).encode()).hexdigest()[:16]
 
     def __repr__(self) -> str:
         lines = [self._source.describe()]
-        for step in self._steps:
-            lines.append("  ." + _describe_step(step))
+        lines += ["  ." + step.describe() for step in self._steps]
         if self._runtime is not None and not self._runtime.closed:
             rt = self._runtime
             lines.append(f"  # running: backend={rt.backend} workers={rt.workers} prefetch={rt.depth} ({rt.decision})")
         return "\n".join(lines)
-
-
-def _describe_step(step) -> str:
-    if isinstance(step, Shuffle):
-        return f"shuffle(seed={step.seed})"
-    if isinstance(step, Shard):
-        return f"shard(index={step.index}, count={step.count}{f', even={step.even!r}' if step.even else ''})"
-    if isinstance(step, Map):
-        shown = (("workers", step.workers), ("backend", step.backend), ("ray_address", step.ray_address), ("ray_options", step.ray_options))
-        extras = [f"{k}={v!r}" for k, v in shown if v is not None]
-        if step.on_error != "raise":
-            extras.append(f"on_error={getattr(step.on_error, '__name__', step.on_error)!r}")
-        if not step.ordered:
-            extras.append("ordered=False")
-        return f"map({', '.join([step.name + (' (rng)' if step.rng else '')] + extras)})"
-    if isinstance(step, Filter):
-        return f"filter({step.name})"
-    if isinstance(step, Batch):
-        return f"batch({step.size}{', drop_remainder=True' if step.drop_remainder else ''}{', collate=' + getattr(step.collate, '__name__', 'custom') if step.collate else ''})"
-    if isinstance(step, MapBatch):
-        return f"map_batch({step.name})"
-    if isinstance(step, Prefetch):
-        return f"prefetch({step.depth if step.depth is not None else ''})"
-    return repr(step)
-
-
-def _rank_from_environment() -> tuple[int, int]:
-    """(rank, world size) from torch.distributed, JAX, Ray Train, or RANK/WORLD_SIZE."""
-    dist = sys.modules.get("torch.distributed")
-    if dist is not None and dist.is_available() and dist.is_initialized():
-        return dist.get_rank(), dist.get_world_size()
-    jax = sys.modules.get("jax")
-    if jax is not None and jax.process_count() > 1:
-        return jax.process_index(), jax.process_count()
-    train = sys.modules.get("ray.train")
-    if train is not None:
-        try:
-            context = train.get_context()
-        except RuntimeError:  # not inside a Ray Train worker (e.g. the driver that built the trainer)
-            context = None
-        size = context.get_world_size() if context is not None else None
-        if isinstance(size, int) and size > 1:
-            return context.get_world_rank(), size
-    if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
-        return int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    raise FeedlineError(
-        "shard() found no rank: torch.distributed is not initialised, JAX runs one process, this is "
-        "not a Ray Train worker, and "
-        "RANK/WORLD_SIZE are not set. Pass shard(index, count) explicitly."
-    )

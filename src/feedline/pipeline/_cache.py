@@ -30,9 +30,9 @@ import warnings
 
 import numpy as np
 
-from ._errors import FeedlineError
-from ._fingerprint import digest
-from .sources._base import Source
+from .._errors import FeedlineError
+from .._fingerprint import digest
+from ..sources._base import Source
 
 __all__ = ["ON_CHANGE", "CacheSource"]
 
@@ -60,8 +60,8 @@ class CacheSource(Source):
     def fingerprint(self) -> str:
         """Digest of the upstream pipeline: its source's data and its steps' code."""
         if self._fingerprint is None:
-            source = self.upstream._source
-            steps = [_step_identity(step) for step in self.upstream._steps]
+            source = self.upstream.source
+            steps = [step.cache_identity() for step in self.upstream.steps]
             parts = [source, steps, _file_sizes(source)]
             if isinstance(source, CacheSource):
                 parts[0] = source.fingerprint()
@@ -72,8 +72,7 @@ class CacheSource(Source):
         """Open the store, writing it first if it is missing or stale."""
         if self._store is not None:
             return
-        if isinstance(self.upstream._source, CacheSource):
-            self.upstream._source.prepare()
+        self.upstream.source.prepare()  # a cache of a cache: the inner one first
         existing = self._open_existing()
         if existing is None:
             self._write()
@@ -83,11 +82,11 @@ class CacheSource(Source):
         self._store = existing
 
     def _open_existing(self):
-        from . import store
+        from .. import store  # lazily: the store needs pyarrow, an optional library
 
         if not os.path.exists(os.path.join(self.path, "manifest.json")):
             return None
-        opened = store.from_store(self.path)._source
+        opened = store.open_store(self.path)
         found = (opened.manifest.get("meta") or {}).get("fingerprint")
         if found == self.fingerprint():
             return opened
@@ -105,10 +104,10 @@ class CacheSource(Source):
         return None
 
     def _write(self) -> None:
-        from .store import StoreError, StoreWriter
+        from ..store import StoreError, StoreWriter  # lazily: pyarrow is optional
 
         upstream = self.upstream
-        if any(getattr(step, "rng", False) for step in upstream._steps):
+        if any(step.cache_identity()[0] == "map" and step.rng for step in upstream.steps):
             warnings.warn(
                 f"cache({self.path!r}): a map() before .cache() takes an rng; its random draw is "
                 "frozen into the cache and every epoch sees the same one. Put random augmentation after .cache().",
@@ -153,7 +152,7 @@ class CacheSource(Source):
 
     @property
     def gather(self):
-        return self._opened().gather if self._store is not None else None
+        return self._store.gather if self._store is not None else None
 
     def where(self, index: int) -> str:
         return f"row {index} of the cache {self.path}"
@@ -168,32 +167,19 @@ class CacheSource(Source):
         return _opened_store, (self._opened(),)
 
 
-def _step_identity(step):
-    """What a step contributes to the cached data (not how it runs: workers, backend)."""
-    from ._steps import Filter, Map
-
-    if isinstance(step, Map):
-        return ("map", step.fn, step.on_error if callable(step.on_error) else "policy")
-    if isinstance(step, Filter):
-        return ("filter", step.pred)
-    return (type(step).__name__,)
-
-
 def _opened_store(store):
     return store
 
 
 def _file_sizes(source) -> list:
     """Sizes of up to 256 evenly spread files of a `from_files` source (detects replaced files)."""
-    from .sources._files import FileSource
-
-    if not isinstance(source, FileSource) or len(source) == 0:
+    if source.file_of(0 if len(source) else -1) is None:
         return []
     picks = np.unique(np.linspace(0, len(source) - 1, min(_SAMPLED_FILES, len(source))).astype(np.int64))
     sizes = []
     for i in picks:
         try:
-            sizes.append(os.stat(source.path(int(i))).st_size)
+            sizes.append(os.stat(source.file_of(int(i))).st_size)
         except OSError:
             sizes.append(-1)
     return sizes

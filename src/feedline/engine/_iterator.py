@@ -10,7 +10,8 @@ number, so the output is the same for any worker count or backend. With
 ``ordered=False`` results are used as they arrive.
 
 Short tasks (``filter`` or ``on_error="skip"``): rows are carried over and
-re-cut into full batches; the batch steps then run here, in the consumer.
+re-cut into full batches (`feedline.engine._recut`); the batch steps then
+run here, in the consumer.
 
 Resumption: every output carries the point just after it (task number and
 rows of that task already used, or, for streams, each shard's position),
@@ -23,12 +24,11 @@ import collections
 import time
 import warnings
 
-import cloudpickle
-
-from ._errors import FeedlineError, RemoteTraceback, SampleError, WorkerError
-from ._plan import Task, default_workers
+from .._errors import FeedlineError
+from .._tree import slice_rows
+from ..worker import Task
+from ._recut import Recut
 from ._stats import Stats
-from ._tree import concat_pieces, slice_rows
 
 __all__ = ["EpochIterator", "STATE_VERSION"]
 
@@ -38,14 +38,18 @@ STATE_VERSION = 1
 class EpochIterator:
     """Iterates one epoch; made by ``iter(pipe)``, ``pipe.epoch(k)`` or ``pipe.resume(state)``."""
 
-    def __init__(self, pipeline, runtime, epoch: int, state: dict | None = None, created: float | None = None):
+    def __init__(
+        self, runtime, epoch: int, *, fingerprint: str, source_kind: str, state: dict | None = None,
+        created: float | None = None, owner=None,
+    ):
         self._created = created if created is not None else time.perf_counter()
-        self._pipeline = pipeline  # keeps the pipeline (and its workers) alive while iterating
+        self._owner = owner  # keeps the pipeline (and so its workers) alive while iterating
+        self._fingerprint = fingerprint
         self._runtime = runtime
         self._plan = plan = runtime.plan
         self._executor = runtime.executor
         self.epoch = epoch
-        self._generation = runtime.begin(self)
+        self._generation = runtime.begin(self, self._on_superseded)
         self._depth = runtime.depth
         self._size = plan.part.batch_size
         self._ordered = plan.ordered
@@ -53,17 +57,15 @@ class EpochIterator:
         self._done: dict[int, object] = {}
         self._out: collections.deque = collections.deque()  # (item, resume point, rows)
         self._last_rows = 0
-        self._carry: list = []
-        self._carry_rows = 0
-        self._carry_task = None  # task number and row count of the last piece carried
+        self._recut = None if plan.part.aligned or self._unbatched else Recut(self._size, plan.drop_remainder)
         self._in_flight = 0
         self._finished = False
         self._superseded = False
         self._error = None
-        self.stats_ = Stats(runtime.backend, runtime.workers, self._depth, runtime.decision, getattr(runtime, "cores", None) or default_workers())
+        self.stats_ = Stats(runtime.backend, runtime.workers, self._depth, runtime.decision, runtime.cores)
         self.stats_.epoch = epoch
-        self.stats_.source_kind = type(pipeline._source).__name__
-        runtime.last_stats = self.stats_  # pipe.stats() reads the latest epoch, even mid-way
+        self.stats_.source_kind = source_kind
+        runtime.publish(self.stats_)
         self._started = None
         start_task, self._skip_rows = 0, 0
         if state is not None:
@@ -73,7 +75,7 @@ class EpochIterator:
         # (task number, index, reason) of every skip; a checkpoint keeps only those
         # of tasks before its position, because resuming re-runs the rest.
         self._skip_log = [(-1, i, r) for i, r in self.stats_.skipped]
-        self._restarts_at_start = getattr(self._executor, "restarts", 0)
+        self._restarts_at_start = self._executor.restarts
         self._point = {"task": start_task, "offset": self._skip_rows}
         if plan.streaming:
             self._init_streams(state)
@@ -185,26 +187,12 @@ class EpochIterator:
                 self._out.append((payload, {"task": number + 1, "offset": 0}, rows))
             return
         if rows:
-            self._carry.append(payload)
-            self._carry_rows += rows
-            self._carry_task = (number, result.rows)
+            self._recut.add(payload, rows, number, result.rows)
         self._cut(final=False)
 
     def _cut(self, final: bool) -> None:
-        size = self._size
-        while self._carry_rows >= size or (final and self._carry_rows and not self._plan.drop_remainder):
-            joined = self._carry[0] if len(self._carry) == 1 else concat_pieces(self._carry)
-            total = self._carry_rows
-            take = min(size, total)
-            batch = joined if take == total else slice_rows(joined, 0, take)
-            rest = total - take
-            self._carry = [slice_rows(joined, take, total)] if rest else []
-            self._carry_rows = rest
-            number, task_rows = self._carry_task
-            point = {"task": number, "offset": task_rows - rest} if rest else {"task": number + 1, "offset": 0}
-            self._out.append((self._consumer_batch_steps(batch), point, take))
-        if final:
-            self._carry, self._carry_rows = [], 0
+        for batch, point, rows in self._recut.cut(final):
+            self._out.append((self._consumer_batch_steps(batch), point, rows))
 
     def _emit_rows(self, result, point) -> None:
         if self._unbatched:
@@ -280,13 +268,13 @@ class EpochIterator:
             if self._out:
                 item, point, self._last_rows = self._out.popleft()
                 if item is _ERROR:
-                    raise _sample_error(point)
+                    raise point.to_exception()
                 self._point = point
                 return item
             self._submit_more()
             if self._in_flight == 0:
                 # Nothing running and nothing left to submit: every result is taken.
-                if self._carry_rows:
+                if self._recut is not None and self._recut.rows:
                     self._cut(final=True)
                     if self._out:
                         continue
@@ -308,15 +296,15 @@ class EpochIterator:
                 stacklevel=_user_stacklevel(),
             )
         self._count_restarts()
-        self._runtime.last_stats = self.stats_
+        self._runtime.publish(self.stats_)
 
     def _abort(self) -> None:
         self._finished = True
         self._executor.cancel(self._generation)
         self._count_restarts()
-        self._runtime.last_stats = self.stats_
+        self._runtime.publish(self.stats_)
 
-    def _supersede(self) -> None:
+    def _on_superseded(self) -> None:
         if not self._finished:
             self._superseded = True
             self._executor.cancel(self._generation)
@@ -348,7 +336,7 @@ class EpochIterator:
             "epoch": self.epoch,
             "batches": self.stats_.batches,
             "skipped": [[_jsonable(i), r] for t, i, r in self._skip_log if t < self._point.get("task", 0)],
-            "fingerprint": self._pipeline._fingerprint(),
+            "fingerprint": self._fingerprint,
         }
         if self._plan.streaming:
             state.update(task=0, offset=0, streams=self._point.get("streams", {"positions": {}, "exhausted": [], "cursor": 0}))
@@ -362,7 +350,7 @@ class EpochIterator:
         return self.stats_
 
     def _count_restarts(self) -> None:
-        self.stats_.worker_restarts = getattr(self._executor, "restarts", 0) - self._restarts_at_start
+        self.stats_.worker_restarts = self._executor.restarts - self._restarts_at_start
 
 
 _ERROR = object()
@@ -386,25 +374,3 @@ def _index_from_json(index):
 
 def _jsonable(index):
     return list(index) if isinstance(index, tuple) else int(index)
-
-
-def _sample_error(info: dict) -> BaseException:
-    index, where, stage = info["index"], info["where"], info["stage"]
-    sample = f"sample {index}" if index is not None else "a sample"
-    if where:
-        sample += f" ({where})"
-    if info.get("worker_exit"):
-        return WorkerError(info["message"])
-    message = f"{stage} failed on {sample}: {info['type']}: {info['message']}"
-    error = SampleError(message, index=index, where=where, stage=stage)
-    cause = None
-    if info.get("exception") is not None:
-        try:
-            cause = cloudpickle.loads(info["exception"])
-        except Exception:  # the exception class may not exist here; the text still travels
-            cause = None
-    remote = RemoteTraceback(info["traceback"])
-    if cause is not None and cause.__cause__ is None:
-        cause.__cause__ = remote
-    error.__cause__ = cause if cause is not None else remote
-    return error

@@ -2,13 +2,13 @@
 
 The training process stays the consumer: it computes each epoch's index
 list, cuts it into tasks and puts results back in order, exactly as with
-the other backends. Only `run_task` moves, into Ray actors (`_ray_worker`).
+the other backends. Only `run_task` moves, into Ray actors (`_actor`).
 
 Protocol:
 - Start: `connect` uses the running Ray instance (the user's ``ray.init()``),
-  or connects to ``ray_address``, or starts a local instance with
+  or connects to ``fl.Ray(address=...)``, or starts a local instance with
   ``ray.init(include_dashboard=False)`` and logs that it did. The consumer
-  pickles the `WorkerPart` once (`_ray_worker.dumps_part`), puts it in the
+  pickles the `WorkerPart` once (`_actor.dumps_part`), puts it in the
   object store, and creates N actors with the user's resource options; each
   loads the part once and answers ``ready``. Tasks go only to ready actors,
   so an actor still waiting for cluster resources delays nothing.
@@ -59,14 +59,14 @@ import os
 import time
 import uuid
 
-from .._errors import FeedlineError, WorkerError
-from .._plan import Result
-from .._steps import Map
-from ._base import Event, Executor, requeue
-from ._process import MAX_ATTEMPTS, PER_WORKER
-from ._ray_worker import RayWorker, dumps_part
+from ..._errors import FeedlineError, WorkerError
+from ..._optional import require
+from ...worker import Result, TaskError
+from .._base import Event, Executor, PartNotPicklable
+from .._pool import MAX_ATTEMPTS, TaskPool
+from ._actor import RayWorker, dumps_part
 
-__all__ = ["PartNotPicklable", "RayExecutor", "connect", "import_ray", "plan_actors", "ray_settings"]
+__all__ = ["RayExecutor", "connect", "import_ray", "plan_actors"]
 
 START_TIMEOUT = 120.0  # seconds without any ready actor (while work waits) before giving up
 CLOSE_TIMEOUT = 5.0  # seconds close() waits for Ray to report the actors dead
@@ -76,32 +76,9 @@ _READY = object()
 _ids = itertools.count()
 
 
-class PartNotPicklable(Exception):
-    """The pipeline could not be pickled for the actors; the cause is chained."""
-
-
-def ray_settings(ops) -> tuple[str | None, dict]:
-    """``(ray_address, ray_options)`` given on the pipeline's ``map`` steps (which must agree)."""
-    maps = [op for op in ops if isinstance(op, Map)]
-    addresses = {m.ray_address for m in maps if m.ray_address is not None}
-    options = [m.ray_options for m in maps if m.ray_options is not None]
-    if len(addresses) > 1:
-        raise ValueError(f"map() steps give different ray_address values ({sorted(addresses)}); give it on one map() only")
-    if any(o != options[0] for o in options[1:]):
-        raise ValueError("map() steps give different ray_options; the fused stage runs on one set of actors, so give them on one map() only")
-    return (addresses.pop() if addresses else None), dict(options[0]) if options else {}
-
-
 def import_ray():
     """Import Ray, or raise an ImportError that says how to install it."""
-    try:
-        import ray
-    except ImportError as e:
-        raise ImportError(
-            "map(backend='ray') needs Ray, which is not installed: pip install 'feedline[ray]' "
-            "(or pip install 'ray>=2.9')"
-        ) from e
-    return ray
+    return require("ray", "ray", "backend='ray'")
 
 
 def connect(address: str | None) -> str:
@@ -116,7 +93,7 @@ def connect(address: str | None) -> str:
     if ray.is_initialized():
         note = "the running Ray instance"
         if address is not None:
-            note += f" (ray.init() was already called, so ray_address={address!r} is not used)"
+            note += f" (ray.init() was already called, so fl.Ray(address={address!r}) is not used)"
         return note
     if address is not None or os.environ.get("RAY_ADDRESS"):
         target = address or os.environ["RAY_ADDRESS"]
@@ -125,7 +102,7 @@ def connect(address: str | None) -> str:
         except ConnectionError as e:
             raise FeedlineError(
                 f"backend='ray' could not connect to the Ray cluster at {target!r}: {e}. Start one with "
-                "'ray start --head' (then ray_address='auto' on that machine), or leave ray_address unset "
+                "'ray start --head' (then fl.Ray(address='auto') on that machine), or leave the address unset "
                 "for a local instance"
             ) from e
         return f"the Ray cluster at {target!r}"
@@ -134,7 +111,7 @@ def connect(address: str | None) -> str:
     _log.warning(
         "feedline started a local Ray instance for backend='ray' (ray.init(include_dashboard=False), "
         "%g CPUs); Ray shuts it down when this interpreter exits. Call ray.init() yourself, or pass "
-        "ray_address='auto', to use a cluster.", cpus,
+        "backend=fl.Ray(address='auto'), to use a cluster.", cpus,
     )
     return "a local Ray instance started by feedline"
 
@@ -160,7 +137,7 @@ def plan_actors(workers: int | None, options: dict, address: str | None) -> tupl
     if short:
         _log.warning(
             "feedline: each Ray actor asks for %s, which no node of the cluster has; the actors wait "
-            "until such a node joins (WorkerError after %.0f s). Lower ray_options or add nodes.",
+            "until such a node joins (WorkerError after %.0f s). Lower the fl.Ray(...) resources or add nodes.",
             ", ".join(short), START_TIMEOUT,
         )
     return workers, why
@@ -198,21 +175,19 @@ class RayExecutor(Executor):
 
     name = "ray"
 
-    def __init__(self, part, workers: int, options: dict | None = None, describe_index=None):
+    def __init__(self, part, workers: int | None, settings):
+        options = settings.actor_options()
+        workers, self.note = plan_actors(workers, options, settings.address)  # connects to Ray
         ray = self.ray = import_ray()
+        self.cores = max(1, int(ray.cluster_resources().get("CPU", 1)))  # the report's "cores available" is the cluster's
         self.workers = workers
-        self.per_worker = PER_WORKER
-        self.describe_index = describe_index or (lambda index: None)
+        self.tasks = TaskPool()  # backlog, late binding, attempts, cancelled generations
+        self.describe_index = part.source.where
         self.closing = False
-        self.backlog: collections.deque = collections.deque()
-        self.attempts: collections.Counter = collections.Counter()
         self.isolate: dict = {}  # task key -> next sample position to probe (see "Death")
-        self.failures: list = []
-        self.cancelled: set[int] = set()
         self.refs: dict = {}  # object ref -> (actor, call key or _READY)
         self.restarts = 0
         self.start_failures = 0
-        self.shard_positions: dict = {}
         self.pool: list[_Actor | None] = [None] * workers
         self.death_errors = (
             ray.exceptions.RayActorError, ray.exceptions.ObjectLostError, ray.exceptions.WorkerCrashedError,
@@ -255,7 +230,7 @@ class RayExecutor(Executor):
             raise WorkerError(
                 "a Ray actor could not load the pipeline (its functions are unpickled in the actor's "
                 "interpreter, so every module they use must be importable on every node; pass "
-                "ray_options={'runtime_env': {...}} to ship code or packages):\n" + answer[1]
+                "fl.Ray(runtime_env={...}) to ship code or packages):\n" + answer[1]
             )
         _, actor.pid, actor.host, actor.node, clock = answer
         # Spans are measured with the actor's perf_counter; on another node, map them
@@ -275,40 +250,30 @@ class RayExecutor(Executor):
 
     # ------------------------------------------------------------- dispatch
     def submit(self, key, task, affinity=None):
-        self.backlog.append((key, task, affinity))
+        self.tasks.add(key, task, affinity)
         self._dispatch()
 
     def _dispatch(self) -> None:
-        kept = collections.deque()
-        while self.backlog:
-            key, task, affinity = self.backlog.popleft()
-            if key[0] in self.cancelled:
-                continue
-            if key in self.isolate:
-                idle = [a for a in self.pool if a is not None and a.ready and not a.outstanding]
-                if not idle:
-                    kept.append((key, task, affinity))
-                    continue
-                actor, position = idle[0], self.isolate[key]
-                actor.isolating = True
-                if position < len(task.indices):
-                    self._call(actor, (key, position), task, actor.handle.probe.remote(task, position), position)
-                else:
-                    self._call(actor, key, task, actor.handle.run.remote(task), None)
-                continue
-            if affinity is not None:
-                actor = self.pool[affinity % self.workers]
-                if actor is None or not actor.ready or actor.isolating:
-                    kept.append((key, task, affinity))
-                    continue
-            else:
-                ready = [a for a in self.pool if a is not None and a.ready and not a.isolating and _tasks(a) < self.per_worker]
-                if not ready:
-                    kept.append((key, task, affinity))
-                    continue
-                actor = min(ready, key=_tasks)
+        self.tasks.dispatch(self._pick, self._send)
+
+    def _pick(self, key, task, affinity) -> _Actor | None:
+        if key in self.isolate:  # an isolated task gets an idle actor to itself
+            return next((a for a in self.pool if a is not None and a.ready and not a.outstanding), None)
+        if affinity is not None:
+            actor = self.pool[affinity % self.workers]
+            return actor if actor is not None and actor.ready and not actor.isolating else None
+        return self.tasks.least_loaded(self.pool, lambda a: a.ready and not a.isolating, _tasks)
+
+    def _send(self, actor: _Actor, key, task) -> None:
+        position = self.isolate.get(key)
+        if position is None:
             self._call(actor, key, task, actor.handle.run.remote(task), None)
-        self.backlog = kept
+            return
+        actor.isolating = True
+        if position < len(task.indices):  # one sample alone: if it kills the actor, it is the culprit
+            self._call(actor, (key, position), task, actor.handle.probe.remote(task, position), position)
+        else:
+            self._call(actor, key, task, actor.handle.run.remote(task), None)
 
     def _call(self, actor: _Actor, call_key, task, ref, probe) -> None:
         actor.outstanding[call_key] = _Call(call_key, task, ref, probe)
@@ -316,7 +281,7 @@ class RayExecutor(Executor):
 
     # ------------------------------------------------------------- collect
     def wait(self, timeout):
-        events, self.failures = self.failures, []
+        events = self.tasks.take_failures()
         if events:
             return events
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -333,10 +298,9 @@ class RayExecutor(Executor):
             elif deadline is not None:
                 time.sleep(max(0.0, min(0.05, deadline - time.monotonic())))
             self._check_start()
-            events.extend(self.failures)
-            self.failures = []
+            events.extend(self.tasks.take_failures())
             self._dispatch()
-            if events or (deadline is not None and time.monotonic() >= deadline) or not (self.refs or self.backlog):
+            if events or (deadline is not None and time.monotonic() >= deadline) or not (self.refs or len(self.tasks)):
                 return events
 
     def _on_ref(self, ref) -> list:
@@ -357,27 +321,25 @@ class RayExecutor(Executor):
         actor.isolating = False
         if call.probe is not None:  # this sample survived alone: probe the next one
             task_key = call_key[0]
-            if task_key in self.isolate and task_key[0] not in self.cancelled:
+            if task_key in self.isolate and self.tasks.live(task_key):
                 self.isolate[task_key] = call.probe + 1
-                self.backlog.appendleft((task_key, call.task, None))
+                self.tasks.add(task_key, call.task, first=True)
             return []
         return self._finish(actor, call, result, time.perf_counter() - received)
 
     def _finish(self, actor: _Actor, call: _Call, result: Result, transport: float) -> list:
-        self.attempts.pop(call.key, None)
+        self.tasks.finished(call.key, call.task, result.consumed)
         self.isolate.pop(call.key, None)
         result.worker = actor.position
         result.transport = transport
         if actor.offset:
             result.span = (result.span[0] + actor.offset, result.span[1] + actor.offset)
-        if call.task.shard is not None:
-            self.shard_positions[(call.task.epoch, call.task.shard)] = result.consumed
-        if call.key[0] in self.cancelled:
+        if not self.tasks.live(call.key):
             return []
         return [Event(call.key, result)]
 
     def _check_start(self) -> None:
-        if any(a is not None and a.ready for a in self.pool) or not self.backlog:
+        if any(a is not None and a.ready for a in self.pool) or not len(self.tasks):
             return
         waiting = [a for a in self.pool if a is not None]
         if waiting and time.monotonic() - min(a.started for a in waiting) > START_TIMEOUT:
@@ -386,7 +348,7 @@ class RayExecutor(Executor):
             self.close()
             raise WorkerError(
                 f"no Ray actor for backend='ray' started within {START_TIMEOUT:.0f} s; the cluster has "
-                f"{cpus:g} CPUs ({free:g} free). Lower ray_options num_cpus/memory, free the cluster, or add nodes."
+                f"{cpus:g} CPUs ({free:g} free). Lower fl.Ray(num_cpus=..., memory=...), free the cluster, or add nodes."
             )
 
     # ---------------------------------------------------------------- death
@@ -429,17 +391,17 @@ class RayExecutor(Executor):
         if unfinished:
             running = unfinished[0]
             key = running.key if running.probe is None else running.key[0]
-            self.attempts[key] += 1
-            if key in self.isolate or self.attempts[key] >= MAX_ATTEMPTS:
+            attempts = self.tasks.blame(key)
+            if key in self.isolate or attempts >= MAX_ATTEMPTS:
                 redo = [(k, t) for k, t in redo if k != key]
-                if key[0] not in self.cancelled:
-                    self.failures.append(Event(key, self._death_result(running, how)))
-                self.attempts.pop(key, None)
+                if self.tasks.live(key):
+                    self.tasks.failures.append(Event(key, self._death_result(running, how)))
+                self.tasks.attempts.pop(key, None)
                 self.isolate.pop(key, None)
-            elif self.attempts[key] == MAX_ATTEMPTS - 1 and running.task.indices is not None:
+            elif attempts == MAX_ATTEMPTS - 1 and running.task.indices is not None:
                 self.isolate[key] = 0 if len(running.task.indices) > 1 else 1  # one sample: the task is its probe
         self._spawn(actor.position)
-        requeue(self.backlog, redo, actor.position, self.shard_positions)
+        self.tasks.requeue(redo, actor.position)
         return events
 
     def _death_result(self, running: _Call, how: str) -> Result:
@@ -458,10 +420,7 @@ class RayExecutor(Executor):
                 sample = f"task {task.number} (shard {task.shard} of the generator)"
             cause = "check the actors' logs (printed by Ray, or in /tmp/ray/session_latest/logs)"
         message = f"a Ray actor died {MAX_ATTEMPTS} times on {sample} (last: {how}); {cause}."
-        return Result(error={
-            "index": index, "where": where, "stage": "worker", "type": "WorkerError", "message": message,
-            "traceback": "", "exception": None, "worker_exit": how,
-        })
+        return Result(error=TaskError.crash(message, how, index=index, where=where))
 
     def _forget(self, actor: _Actor) -> None:
         for call in actor.outstanding.values():
@@ -476,6 +435,9 @@ class RayExecutor(Executor):
             self.ray.kill(actor.handle, no_restart=True)
         except ValueError:  # not an actor handle any more (Ray already dropped it)
             return
+
+    def set_window_share(self, tasks: int) -> None:
+        self.tasks.per_worker = tasks
 
     def wait_ready(self, timeout: float | None = None) -> bool:
         """Block until every actor has loaded the pipeline (benchmarks and tests); False on timeout."""
@@ -493,11 +455,10 @@ class RayExecutor(Executor):
 
     # ------------------------------------------------------------- queries
     def outstanding(self):
-        return sum(_tasks(a) for a in self.pool if a is not None) + len(self.backlog)
+        return sum(_tasks(a) for a in self.pool if a is not None) + len(self.tasks)
 
     def cancel(self, generation):
-        self.cancelled.add(generation)
-        self.backlog = collections.deque(item for item in self.backlog if item[0][0] != generation)
+        self.tasks.cancel(generation)
 
     def worker_pids(self) -> list[int]:
         """Process ids of the ready actors (on their own nodes)."""
@@ -530,7 +491,7 @@ class RayExecutor(Executor):
             self.ray.wait(pings, num_returns=len(pings), timeout=CLOSE_TIMEOUT)
         self.pool = [None] * self.workers
         self.refs.clear()
-        self.backlog.clear()
+        self.tasks.backlog.clear()
         self.part_ref = None
 
 
@@ -546,9 +507,4 @@ def _short(error: BaseException) -> str:
 
 def _task_error(task, message: str, error: BaseException) -> Result:
     index = int(task.indices[0]) if task.indices is not None and len(task.indices) else None
-    return Result(error={
-        "index": index, "where": None, "stage": "worker", "type": type(error).__name__, "message": message,
-        "traceback": "", "exception": None,
-    })
-
-
+    return Result(error=TaskError(index=index, where=None, stage="worker", type=type(error).__name__, message=message))

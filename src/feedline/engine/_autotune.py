@@ -10,7 +10,7 @@ throughput for work that mostly waits on I/O), the work releases the GIL
 transport. If not, the work holds the GIL and only processes scale; that
 verdict, when doubtful (below 0.9x or between 1.1x and the threshold), is
 measured twice and the better ratio kept, since other load on the machine
-can only make threads look worse (`_runtime._choose`). The probe is bounded
+can only make threads look worse (`feedline.engine._choice`). The probe is bounded
 to about `PROBE_SECONDS`; its samples' results are discarded (outputs never
 depend on the backend, so a noisy probe can cost speed, never correctness).
 
@@ -30,7 +30,7 @@ import time
 
 import numpy as np
 
-from ._plan import Task, run_task
+from ..worker import Task, run_task
 
 __all__ = ["DepthTuner", "MEMORY_BUDGET", "PROBE_SECONDS", "THREAD_SCALING", "probe_gil"]
 
@@ -98,7 +98,7 @@ def probe_gil(part, count: int) -> tuple[float | None, float | None, str]:
 def _run(part, indices) -> None:
     result = run_task(part, Task(epoch=0, number=-1, indices=np.asarray(indices, dtype=np.int64)))
     if result.error is not None:
-        raise RuntimeError(result.error["message"])
+        raise RuntimeError(result.error.message)
 
 
 class DepthTuner:
@@ -137,7 +137,7 @@ class DepthTuner:
 
 
 def _nbytes(batch) -> int:
-    from ._tree import flatten
+    from .._tree import flatten
 
     _, arrays = flatten(batch)
     return sum(a.nbytes for a in arrays) or 1

@@ -1,0 +1,43 @@
+"""One place that turns a backend choice into a running executor."""
+
+from __future__ import annotations
+
+from ._base import Executor
+
+__all__ = ["make_executor"]
+
+
+def make_executor(backend: str, part, workers: int, *, cores: int, ray=None, warm_start: bool = False) -> Executor:
+    """Start the executor for ``backend`` with ``workers`` workers.
+
+    Args:
+        part: the `WorkerPart` every worker runs.
+        cores: cores available here (the report's denominator).
+        ray: the `feedline.Ray` settings, for ``backend="ray"`` (its worker
+            count, if None, is chosen from the cluster).
+        warm_start: process workers only: the consumer may run tasks itself
+            while no worker is up (only when feedline chose processes, so the
+            user's code already runs here).
+
+    Raises:
+        PartNotPicklable: the part cannot travel to other processes.
+    """
+    if backend == "process":
+        from .process import ProcessExecutor
+
+        executor = ProcessExecutor(part, workers, local_part=part if warm_start else None)
+    elif backend == "ray":
+        from .ray import RayExecutor
+
+        executor = RayExecutor(part, workers, ray)
+    elif backend == "thread":
+        from ._thread import ThreadExecutor
+
+        executor = ThreadExecutor(part, workers)
+    else:
+        from ._serial import SerialExecutor
+
+        executor = SerialExecutor(part)
+    if backend != "ray":
+        executor.cores = cores
+    return executor

@@ -1,0 +1,125 @@
+"""The machinery behind a pipeline: its executor, the prefetch depth, the active epoch.
+
+A runtime is built the first time a pipeline is iterated and lives until
+``pipe.close()``, ``with pipe:`` ends, the pipeline is garbage collected, or
+the interpreter exits (an ``atexit`` hook closes every live runtime). Its
+workers persist across epochs.
+
+Only one epoch iterator is active per runtime: starting another (a new
+``iter(pipe)``) supersedes the old one, whose outstanding tasks are
+cancelled; using the old iterator afterwards raises a clear error.
+"""
+
+from __future__ import annotations
+
+import atexit
+import itertools
+import weakref
+from typing import Callable
+
+import cloudpickle
+
+from .._errors import FeedlineError
+from ..backends import PartNotPicklable, make_executor
+from ._autotune import DepthTuner
+from ._choice import choose, default_workers
+
+__all__ = ["Runtime"]
+
+_live: "weakref.WeakSet[Runtime]" = weakref.WeakSet()
+
+
+class Runtime:
+    """Executor plus bookkeeping for one pipeline object.
+
+    Attributes:
+        plan: the compiled plan it runs.
+        backend, workers, decision: what runs the work, and why.
+        cores: cores the workers can use (the report's denominator).
+        depth: tasks that may be outstanding (the prefetch window).
+        tuner: raises ``depth`` while the consumer waits behind a full window.
+        executor: the backend's `feedline.backends.Executor`.
+        closed: True once `close` ran.
+    """
+
+    def __init__(self, plan):
+        self.plan = plan
+        backend, workers, reason = choose(plan)
+        warm_start = backend == "process" and plan.backend is None and not plan.streaming
+        # (warm start only when feedline chose processes itself: the GIL probe has already
+        # run the user's code here; an explicit backend="process" keeps every sample out of
+        # this process, isolated from crashes)
+        try:
+            self.executor = make_executor(backend, plan.part, workers, cores=default_workers(), ray=plan.ray, warm_start=warm_start)
+        except PartNotPicklable as e:
+            raise _pickling_error(plan, e.__cause__ or e) from (e.__cause__ or e)
+        self.backend = backend
+        self.workers = self.executor.workers
+        self.cores = self.executor.cores
+        self.decision = f"{reason}; {self.executor.note}" if self.executor.note else reason
+        self.depth = plan.depth or max(2, 2 * self.workers)  # two tasks per worker: one running, one queued
+        self.tuner = DepthTuner(self.depth, self.workers, enabled=plan.depth is None and backend != "serial")
+        self.set_depth(self.depth)
+        self._generations = itertools.count()
+        self._active = None  # weakref to the current iterator
+        self._supersede = None  # weak method: tells the current iterator it was superseded
+        self._latest_stats = None
+        self.closed = False
+        _live.add(self)
+
+    def set_depth(self, depth: int) -> None:
+        """Change the prefetch depth; each worker may hold its share of it."""
+        self.depth = depth
+        self.executor.set_window_share(max(1, -(-depth // self.workers)))
+
+    def begin(self, iterator, on_superseded: Callable[[], None]) -> int:
+        """Make ``iterator`` the active one (superseding the previous); return its generation."""
+        self._check_open()
+        previous = self._supersede() if self._supersede is not None else None
+        if previous is not None:
+            previous()
+        self._active = weakref.ref(iterator)
+        self._supersede = weakref.WeakMethod(on_superseded)  # never keeps an abandoned iterator alive
+        return next(self._generations)
+
+    def publish(self, stats) -> None:
+        """The stats of the most recent epoch (``pipe.stats()`` reads them, even mid-way)."""
+        self._latest_stats = stats
+
+    def latest_stats(self):
+        """The active epoch's stats, else the last finished epoch's, else None."""
+        active = self._active() if self._active is not None else None
+        return active.stats() if active is not None else self._latest_stats
+
+    def _check_open(self) -> None:
+        if self.closed:
+            raise FeedlineError("this pipeline was closed; build it again (or iterate a new pipeline) to start workers")
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        self.executor.close()
+        _live.discard(self)
+
+
+@atexit.register
+def _close_all() -> None:
+    for runtime in list(_live):
+        runtime.close()
+
+
+def _pickling_error(plan, error: BaseException) -> TypeError:
+    culprits = []
+    for op in plan.part.ops:
+        fn = getattr(op, "fn", None) or getattr(op, "pred", None)
+        try:
+            cloudpickle.dumps(fn)
+        except Exception as e:
+            culprits.append(f"{op.name!r} ({type(e).__name__}: {e})")
+    what = "map/filter function " + ", ".join(culprits) if culprits else "the pipeline's source or functions"
+    return TypeError(
+        f"{what} cannot be sent to worker processes: {error}. Functions travel with cloudpickle; "
+        "objects such as open files, locks, sockets or database connections cannot. Create them "
+        "inside the function (lazily, once per worker), or use backend='thread'."
+    )

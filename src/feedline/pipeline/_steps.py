@@ -1,0 +1,344 @@
+"""The steps a pipeline is made of: immutable records that know themselves.
+
+Each step validates its arguments when it is made (so a mistake is
+reported on the line that wrote it), and knows how to take its place in a
+plan (`place`), describe itself for ``print(pipe)`` (`describe`), and what
+it contributes to the resume fingerprint (`fingerprint`) and to a cache's
+identity (`cache_identity`). Adding a step touches this file and
+`feedline.pipeline._pipeline`, nothing else. Per-sample steps (`Map`,
+`Filter`) also carry the small interface the worker kernel calls:
+``name``, ``rng`` and ``apply(sample, index, rng) -> (sample, keep)``.
+"""
+
+from __future__ import annotations
+
+import inspect
+import numbers
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+
+from ._settings import BACKENDS, Ray
+
+__all__ = ["Batch", "Filter", "Map", "MapBatch", "Prefetch", "Shard", "Shuffle", "Step", "fn_name", "takes_rng"]
+
+ON_ERROR = ("raise", "skip")
+
+
+def fn_name(fn) -> str:
+    """A short readable name for a user function (for reports and errors)."""
+    name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None)
+    if name is None:
+        name = type(fn).__name__
+    return name.replace(".<locals>", "")
+
+
+def takes_rng(fn) -> bool:
+    """True if ``fn`` should be called as ``fn(sample, rng)``.
+
+    That is when it declares a parameter named ``rng``, or requires a
+    second positional argument (one without a default: ``def load(path,
+    size=224)`` is called with the sample alone). Functions without an
+    inspectable signature (some builtins) are called with the sample alone.
+    """
+    try:
+        params = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):
+        return False
+    if any(p.name == "rng" for p in params):
+        return True
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    required = [p for p in positional if p.default is p.empty]
+    return len(required) >= 2 or (len(positional) == 1 and any(p.kind == p.VAR_POSITIONAL for p in params))
+
+
+def _check_callable(fn, method: str) -> None:
+    if not callable(fn):
+        raise TypeError(f"{method}() needs a function; got {type(fn).__name__} {fn!r:.60}")
+
+
+def _check_count(value, what: str, minimum: int) -> None:
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
+        raise ValueError(f"{what} must be an integer >= {minimum}, got {value!r}")
+
+
+class Step:
+    """What every step knows about itself (the defaults suit a step that changes no data)."""
+
+    def place(self, plan) -> None:
+        """Take its place in a plan being compiled (`feedline.pipeline._plan.PlanBuilder`); ValueError if misplaced."""
+        raise NotImplementedError
+
+    def describe(self) -> str:
+        """The step as written, for ``print(pipe)``."""
+        raise NotImplementedError
+
+    def fingerprint(self) -> str | None:
+        """What must match for a saved ``it.state()`` to resume (None: nothing)."""
+        return None
+
+    def cache_identity(self) -> tuple:
+        """What the step contributes to data cached after it (not how it runs)."""
+        return (type(self).__name__,)
+
+    def cache_conflict(self) -> str | None:
+        """Why ``.cache()`` may not come after this step, or None."""
+        return None
+
+
+def _index_fingerprint(step, seed=None, index=None, count=None, size=None, drop_remainder=None, even=None) -> str:
+    # The format of checkpoints written so far: kept so that they still resume.
+    return repr((type(step).__name__, seed, index, count, size, drop_remainder, even))
+
+
+def _order_conflict(name: str) -> str:
+    return (f"cache() after {name}(): the cache holds every sample in source order; "
+            f"put {name}() after .cache() (each epoch's order is then drawn from the cache)")
+
+
+@dataclass(frozen=True)
+class Shuffle(Step):
+    """Permute the sample indices of each epoch, from ``(seed, epoch)``."""
+
+    seed: int
+
+    def __post_init__(self):
+        if isinstance(self.seed, bool) or not isinstance(self.seed, numbers.Integral) or self.seed < 0:
+            raise ValueError(f"shuffle(seed=...) must be a non-negative integer or None, got {self.seed!r}")
+
+    def place(self, plan) -> None:
+        plan.add_index_step(self, "shuffle")
+
+    def reorder(self, order: np.ndarray, epoch: int) -> np.ndarray:
+        """This epoch's permutation of ``order``."""
+        rng = np.random.Generator(np.random.PCG64(np.random.SeedSequence(self.seed, spawn_key=(epoch,))))
+        return order[rng.permutation(len(order))]
+
+    def describe(self) -> str:
+        return f"shuffle(seed={self.seed})"
+
+    def fingerprint(self) -> str:
+        return _index_fingerprint(self, seed=self.seed)
+
+    def cache_conflict(self) -> str:
+        return _order_conflict("shuffle")
+
+
+@dataclass(frozen=True)
+class Shard(Step):
+    """Keep every ``count``-th index starting at ``index`` (data-parallel rank)."""
+
+    index: int
+    count: int
+    even: str | None = None  # None: exact partition; "drop" / "pad": equal share on every rank
+
+    def __post_init__(self):
+        if self.even not in (None, "drop", "pad"):
+            raise ValueError(f"shard(even={self.even!r}): use None (exact partition), 'drop' or 'pad'")
+        _check_count(self.count, "shard(count=...)", 1)
+        _check_count(self.index, "shard(index=...)", 0)
+        if self.index >= self.count:
+            raise ValueError(f"shard(index={self.index}, count={self.count}): index must be < count")
+
+    def place(self, plan) -> None:
+        plan.add_index_step(self, "shard")
+
+    def reorder(self, order: np.ndarray, epoch: int) -> np.ndarray:
+        """This rank's positions: every ``count``-th, after evening out the length if asked.
+
+        ``even="drop"`` cuts the order to a multiple of ``count`` (at most
+        ``count - 1`` samples of the epoch are left out, different ones each
+        shuffled epoch); ``"pad"`` repeats the first samples to fill it (those
+        are seen twice). Either way every rank gets the same number of samples,
+        so the same number of batches, and no rank waits forever at a collective.
+        """
+        if self.even == "drop":
+            order = order[: len(order) // self.count * self.count]
+        elif self.even == "pad" and len(order) % self.count:
+            missing = self.count - len(order) % self.count
+            order = np.concatenate([order, np.resize(order, missing)])
+        return order[self.index :: self.count]
+
+    def describe(self) -> str:
+        return f"shard(index={self.index}, count={self.count}{f', even={self.even!r}' if self.even else ''})"
+
+    def fingerprint(self) -> str:
+        return _index_fingerprint(self, index=self.index, count=self.count, even=self.even)
+
+    def cache_conflict(self) -> str:
+        return _order_conflict("shard")
+
+
+@dataclass(frozen=True)
+class Map(Step):
+    """Apply ``fn(sample)`` or ``fn(sample, rng)`` to every sample, in workers.
+
+    ``backend`` is the backend's name; Ray's settings, if any, are in ``ray``.
+    """
+
+    fn: Callable
+    workers: int | None = None
+    backend: str | None = None
+    on_error: Any = "raise"
+    ordered: bool = True
+    ray: Ray | None = None
+    name: str = field(default="")
+    rng: bool = False
+
+    def __post_init__(self):
+        _check_callable(self.fn, "map")
+        if isinstance(self.backend, Ray):
+            object.__setattr__(self, "ray", self.backend)
+            object.__setattr__(self, "backend", "ray")
+        if self.backend is not None and self.backend not in BACKENDS:
+            raise ValueError(f"map(backend={self.backend!r}): choose one of {', '.join(BACKENDS)}, fl.Ray(...), or None to let feedline pick")
+        if self.ray is not None and self.backend != "ray":
+            raise ValueError(f"map(ray_address=..., ray_options=...) apply to backend='ray' only; got backend={self.backend!r}")
+        if self.backend == "ray" and self.ray is None:
+            object.__setattr__(self, "ray", Ray())
+        _check_count(self.workers, f"map(workers=...) with backend={self.backend!r}", 0 if self.backend in (None, "serial") else 1)
+        if not callable(self.on_error) and self.on_error not in ON_ERROR:
+            raise ValueError(f"map(on_error={self.on_error!r}): use 'raise', 'skip', or a function (index, error) -> replacement sample")
+        object.__setattr__(self, "name", self.name or fn_name(self.fn))
+        object.__setattr__(self, "rng", takes_rng(self.fn))
+
+    @property
+    def skips(self) -> bool:
+        """True when a failing sample is dropped (``on_error="skip"``)."""
+        return self.on_error == "skip"
+
+    def apply(self, sample, index, rng):
+        """Run on one sample; a replacement from a callable ``on_error`` stands in for a failure."""
+        try:
+            return (self.fn(sample, rng) if self.rng else self.fn(sample)), True
+        except Exception as exc:
+            if not callable(self.on_error):
+                raise
+            return self.on_error(index, exc), True
+
+    def place(self, plan) -> None:
+        plan.add_map(self)
+
+    def describe(self) -> str:
+        extras = [f"{k}={v!r}" for k, v in (("workers", self.workers),) if v is not None]
+        if self.backend == "ray" and self.ray != Ray():
+            extras.append(f"backend=fl.{self.ray.describe()}")
+        elif self.backend is not None:
+            extras.append(f"backend={self.backend!r}")
+        if self.on_error != "raise":
+            extras.append(f"on_error={getattr(self.on_error, '__name__', self.on_error)!r}")
+        if not self.ordered:
+            extras.append("ordered=False")
+        return f"map({', '.join([self.name + (' (rng)' if self.rng else '')] + extras)})"
+
+    def fingerprint(self) -> str:
+        return f"Map:{self.name}"
+
+    def cache_identity(self) -> tuple:
+        return ("map", self.fn, self.on_error if callable(self.on_error) else "policy")
+
+
+@dataclass(frozen=True)
+class Filter(Step):
+    """Keep the samples for which ``pred(sample)`` is true."""
+
+    pred: Callable
+    name: str = ""
+    rng = False  # the kernel's interface: a predicate takes no rng
+    skips = None  # failures follow the first map's on_error (see `WorkerPart.skips`)
+
+    def __post_init__(self):
+        _check_callable(self.pred, "filter")
+        object.__setattr__(self, "name", self.name or fn_name(self.pred))
+
+    def apply(self, sample, index, rng):
+        return sample, bool(self.pred(sample))
+
+    def place(self, plan) -> None:
+        plan.add_filter(self)
+
+    def describe(self) -> str:
+        return f"filter({self.name})"
+
+    def fingerprint(self) -> str:
+        return f"Filter:{self.name}"
+
+    def cache_identity(self) -> tuple:
+        return ("filter", self.pred)
+
+
+@dataclass(frozen=True)
+class Batch(Step):
+    """Group samples into batches of ``size``."""
+
+    size: int
+    drop_remainder: bool = False
+    collate: Callable | None = None
+
+    def __post_init__(self):
+        if self.size is None:
+            raise ValueError("batch(size=...) must be an integer >= 1, got None; leave out batch() for single samples")
+        _check_count(self.size, "batch(size=...)", 1)
+        if self.collate is not None:
+            _check_callable(self.collate, "batch(collate=...)")
+
+    def place(self, plan) -> None:
+        if plan.batch is not None:
+            raise ValueError("batch() appears twice; a pipeline batches once (use map_batch() to regroup)")
+        plan.batch = self
+
+    def describe(self) -> str:
+        return (f"batch({self.size}{', drop_remainder=True' if self.drop_remainder else ''}"
+                f"{', collate=' + getattr(self.collate, '__name__', 'custom') if self.collate else ''})")
+
+    def fingerprint(self) -> str:
+        return _index_fingerprint(self, size=self.size, drop_remainder=self.drop_remainder)
+
+    def cache_conflict(self) -> str:
+        return "cache() after batch(): the cache stores samples; put batch() (and map_batch()) after .cache()"
+
+
+@dataclass(frozen=True)
+class MapBatch(Step):
+    """Apply ``fn(batch)`` to whole batches (vectorised work)."""
+
+    fn: Callable
+    name: str = ""
+
+    def __post_init__(self):
+        _check_callable(self.fn, "map_batch")
+        object.__setattr__(self, "name", self.name or fn_name(self.fn))
+
+    def place(self, plan) -> None:
+        if plan.batch is None:
+            raise ValueError("map_batch() needs a batch() before it")
+        plan.batch_ops.append(self)
+
+    def describe(self) -> str:
+        return f"map_batch({self.name})"
+
+    def fingerprint(self) -> str:
+        return f"MapBatch:{self.name}"
+
+    def cache_conflict(self) -> str:
+        return Batch.cache_conflict(self)
+
+
+@dataclass(frozen=True)
+class Prefetch(Step):
+    """How many batches may be in flight ahead of the consumer."""
+
+    depth: int | None = None
+
+    def __post_init__(self):
+        _check_count(self.depth, "prefetch(depth=...)", 1)
+
+    def place(self, plan) -> None:
+        if self.depth is not None:
+            plan.depth = self.depth
+
+    def describe(self) -> str:
+        return f"prefetch({self.depth if self.depth is not None else ''})"

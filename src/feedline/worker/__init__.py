@@ -1,0 +1,10 @@
+"""The worker layer: the kernel that runs a task anywhere, and the protocol around it.
+
+Imports only `feedline._tree`, `feedline._errors` and `feedline.transport`,
+so a process worker or Ray actor loads little beyond NumPy.
+"""
+
+from ._kernel import run_task, sample_rng
+from ._protocol import Result, Task, TaskError
+
+__all__ = ["Result", "Task", "TaskError", "run_task", "sample_rng"]

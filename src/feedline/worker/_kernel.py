@@ -1,0 +1,189 @@
+"""The kernel: run one task anywhere (serial, thread, process or Ray actor), identically.
+
+`run_task(part, task)` reads the task's samples, applies the per-sample
+steps with each sample's own `rng` (`sample_rng`), follows ``on_error``,
+collates and runs the batch steps the worker owns. It knows the steps
+only through their small interface (``name``, ``rng``, ``apply``), so a
+new step needs no change here. Sample errors under ``on_error="raise"``
+come back in `Result.error`, never as an exception, so the consumer raises
+them in order, at the batch where they happened.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from .._tree import collate_into
+from ._protocol import Result, Task, TaskError
+
+__all__ = ["run_task", "sample_rng"]
+
+
+def sample_rng(seed: int, epoch: int, index, step: int) -> np.random.Generator:
+    """The generator a ``fn(sample, rng)`` sees: a function of its arguments only.
+
+    >>> a, b = sample_rng(1, 0, 5, 0), sample_rng(1, 0, 5, 0)
+    >>> bool(a.random() == b.random())
+    True
+    """
+    key = (epoch, step) + (tuple(index) if isinstance(index, tuple) else (int(index),))
+    return np.random.Generator(np.random.PCG64(np.random.SeedSequence(seed, spawn_key=key)))
+
+
+def run_task(part, task: Task, alloc=None, progress=None, streams=None) -> Result:
+    """Run one task and record when it ran and the CPU it used (for traces).
+
+    Args:
+        part: the compiled `WorkerPart` (source, per-sample steps, batching).
+        task: which samples.
+        alloc: where collated arrays are written (see `collate_into`);
+            process workers pass shared-memory slots.
+        progress: optional ``progress(index)`` called before each sample, so
+            a process worker can record which sample it was on if it dies.
+        streams: the worker's open generator shards (streaming sources).
+    """
+    start, cpu = time.perf_counter(), time.thread_time()
+    result = _run(part, task, alloc, progress, streams)
+    result.span = (start, time.perf_counter())
+    result.cpu = time.thread_time() - cpu
+    return result
+
+
+def _run(part, task: Task, alloc, progress, streams) -> Result:
+    result = Result()
+    times = result.times
+    source = part.source
+    if part.bulk_read and task.indices is not None:
+        t0 = time.perf_counter()
+        batch = source.gather(task.indices, alloc or _default_alloc)
+        times["read"] = time.perf_counter() - t0
+        result.rows = len(task.indices)
+        result.payload = _batch_steps(part, batch, times)
+        return result
+
+    samples, kept = [], []
+    if task.indices is not None:
+        items = ((int(i), None) for i in task.indices)
+    else:
+        wanted = part.batch_size or part.stream_chunk
+        items = _stream_items(part, task, streams, result, lambda: len(samples) < wanted)
+    read_time = 0.0
+    op_times = [0.0] * len(part.ops)
+    for index, streamed in items:
+        if progress is not None:
+            progress(index)
+        stage = None  # None: reading the sample; else the position of the failing step
+        t0 = time.perf_counter()
+        try:
+            sample = source.read(index) if task.indices is not None else streamed
+            if isinstance(sample, _ReadFailure):
+                raise sample.error
+            read_time += time.perf_counter() - t0
+            keep = True
+            for stage, op in enumerate(part.ops):
+                t0 = time.perf_counter()
+                rng = sample_rng(part.seed, task.epoch, index, stage) if op.rng else None
+                sample, keep = op.apply(sample, index, rng)
+                op_times[stage] += time.perf_counter() - t0
+                if not keep:
+                    break
+        except Exception as exc:
+            name = "read" if stage is None else part.ops[stage].name
+            if part.skips(stage):
+                result.skipped.append((index, f"{name}: {type(exc).__name__}: {exc}"))
+                continue
+            result.error = TaskError.from_exception(exc, index, source.where(index), name)
+            return result
+        if keep:
+            samples.append(sample)
+            kept.append(index)
+    times["read"] = read_time
+    for op, spent in zip(part.ops, op_times):
+        times[op.name] = times.get(op.name, 0.0) + spent
+    result.rows = len(samples)
+    if not samples:
+        return result
+    if part.batch_size is None:
+        result.payload = samples
+        return result
+    t0 = time.perf_counter()
+    try:
+        if part.collate is not None:
+            batch = part.collate(samples)
+        else:
+            direct = alloc if (alloc is not None and not part.batch_ops) else _default_alloc
+            batch = collate_into(samples, kept, direct)
+    except Exception as exc:
+        index = getattr(exc, "index", kept[0])
+        result.error = TaskError.from_exception(exc, index, source.where(index) if not isinstance(index, tuple) else None, "batch")
+        return result
+    times["batch"] = time.perf_counter() - t0
+    try:
+        result.payload = _batch_steps(part, batch, times)
+    except Exception as exc:
+        result.error = TaskError.from_exception(exc, kept[0], None, "map_batch")
+    return result
+
+
+def _batch_steps(part, batch, times):
+    for op in part.batch_ops:
+        t0 = time.perf_counter()
+        batch = op.fn(batch)
+        times[op.name] = times.get(op.name, 0.0) + time.perf_counter() - t0
+    return batch
+
+
+class _StreamState:
+    """A worker's open iterator over one generator shard (None once exhausted)."""
+
+    def __init__(self, source, shard: int, epoch: int, start: int):
+        self.iterator = source.open(shard)
+        self.epoch, self.position = epoch, 0
+        for _ in range(start):
+            if next(self.iterator, _END) is _END:
+                self.iterator = None
+                break
+            self.position += 1
+
+
+_END = object()
+
+
+class _ReadFailure:
+    """An exception raised by a generator shard, carried to the per-sample handler."""
+
+    __slots__ = ("error",)
+
+    def __init__(self, error: Exception):
+        self.error = error
+
+
+def _stream_items(part, task, streams, result, need_more):
+    """Yield ``((shard, position), sample)`` until the batch is full or the shard ends."""
+    state = streams.get(task.shard)
+    if state is None or state.epoch != task.epoch or (task.start is not None and task.start != state.position):
+        state = streams[task.shard] = _StreamState(part.source, task.shard, task.epoch, task.start or 0)
+    while need_more():
+        if state.iterator is None:
+            result.exhausted = True
+            break
+        try:
+            sample = next(state.iterator)
+        except StopIteration:
+            state.iterator = None  # later tasks of this shard (sent ahead) come back empty
+            result.exhausted = True
+            break
+        except Exception as exc:  # the shard's own code failed: a read error of this item
+            state.iterator = None  # a generator that raised cannot continue
+            sample = _ReadFailure(exc)
+        position = state.position
+        state.position += 1
+        result.consumed = state.position
+        yield (task.shard, position), sample
+    result.consumed = state.position
+
+
+def _default_alloc(specs):
+    return [np.empty(shape, dtype) for shape, dtype in specs]
