@@ -8,7 +8,14 @@ Last result (2026-11-22 03:04 UTC, 2-core AMD EPYC, load average ~1.2):
     bad (process x1, depth 1): median 298 samples/s (284-298)
     auto / best hand = 0.90; auto / bad = 1.69
 """
-import numpy as np, feedline as fl, time, statistics
+import statistics
+import time
+
+import numpy as np
+
+import feedline as fl
+
+
 def aug(v):
     x = [float(i) for i in range(64)]
     for _ in range(1600):
@@ -17,14 +24,16 @@ def aug(v):
 idx = np.arange(640)
 def run(build):
     with build() as pipe:
-        t = time.perf_counter(); n = sum(len(b) for b in pipe); return n / (time.perf_counter() - t)
+        t = time.perf_counter()
+        n = sum(len(b) for b in pipe)
+        return n / (time.perf_counter() - t)
 setups = {
     "auto": lambda: fl.from_arrays(idx).map(aug).batch(32),
     "best hand (process x2)": lambda: fl.from_arrays(idx).map(aug, backend="process", workers=2).batch(32),
     "bad (process x1, depth 1)": lambda: fl.from_arrays(idx).map(aug, backend="process", workers=1).batch(32).prefetch(1),
 }
 res = {k: [] for k in setups}
-for r in range(3):
+for _ in range(3):
     for k, b in setups.items():
         res[k].append(run(b))
 for k, v in res.items():

@@ -90,8 +90,8 @@ def call_costs(data: np.ndarray, calls: int) -> tuple[float, float]:
     """ms per Ray call for a batch-32 task: actor holding the part vs stateless task."""
     import ray
 
-    from feedline.worker import Task, run_task
     from feedline.backends.ray._actor import RayWorker, dumps_part, loads_part
+    from feedline.worker import Task, run_task
 
     pipe = fl.from_arrays(data).map(tiny).batch(32)
     part = pipe.plan.part

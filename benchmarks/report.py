@@ -304,7 +304,7 @@ def chart(results, path: str, quick: bool = False) -> None:
             ax.axvline(n_cores, color="#2ca02c", linestyle="--", linewidth=1)
             ax.text(n_cores, -0.9, f" {n_cores}-core ideal", color="#2ca02c", fontsize=7, va="center")
         ax.axvline(1.0, color="#444444", linewidth=0.6)
-        for y, (n, x), h in zip(ys, loaders, hi):
+        for y, (_, x), h in zip(ys, loaders, hi):
             ax.text(h * 1.06, y, f"{x.sps:,.0f}/s", va="center", fontsize=7)
         left, right = min(lo + [0.5]) / 1.5, max(hi + [n_cores]) * 3
         ax.set_xlim(left, right)

@@ -22,8 +22,6 @@ import os
 import statistics
 import time
 
-import numpy as np
-
 for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")  # the same for every loader: one native thread per worker
 
@@ -111,7 +109,7 @@ def main(argv=None) -> None:
     args = parser.parse_args(argv)
     paths = jpeg_folder(args.images)
     times: dict[str, list[float]] = {name: [] for name in LOADERS}
-    for name, run in LOADERS.items():  # warm-up: page cache, imports
+    for run in LOADERS.values():  # warm-up: page cache, imports
         run(paths[:BATCH])
     for _ in range(args.reps):
         for name, run in LOADERS.items():

@@ -198,7 +198,7 @@ def test_fingerprint_follows_helper_functions_and_captured_values():
     exec("def helper(x):\n    return x + 2\n", namespace)
     assert digest(namespace["decode"]) != before
     scale = 3
-    f = lambda x: x * scale
+    f = lambda x: x * scale  # noqa: E731 - a lambda that captures a variable is the case under test
     captured = digest(f)
     scale = 4
     assert digest(f) != captured

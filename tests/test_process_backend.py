@@ -466,8 +466,8 @@ def test_time_to_first_batch_is_reported_in_stats(no_leaks):
 
 # ------------------------------------------------------------ warm start
 def test_warm_start_runs_tasks_in_the_consumer_until_a_worker_is_ready(no_leaks):
-    from feedline.worker import Task, run_task
     from feedline.backends.process import ProcessExecutor
+    from feedline.worker import Task, run_task
 
     def slow(x):
         time.sleep(0.02)  # 0.16 s per task: workers are up long before 8 tasks are done
@@ -475,10 +475,8 @@ def test_warm_start_runs_tasks_in_the_consumer_until_a_worker_is_ready(no_leaks)
 
     pipe = fl.from_arrays(np.arange(64)).map(slow).batch(8)
     part = pipe.plan.part
-    shared = SharedArrays()
-    executor = ProcessExecutor(None, 2, local_part=part)
+    executor = ProcessExecutor(part, 2, local_part=part)
     try:
-        executor.part_bytes = dumps_for_workers(part, shared)
         tasks = {n: Task(epoch=0, number=n, indices=np.arange(8 * n, 8 * n + 8)) for n in range(8)}
         for n, task in tasks.items():
             executor.submit((0, n), task)
@@ -496,7 +494,6 @@ def test_warm_start_runs_tasks_in_the_consumer_until_a_worker_is_ready(no_leaks)
             assert (set(pids.tolist()) == {os.getpid()}) == (result.worker == -1)
     finally:
         executor.close()
-        shared.close()
 
 
 def test_explicit_process_backend_never_runs_samples_in_the_consumer(no_leaks):

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 import feedline as fl
+from feedline import testing
 from feedline.engine._autotune import MEMORY_BUDGET, DepthTuner
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -100,7 +101,9 @@ def test_io_bound_threads_are_advised_to_run_more_workers(no_leaks):
 def test_trace_is_chrome_json_with_a_track_per_worker_and_the_consumer(tmp_path, no_leaks):
     pipe = fl.from_arrays(np.arange(64)).map(slow_decode, backend="process", workers=2).batch(4)
     with pipe:
-        for _ in pipe:
+        epoch = iter(pipe)
+        assert testing.wait_ready(pipe, 60)  # on a loaded machine one worker could otherwise run every task
+        for _ in epoch:
             pass
         pipe.stats().save_trace(tmp_path / "trace.json")
     trace = json.loads((tmp_path / "trace.json").read_text())

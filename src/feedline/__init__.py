@@ -46,9 +46,9 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time see __getattr__
         SampleError,
         WorkerError,
     )
+    from .adapters.keras import from_keras_sequence
     from .engine import EpochIterator, Stats
     from .pipeline import Pipeline, Ray
-    from .adapters.keras import from_keras_sequence
     from .sources import from_arrays, from_files, from_generator, from_sequence
     from .sources._ray import from_ray_dataset
     from .store import from_hf_dataset, from_parquet, from_store

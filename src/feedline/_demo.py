@@ -98,7 +98,7 @@ def run(*, samples: int, size: int, batch: int, workers: int | None = None, data
     progress = _Progress(total, "plain loop")
     t0 = time.perf_counter()
     naive_batches = 0
-    for x, _ in _naive(pairs, batch):
+    for _ in _naive(pairs, batch):
         naive_batches += 1
         progress.update(naive_batches, naive_batches * batch)
     naive = time.perf_counter() - t0

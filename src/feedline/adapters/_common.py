@@ -21,8 +21,8 @@ they all follow, so the four behave alike:
 from __future__ import annotations
 
 from .._errors import FeedlineError
-from ..pipeline._steps import Shard
 from .._optional import require
+from ..pipeline._steps import Shard
 
 __all__ = ["epoch_batches", "even_steps", "map_structure", "require", "steps_per_epoch"]
 

@@ -1,36 +1,11 @@
 """Keras 3 adapter: ``model.fit(pipe.keras())`` on every backend, and Keras Sequences as sources.
 
-How Keras 3 consumes data, and why this adapter is a `DataAdapter`:
-Keras wraps whatever ``fit`` receives in a data adapter. A ``PyDataset``
-(``keras.utils.Sequence``) gets Keras's own thread or process pool when its
-``workers``/``use_multiprocessing`` ask for one, a random permutation of
-``__getitem__`` indices when ``shuffle=True``, and, on TensorFlow, a
-``from_generator`` dataset that first reads two batches to guess the spec
-and then adds ``prefetch(AUTOTUNE)``: a second layer of threads and queues
-on top of ours. A Python generator has no length (no progress-bar total).
-Since Keras 3.7 ``fit`` accepts a `DataAdapter` instance as is, so this
-adapter hands each backend exactly what its trainer iterates, with nothing
-in between:
-
-- JAX (and NumPy): the feedline epoch itself (NumPy batches); Keras's JAX
-  trainer puts them on the device, one batch ahead on accelerators, and
-  follows a ``keras.distribution`` layout if one is set.
-- PyTorch: a `feedline.adapters.torch.TorchLoader` on Keras's device: CPU
-  tensors share memory with our batches; on CUDA, batches are copied from
-  pinned memory on a side stream ahead of time.
-- TensorFlow: `feedline.adapters.tf.to_tf`, a ``tf.data.Dataset`` with a
-  known cardinality and no extra prefetch.
-
-Each Keras epoch is one feedline epoch (a new shuffle), started when its
-first batch is needed; ``len(pipe)`` is the progress bar's total. The base
-class lives in ``keras.src`` (Keras does not export it); the tests run
-``fit``/``evaluate``/``predict`` on all three backends so that a change
-there is caught.
-
-Not supported through this adapter (Keras does not pass them to a data
-adapter): ``fit(shuffle=...)`` (shuffle the pipeline instead) and
-``class_weight=`` (put per-sample weights in the batch as a third element,
-``(x, y, sample_weight)``).
+`to_keras` returns a Keras `DataAdapter` (accepted as is since Keras 3.7)
+that gives each Keras backend exactly what its trainer iterates (JAX: the
+epoch's NumPy batches; PyTorch: a `TorchLoader`; TensorFlow: `to_tf`), with
+no second pool or prefetch on top of feedline's. `from_keras_sequence` runs
+an existing ``keras.utils.Sequence`` in feedline's workers. Why not a
+``PyDataset``, and the limits: docs/adapters.md, "Keras 3".
 """
 
 from __future__ import annotations

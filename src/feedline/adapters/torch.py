@@ -1,33 +1,11 @@
 """PyTorch adapter: ``pipe.torch(device=None, pin_memory=None)``.
 
-Batches become torch tensors. On the CPU that costs nothing: every NumPy
-leaf is wrapped with ``torch.from_numpy`` (same memory; a process worker's
-shared-memory slot stays reserved until the tensor is freed). Arrays NumPy
-marks read-only are copied, since a torch tensor is always writable.
-
-Protocol of the CUDA path (prefetch to device):
-- Who copies: the loop's own thread, ``depth`` batches ahead of the batch
-  it hands out. For each new batch it copies every tensor leaf into pinned
-  host memory (one CPU memcpy, GIL released) and queues the host-to-device
-  copy on a private side stream (``non_blocking``), then records an event.
-- Who waits: nobody on the host. Before a batch is handed out, the current
-  stream is told to wait for that batch's event (a GPU-side wait) and every
-  tensor is marked as used on the current stream (``record_stream``), so
-  the caching allocator cannot hand its memory to anyone else while the
-  training step may still read it.
-- Who frees what: the pinned staging copy is dropped as soon as its copy is
-  queued; torch's pinned-memory allocator reuses the block only after the
-  copy's event completed. The feedline batch (shared memory) is released as
-  soon as it is staged, ``depth`` steps before the training step sees it.
-- Back-pressure: at most ``depth`` batches are staged ahead; feedline's own
-  prefetch bounds the work behind them.
-- Shutdown: leaving the loop early (``break``, exception) closes the epoch,
-  which cancels feedline's outstanding work; staged device memory is freed
-  by the caching allocator when the tensors go out of scope.
-
-Data parallel: a pipeline with ``.shard()`` yields the same number of
-batches on every rank (see `feedline.adapters._common`), so DDP never waits
-for a rank that has run out.
+Batches become torch tensors: on the CPU by ``torch.from_numpy`` (no copy;
+a process worker's shared-memory slot stays reserved until the tensor is
+freed); on CUDA, staged ``depth`` batches ahead through pinned memory and a
+side stream. Protocol rule: a staged batch is handed out only after the
+current stream waits on its copy event and ``record_stream`` marks its
+tensors, so no host sync and no early reuse. Details: docs/adapters.md, "PyTorch".
 """
 
 from __future__ import annotations

@@ -35,6 +35,9 @@ class Executor:
         cores: cores the workers can use (the machine's, or a Ray cluster's).
         note: how the worker count was arrived at, for the report (or "").
         restarts: workers replaced after dying with work in hand, so far.
+        prefetches: tasks run ahead of the consumer, so the prefetch depth
+            matters (False for the serial backend, which runs each task when
+            it is collected).
     """
 
     name = "base"
@@ -42,6 +45,7 @@ class Executor:
     cores = 1
     note = ""
     restarts = 0
+    prefetches = True
 
     def submit(self, key: tuple, task, affinity: int | None = None) -> None:
         """Queue ``task``; ``affinity`` pins tasks of one stream shard to one worker."""

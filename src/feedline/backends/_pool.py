@@ -28,7 +28,7 @@ class TaskPool:
         self.attempts: collections.Counter = collections.Counter()
         self.cancelled: set[int] = set()
         self.shard_positions: dict = {}  # (epoch, shard) -> raw position after the last delivered result
-        self.failures: list = []  # Events of tasks that cannot be redone, for the next wait()
+        self.failures: list = []  # Events for the next wait(): tasks that cannot be redone, results taken early
         self.per_worker = PER_WORKER
 
     def __len__(self) -> int:

@@ -15,6 +15,7 @@ class SerialExecutor(Executor):
 
     name = "serial"
     workers = 1
+    prefetches = False
 
     def __init__(self, part):
         self.part = part

@@ -84,7 +84,8 @@ def _input_bound_advice(stats, wait, busy, saturated, bottleneck, share):
     if saturated and not off_cpu and bottleneck is not None and share:
         gain = min(ceiling, 1.0 / max(1e-9, 1.0 - share))
         if bottleneck == "read" and stats.source_kind in _STORE_SOURCES:
-            advice.append((gain, f"reading the store takes {share:.0%} of worker time: fields encoded 'raw' are read without decoding (see docs/store.md), or raise workers (estimated up to {_x(gain)})"))
+            advice.append((gain, f"reading the store takes {share:.0%} of worker time: fields encoded 'raw' are read without decoding "
+                                 f"(see docs/store.md), or raise workers (estimated up to {_x(gain)})"))
         elif any(word in bottleneck.lower() for word in _DECODE_WORDS):
             advice.append((gain, f"{bottleneck} takes {share:.0%} of worker time: decode once into a store (feedline convert / .cache()) or decode at reduced size (estimated up to {_x(gain)})"))
         else:
@@ -95,10 +96,13 @@ def _input_bound_advice(stats, wait, busy, saturated, bottleneck, share):
         inflight = stats.inflight_total / stats.batches if stats.batches else 0.0
         gain = min(ceiling, 1.0 / max(busy, 1e-9))
         if inflight >= 0.9 * stats.depth:
-            advice.append((gain, f"workers idle {1 - busy:.0%} of the time with all {stats.depth} prefetch slots taken: finished batches wait behind a slow one; raise prefetch depth or use map(..., ordered=False) (estimated up to {_x(gain)})"))
+            advice.append((gain, f"workers idle {1 - busy:.0%} of the time with all {stats.depth} prefetch slots taken: finished batches "
+                                 f"wait behind a slow one; raise prefetch depth or use map(..., ordered=False) (estimated up to {_x(gain)})"))
         else:
             consumer = sum(stats.consumer_seconds.values())
-            advice.append((gain, f"workers idle {1 - busy:.0%} of the time although the consumer waits: the consumer process hands out work too slowly ({consumer:.2f} s in consumer-side stages) or other programs compete for the cores; move map_batch work before batch() or use larger batches (estimated up to {_x(gain)})"))
+            advice.append((gain, f"workers idle {1 - busy:.0%} of the time although the consumer waits: the consumer process hands out "
+                                 f"work too slowly ({consumer:.2f} s in consumer-side stages) or other programs compete for the cores; "
+                                 f"move map_batch work before batch() or use larger batches (estimated up to {_x(gain)})"))
         transport = stats.consumer_seconds.get("transport", 0.0)
         if stats.batches and transport / max(stats.wall_seconds, 1e-9) > 0.2:
             advice.append((min(ceiling, 1.5), f"receiving batches takes {transport / stats.wall_seconds:.0%} of the consumer's time: use larger batches (estimated 1.5x)"))

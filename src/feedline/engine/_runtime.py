@@ -58,7 +58,7 @@ class Runtime:
         self.cores = self.executor.cores
         self.decision = f"{reason}; {self.executor.note}" if self.executor.note else reason
         self.depth = plan.depth or max(2, 2 * self.workers)  # two tasks per worker: one running, one queued
-        self.tuner = DepthTuner(self.depth, self.workers, enabled=plan.depth is None and backend != "serial")
+        self.tuner = DepthTuner(self.depth, self.workers, enabled=plan.depth is None and self.executor.prefetches)
         self.set_depth(self.depth)
         self._generations = itertools.count()
         self._active = None  # weakref to the current iterator
@@ -112,9 +112,8 @@ def _close_all() -> None:
 def _pickling_error(plan, error: BaseException) -> TypeError:
     culprits = []
     for op in plan.part.ops:
-        fn = getattr(op, "fn", None) or getattr(op, "pred", None)
         try:
-            cloudpickle.dumps(fn)
+            cloudpickle.dumps(op.function)
         except Exception as e:
             culprits.append(f"{op.name!r} ({type(e).__name__}: {e})")
     what = "map/filter function " + ", ".join(culprits) if culprits else "the pipeline's source or functions"

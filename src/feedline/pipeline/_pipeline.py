@@ -12,14 +12,17 @@ import hashlib
 import time
 import warnings
 import weakref
+from typing import TYPE_CHECKING
 
 from .._errors import FeedlineError
-from ..engine import STATE_VERSION, EpochIterator, Runtime
 from ._cache import CacheSource
 from ._environment import rank_from_environment
 from ._plan import compile_plan, new_seed
 from ._settings import Ray
 from ._steps import Batch, Filter, Map, MapBatch, Prefetch, Shard, Shuffle
+
+if TYPE_CHECKING:
+    from ..engine import EpochIterator
 
 __all__ = ["Pipeline"]
 
@@ -111,6 +114,8 @@ class Pipeline:
                 ``backend=fl.Ray(address=..., **options)``.
         """
         ray = None
+        if (ray_address is not None or ray_options is not None) and isinstance(backend, Ray):
+            raise ValueError("map(backend=fl.Ray(...)) and ray_address/ray_options both give Ray settings; put them all in fl.Ray(...)")
         if ray_address is not None or ray_options is not None:
             warnings.warn(
                 "map(ray_address=..., ray_options={...}) is deprecated; write "
@@ -224,6 +229,8 @@ class Pipeline:
     def _ensure_runtime(self):
         self._prepare_source()
         if self._runtime is None or self._runtime.closed:
+            from ..engine import Runtime  # start-up cost: workers import this module (via sources) and never run the engine
+
             self._runtime = Runtime(self._plan)
             if self._finalizer is not None:
                 self._finalizer.detach()
@@ -237,6 +244,8 @@ class Pipeline:
         return self._iterator(epoch, created=created)
 
     def _iterator(self, epoch: int, state: dict | None = None, created: float | None = None) -> EpochIterator:
+        from ..engine import EpochIterator  # start-up cost, as in _ensure_runtime
+
         return EpochIterator(
             self._ensure_runtime(), epoch, fingerprint=self._fingerprint(), source_kind=type(self._source).__name__,
             state=state, created=created, owner=self,
@@ -258,6 +267,8 @@ class Pipeline:
 
     def resume(self, state: dict) -> EpochIterator:
         """Continue an epoch from ``it.state()``, exactly after its last batch."""
+        from ..engine import STATE_VERSION  # start-up cost, as in _ensure_runtime
+
         if not isinstance(state, dict) or state.get("version") != STATE_VERSION:
             raise ValueError(f"resume() needs a dict from it.state() (version {STATE_VERSION}); got {state!r:.80}")
         self._prepare_source()

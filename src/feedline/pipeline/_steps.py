@@ -206,6 +206,11 @@ class Map(Step):
         object.__setattr__(self, "rng", takes_rng(self.fn))
 
     @property
+    def function(self) -> Callable:
+        """The user's function (what must travel to workers)."""
+        return self.fn
+
+    @property
     def skips(self) -> bool:
         """True when a failing sample is dropped (``on_error="skip"``)."""
         return self.on_error == "skip"
@@ -253,6 +258,11 @@ class Filter(Step):
     def __post_init__(self):
         _check_callable(self.pred, "filter")
         object.__setattr__(self, "name", self.name or fn_name(self.pred))
+
+    @property
+    def function(self) -> Callable:
+        """The user's predicate (what must travel to workers)."""
+        return self.pred
 
     def apply(self, sample, index, rng):
         return sample, bool(self.pred(sample))

@@ -7,7 +7,6 @@ import numpy as np
 from ..pipeline._pipeline import Pipeline
 from ._base import Source
 
-
 __all__ = ["ArraySource", "from_arrays"]
 
 

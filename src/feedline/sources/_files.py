@@ -10,7 +10,6 @@ import numpy as np
 from ..pipeline._pipeline import Pipeline
 from ._base import Source
 
-
 __all__ = ["FileSource", "from_files"]
 
 

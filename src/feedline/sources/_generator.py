@@ -7,7 +7,6 @@ import inspect
 from ..pipeline._pipeline import Pipeline
 from ._base import Source
 
-
 __all__ = ["GeneratorSource", "from_generator"]
 
 

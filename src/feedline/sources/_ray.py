@@ -21,11 +21,11 @@ from __future__ import annotations
 
 import collections
 import threading
+
 import numpy as np
 
 from ..pipeline._pipeline import Pipeline
 from ._base import Source
-
 
 __all__ = ["RayDatasetSource", "from_ray_dataset"]
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 from ..pipeline._pipeline import Pipeline
 from ._base import Source
 
-
 __all__ = ["SequenceSource", "from_sequence"]
 
 

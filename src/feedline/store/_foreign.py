@@ -1,31 +1,10 @@
 """Reading data users already have, without converting: Hugging Face ``datasets`` and Parquet.
 
-Both are Arrow underneath, so a sample is a dict ``{column: value}`` with
-values converted as feedline's store converts them: fixed-size lists of
-numbers become read-only NumPy arrays (views, no copy), variable-length
-lists of numbers become NumPy arrays, numbers NumPy scalars, strings
-``str``, binary ``bytes``, anything else (structs, nested lists) what
-pyarrow's ``as_py`` gives.
-
-- `from_hf_dataset`: the Arrow files that ``Dataset.save_to_disk`` writes
-  (``data-00000-of-00001.arrow`` + ``state.json`` + ``dataset_info.json``),
-  or any folder of ``datasets`` cache files. ``datasets`` writes the Arrow
-  IPC *stream* format (no footer), so each worker memory-maps a file and
-  walks its record-batch headers once (no data is read), then every read
-  is O(1). Columns of the ``Image`` feature are decoded to arrays with
-  `feedline.vision.decode` (``decode_images=False`` keeps the
-  ``{"bytes", "path"}`` dicts).
-- `from_parquet`: Parquet is compressed and encoded per column chunk, so
-  random access is by *row group*: reading one row decodes its whole row
-  group (of the selected columns); each worker keeps the last two decoded
-  row groups. Reading in order costs one decode per row group; a shuffled
-  epoch costs up to one decode per *sample*. Use it for data read in
-  order, files with small row groups (``row_group_size`` of a few hundred
-  rows), or convert once into a store (``feedline convert data.parquet
-  data.store``) to shuffle freely.
-
-Both sources pickle as file names and row counts; workers open the files
-themselves, lazily.
+`from_hf_dataset` memory-maps the Arrow files of ``save_to_disk`` (random
+access in O(1)); `from_parquet` reads by row group (cheap in order, slow
+when shuffled). Samples are dicts ``{column: value}`` converted as the store
+converts them; both sources pickle as file names and row counts. Details:
+docs/store.md, "Reading what you already have".
 """
 
 from __future__ import annotations

@@ -1,53 +1,12 @@
 """The on-disk format of a feedline store, declared once.
 
-A store is a directory::
-
-    my_store/
-        manifest.json            written last: its presence means "complete"
-        raw/part-00000.arrow     Arrow IPC *file* format, uncompressed fields
-        raw/part-00001.arrow
-        ...
-        zstd/part-00000.arrow    (only if some field uses encoding "zstd")
-        lz4/part-00000.arrow     (only if some field uses encoding "lz4")
-
-Rows (samples) are split into *parts*; part ``k`` holds rows
-``files[k]["rows"] = [start, stop)`` and is cut into Arrow record batches
-of ``files[k]["batches"]`` rows each. Arrow IPC compresses whole files (one
-codec per file), so fields are grouped by codec: every part has one file per
-*group* (``"raw"``: uncompressed, ``"zstd"``, ``"lz4"``), in a folder
-named after the group, all with the same row range and the same
-record-batch cuts. Each group folder is an ordinary Arrow dataset
-(``pyarrow.dataset.dataset("my_store/raw", format="ipc")``,
-``polars.scan_ipc("my_store/raw/*.arrow")``); a store whose fields all use
-one codec is one table.
-
-Columns, one per field (a field is a leaf of the sample structure):
-
-========  =====================================  ==================================
-kind      Arrow type                             read back as
-========  =====================================  ==================================
-array     fixed_size_list<dtype>[prod(shape)]    read-only NumPy view (shape, dtype)
-          (large_binary with jpeg/png)           decoded array
-ragged    large_list<dtype> + ``<name>.shape``   read-only NumPy view, its own shape
-          column fixed_size_list<int64>[ndim]
-          (large_binary with jpeg/png)           decoded array
-scalar    int*/uint*/float*/bool                 NumPy scalar (or int/float/bool if
-                                                 written as Python numbers)
-bytes     large_binary                           bytes
-str       large_string                           str
-========  =====================================  ==================================
-
-Array data is little-endian; ``bool`` arrays are stored as ``uint8``
-(Arrow's bool is bit-packed, which would rule out views). Arrow buffers
-are 8-byte aligned, so views are aligned for every NumPy dtype up to 8 bytes.
-
-Field names: the keys of a dict sample, ``"0"``, ``"1"``, ... for a tuple
-sample, ``"value"`` for a single array; nested tuples and dicts join the
-path with ``"/"`` (``"image/0"``).
-
-`FORMAT_VERSION` is bumped when a reader of the previous version could
-misread a new store; readers refuse newer versions with a `StoreError`
-saying to upgrade.
+A store is a directory of Arrow IPC files, one folder per compression group
+(``raw``, ``zstd``, ``lz4``) with the same parts and record-batch cuts, and
+``manifest.json``, written last (its presence means "complete"). This module
+holds the format's names, encodings and field kinds, and reads and checks
+the manifest. `FORMAT_VERSION` is bumped when a reader of the previous
+version could misread a new store.
+The format in full: docs/store.md, "The format".
 """
 
 from __future__ import annotations

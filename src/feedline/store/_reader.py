@@ -1,27 +1,10 @@
 """Reading a store: `Store` (random access, a feedline source), `open_store`, `from_store`.
 
-How reads work:
-
-- The manifest gives every record batch's first row, so finding sample
-  ``i`` is a bisection over a small list, with no file opened.
-- Files are opened lazily, on first touch, in the process that reads
-  (every worker opens its own): the file is memory-mapped, the map is
-  wrapped in an Arrow buffer and its descriptor closed, so a store of any
-  number of files holds no file descriptors; the mapping lives as long as
-  some array still points into it.
-- Uncompressed fields are NumPy views of the mapping (read-only; no decode,
-  no copy). A gather of a batch copies each row once into the batch's
-  memory (shared memory in a process worker): one ``np.take`` when the rows
-  share a record batch, else one copy per row.
-- Compressed fields (``zstd``, ``lz4``) decompress a whole record batch
-  (at most ~1 MiB, see `feedline.store._writer`); the last few are kept.
-  Image fields (``jpeg``, ``png``) are decoded per sample, in the worker.
-
-Pickling: a `Store` pickles as its path and manifest only, so sending it
-to process workers costs a few kilobytes however large the store is.
-
-Thread safety: caches are filled under a lock and read without one; the
-thread backend shares one `Store` between its threads.
+Files are memory-mapped lazily in the process that reads (descriptors
+closed at once); uncompressed fields are read-only NumPy views, compressed
+ones are decompressed per record batch, images decoded per sample. A
+`Store` pickles as its path and manifest. Thread safety: caches are filled
+under a lock and read without one. Details: docs/store.md, "Reading a store".
 """
 
 from __future__ import annotations
@@ -29,16 +12,16 @@ from __future__ import annotations
 import bisect
 import os
 import threading
+
 import numpy as np
 
-from ..sources._base import Source
 from ..pipeline._pipeline import Pipeline
+from ..sources._base import Source
 from ._deps import pyarrow, pyarrow_ipc
 from ._errors import StoreError
 from ._fields import Column, FieldSpec
 from ._format import read_manifest
 from ._structure import describe, rebuild, skeleton_of
-
 
 __all__ = ["Store", "from_store", "open_store"]
 

@@ -1,45 +1,18 @@
-"""The process backend: worker processes started as fresh interpreters.
+"""The process backend: worker processes started as fresh interpreters (``python -c``, never a fork).
 
-Why not ``multiprocessing.Process``: with ``spawn`` (Windows, macOS, and
-what we use everywhere) it re-imports the parent's ``__main__``, which
-re-runs a script that has no ``if __name__ == "__main__":`` guard. Our
-workers are plain ``python -c`` subprocesses that import only feedline and
-receive the pipeline by value (cloudpickle), so one code path serves every
-OS, and what passes on Linux is what a Windows user gets.
-
-Protocol:
-- Start: the executor checks that the `WorkerPart` pickles, opens a
-  `Listener` (a Unix socket, a named pipe on Windows) with a random auth
-  key, starts N subprocesses and writes each a bootstrap record on stdin,
-  then pickles the part (sharing large arrays) while they start. A helper thread accepts connections and does
-  the handshake (`Hello` in, `SendPart` out, once the part is pickled);
-  every other step happens in the consumer's thread inside `submit`/`wait`,
-  so there is no lock (the two threads share only a queue of connections).
-  A worker answers `Ready`; tasks are dispatched to ready workers as soon as
-  each is up (the first batch does not wait for the slowest worker).
-- Warm start (only when feedline chose processes itself, see `feedline.engine`):
-  while no worker is ready, `wait` runs the next waiting task in the
-  consumer's thread instead of idling, so the first batch does not wait for
-  interpreter start-up. A task is taken out of the backlog before it runs,
-  so it is never also sent to a worker.
-- Work: each task goes to the ready worker with the fewest outstanding
-  tasks (or, for a stream shard, always the same worker); a worker runs its
-  tasks in order and returns each result with its batch in a shared-memory
-  slot (`feedline.transport._slots`). There is no per-sample message.
-- Back-pressure: the iterator keeps at most the prefetch depth of tasks
-  outstanding; released slots go back to their worker with the next call.
-- Death: a worker that exits is noticed at once (EOF on its connection, or
-  its process gone while starting). Its outstanding tasks are sent again to
-  a replacement, so every index is still delivered exactly once; the task
-  it was running counts an attempt, and after `MAX_ATTEMPTS` the task fails
-  with an error naming the sample (read from the worker's status word in
-  shared memory) and the exit signal. Names of segments the dead worker had
-  not yet handed over are swept.
-- Shutdown: `Stop` to each worker, a grace period, then terminate and
-  kill; the accept thread is woken by a connection attempt bounded in time
-  (it can never block close, whatever the number of workers still
-  connecting) and the listener closes. Workers also exit by themselves when
-  the consumer dies (see `_main`).
+One code path on every OS: ``multiprocessing``'s spawn would re-run an
+unguarded ``__main__``; our workers import only feedline and get the
+pipeline by value (cloudpickle). The protocol, in short (the full story
+is in docs/architecture.md, "Protocols"):
+- Start: an accept thread does the handshake (`Hello` in, `SendPart` out);
+  everything else runs in the consumer's thread in `submit`/`wait`, so
+  there is no lock. Tasks go to a worker as soon as it answers `Ready`.
+- Work and back-pressure: `TaskPool` late binding within the prefetch
+  window; each batch comes back in a shared-memory slot, released later.
+- Death: EOF on a worker's pipe; its tasks go to a replacement, the one it
+  was running counts an attempt (`MAX_ATTEMPTS`), nothing is lost or doubled.
+- Shutdown: `Stop`, a grace period, terminate, kill; nothing of ours waits
+  without a bound, and workers exit by themselves if the consumer dies.
 """
 
 from __future__ import annotations
@@ -54,7 +27,8 @@ import subprocess
 import sys
 import threading
 import time
-from multiprocessing.connection import Client, Listener, wait as wait_connections
+from multiprocessing.connection import Client, Listener
+from multiprocessing.connection import wait as wait_connections
 
 import cloudpickle
 import numpy as np
@@ -64,7 +38,7 @@ from ...transport._shm import Segment, segment_prefix, sweep, unlink
 from ...transport._slots import SlotReader
 from ...transport._transfer import SharedArrays, check_picklable, dumps_for_workers
 from ...worker import Result, TaskError, run_task
-from ...worker._protocol import Done, Hello, PartError, Ready, Release, RunTask, SendPart, Stop
+from ...worker._protocol import Done, PartError, Ready, Release, RunTask, SendPart, Stop
 from .._base import Event, Executor, PartNotPicklable
 from .._pool import MAX_ATTEMPTS, TaskPool
 from ._main import BLAS_VARS
@@ -153,8 +127,25 @@ class ProcessExecutor(Executor):
             raise PartNotPicklable(str(e)) from e
         self.part_known.set()  # the accept thread may now hand the pipeline to waiting workers
 
+    @property
+    def part_bytes(self) -> bytes | None:
+        """The pickled part as sent to each worker (None while it is being pickled)."""
+        return self._part_bytes
+
     def set_window_share(self, tasks: int) -> None:
         self.tasks.per_worker = tasks
+
+    def wait_ready(self, timeout: float | None = None) -> bool:
+        """Block until every worker answered `Ready` (benchmarks and tests); False on timeout.
+
+        Tasks finished meanwhile are kept for the next `wait`.
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while any(w is not None and not w.ready for w in self.pool):
+            if deadline is not None and time.monotonic() >= deadline:
+                return False
+            self.tasks.failures.extend(self.wait(0.05))
+        return True
 
     # ----------------------------------------------------------------- start
     def _spawn(self, position: int) -> None:

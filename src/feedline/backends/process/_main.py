@@ -55,9 +55,10 @@ def main() -> None:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
     sys.path[:] = boot["sys_path"]
 
+    from multiprocessing.connection import Client
+
     import cloudpickle
     import numpy as np
-    from multiprocessing.connection import Client
 
     from ...transport import _transfer
     from ...transport._shm import Segment, sweep, unlink

@@ -37,8 +37,8 @@ import traceback
 import cloudpickle
 import numpy as np
 
-from ...worker import Result, Task, TaskError, run_task
 from ...transport._transfer import SHARE_THRESHOLD, memmap_reduction
+from ...worker import Result, Task, TaskError, run_task
 
 __all__ = ["RayWorker", "dumps_part", "loads_part"]
 

@@ -1,53 +1,19 @@
 """The Ray backend: the per-sample work runs in Ray actors, on any node of a cluster.
 
-The training process stays the consumer: it computes each epoch's index
-list, cuts it into tasks and puts results back in order, exactly as with
-the other backends. Only `run_task` moves, into Ray actors (`_actor`).
-
-Protocol:
-- Start: `connect` uses the running Ray instance (the user's ``ray.init()``),
-  or connects to ``fl.Ray(address=...)``, or starts a local instance with
-  ``ray.init(include_dashboard=False)`` and logs that it did. The consumer
-  pickles the `WorkerPart` once (`_actor.dumps_part`), puts it in the
-  object store, and creates N actors with the user's resource options; each
-  loads the part once and answers ``ready``. Tasks go only to ready actors,
-  so an actor still waiting for cluster resources delays nothing.
-- Work: each task is one actor call ``run(task)`` that returns a `Result`;
-  its batch travels through Ray's object store. A worker holds at most its
-  share of the prefetch window; the rest of the window waits here and goes
-  to whichever actor frees up first (late binding), and tasks of one stream
-  shard always go to the same actor, which keeps the open iterator.
-- Ownership: the consumer owns every object: the shipped part (freed at
-  `close`) and each task's result (the reference is dropped as soon as the
-  result is fetched). Batches are zero-copy NumPy views of the object store
-  on the consumer's node, and read-only; the store keeps a batch as long as
-  any of its arrays is alive, and never reuses its memory for anything else.
-- Back-pressure: the iterator keeps at most the prefetch depth of tasks
-  outstanding, so at most that many results exist in the object store
-  beyond the batches the consumer still holds; a consumer that stops
-  calling ``next()`` stops new actor calls.
-- Death: a task whose result is an actor-death error (the process was
-  killed, crashed, ran out of memory, or its node died) marks the actor
-  dead. Results it finished before dying are kept; the first unfinished
-  call is the one it was running and counts an attempt; everything it had
-  not started is sent again to a replacement actor, so every index is still
-  delivered exactly once. (A killed process can lose the reply of a call it
-  had just finished, so "first unfinished" may blame an innocent task; that
-  costs it an extra run, never a wrong error, because of the next rule.)
-  A task blamed ``MAX_ATTEMPTS - 1`` times is isolated: it gets an actor to
-  itself and runs one sample per call (probes), each sent only after the
-  previous one answered, then the whole task. A probe that kills the actor
-  names the sample beyond doubt, and the task fails with a `WorkerError`
-  naming it; if every sample survives alone and the whole task still kills
-  the actor, the error names the task's samples. Actors are created with
-  ``max_restarts=0``: the executor, not Ray, decides what is redone, so
-  nothing is delivered twice.
-- Shutdown (`close`): every actor is killed with ``ray.kill`` (which also
-  ends the call it was running), the executor waits (bounded) until Ray
-  reports each one dead, then drops its references so the object store can
-  free the part and unreturned results. The Ray instance itself is left
-  running: the user's is theirs to shut down, and one feedline started is
-  shut down by Ray's own exit hook when the interpreter exits.
+The training process stays the consumer (index lists, tasks, order); only
+`run_task` moves, into actors (`_actor.RayWorker`). The protocol, in short
+(the full story is in docs/architecture.md, "Protocols"):
+- Start: the running Ray instance, or ``fl.Ray(address=...)``, or a local
+  one (logged); the part goes once into the object store; only actors that
+  answered ``ready`` get tasks.
+- Work: one actor call per task, late binding (`TaskPool`); batches are
+  read-only object-store views owned by the consumer.
+- Death: an actor-death error; finished results are kept, the first
+  unfinished call counts an attempt, the rest go to a replacement. A task
+  blamed ``MAX_ATTEMPTS - 1`` times runs isolated, one sample per call, so
+  the sample that kills actors is named. Ray never restarts actors itself.
+- Shutdown: ``ray.kill`` every actor and wait (bounded) until Ray reports
+  them dead; a Ray instance is never shut down by feedline.
 """
 
 from __future__ import annotations
@@ -175,9 +141,9 @@ class RayExecutor(Executor):
 
     name = "ray"
 
-    def __init__(self, part, workers: int | None, settings):
-        options = settings.actor_options()
-        workers, self.note = plan_actors(workers, options, settings.address)  # connects to Ray
+    def __init__(self, part, workers: int | None, settings=None):
+        options = settings.actor_options() if settings is not None else {}  # None: Ray chosen by feedline, defaults
+        workers, self.note = plan_actors(workers, options, settings.address if settings is not None else None)  # connects to Ray
         ray = self.ray = import_ray()
         self.cores = max(1, int(ray.cluster_resources().get("CPU", 1)))  # the report's "cores available" is the cluster's
         self.workers = workers
