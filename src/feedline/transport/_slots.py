@@ -93,9 +93,16 @@ class SlotWriter:
         self.retired.append(slot)
 
     def alloc(self, specs):
-        """Destination arrays for a batch, inside one slot (see `collate_into`)."""
+        """Destination arrays for a batch, inside one slot (see `collate_into`).
+
+        Arrays of Python objects (e.g. integers beyond 64 bits) cannot live in
+        shared memory: they get ordinary arrays, and `place` declines them.
+        """
         if self._pending is not None:
             self.free.add(self._pending[0])
+            self._pending = None
+        if any(np.dtype(dtype).hasobject for _, dtype in specs):
+            return [np.empty(shape, dtype) for shape, dtype in specs]
         layout, total = _layout(specs)
         slot = self._take(total)
         _, arrays = _views(self.slots[slot].buf, layout, total)
@@ -103,8 +110,16 @@ class SlotWriter:
         return arrays
 
     def place(self, tree) -> dict:
-        """Publish ``tree``; return the message fields that describe it."""
+        """Publish ``tree``; return the message fields that describe it, or None if it must be pickled.
+
+        A batch holding an array of Python objects is pickled with the message instead.
+        """
         skeleton, arrays = flatten(tree)
+        if any(a.dtype.hasobject for a in arrays):
+            if self._pending is not None:
+                self.free.add(self._pending[0])
+                self._pending = None
+            return None
         pending, self._pending = self._pending, None
         if pending is not None and len(arrays) == len(pending[3]) and all(a is b for a, b in zip(arrays, pending[3])):
             slot, layout, total, _ = pending

@@ -132,8 +132,9 @@ def main() -> None:
                 status[1] = -1
                 fields = None
                 if result.payload is not None and part.batch_size is not None:
-                    fields = writer.place(result.payload)
-                    result.payload = None
+                    fields = writer.place(result.payload)  # None: not for shared memory, pickled instead
+                    if fields is not None:
+                        result.payload = None
                 try:
                     send(Done(key, result, fields))
                 except (OSError, EOFError):  # the consumer is gone
