@@ -22,8 +22,15 @@ def feedline_segments() -> set[str]:
 
 
 def child_pids() -> set[int]:
-    """Live (non-zombie) child processes of this test process."""
-    me = os.getpid()
+    """Live (non-zombie) child processes of this test process, and of its fork servers.
+
+    Process workers are forked by feedline's fork server (a long-lived helper,
+    `feedline.testing.helper_pids`), so they count as ours; the server does not.
+    """
+    from feedline import testing
+
+    helpers = set(testing.helper_pids())
+    parents = {os.getpid()} | helpers
     children = set()
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -34,9 +41,9 @@ def child_pids() -> set[int]:
         except OSError:
             continue
         state, ppid = fields[0], int(fields[1])
-        if ppid == me and state != "Z":
+        if ppid in parents and state != "Z":
             children.add(int(entry))
-    return children
+    return children - helpers
 
 
 def rss_anon_bytes(pid: int) -> int:
@@ -65,7 +72,8 @@ def snapshot(batch):
 
 
 def feedline_threads() -> set[threading.Thread]:
-    return {t for t in threading.enumerate() if t.name.startswith("feedline")}
+    """feedline's threads, but for the fork server's reader, which lives as long as the server."""
+    return {t for t in threading.enumerate() if t.name.startswith("feedline") and t.name != "feedline-forkserver"}
 
 
 def wait_until_clean(before_segments, before_children, before_threads, timeout=10.0):

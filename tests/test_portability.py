@@ -58,3 +58,33 @@ def test_every_backend_batches_python_objects_like_serial(backend, samples, no_l
             return [pickle.dumps(b) for b in pipe]
 
     assert run(backend) == run("serial")
+
+
+def pid_of(_):
+    import os
+    import time
+
+    time.sleep(0.01)
+    return os.getpid()
+
+
+def test_unbatched_expensive_samples_spread_over_every_worker(no_leaks):
+    # 40 samples without batch(): once one task of 64 samples, run by one worker.
+    pipe = fl.from_arrays(np.arange(40)).map(pid_of, backend="process", workers=2)
+    with pipe:
+        epoch = iter(pipe)
+        assert feedline.testing.wait_ready(pipe, 60)
+        pids = list(epoch)
+    assert len(pids) == 40 and len(set(pids)) == 2
+
+
+def test_unbatched_checkpoint_of_the_64_sample_grid_still_resumes_exactly(no_leaks):
+    pipe = fl.from_arrays(np.arange(300)).map(double, backend="thread", workers=2)
+    with pipe:
+        epoch = pipe.epoch(0)
+        next(epoch)
+        state = epoch.state()
+        assert state["chunk"] == 1  # 300 samples: 300 tasks of one
+        older = {**state, "task": 1, "offset": 6}  # written before the grid depended on the epoch: 64 a task
+        older.pop("chunk")
+        assert [int(v) for v in pipe.resume(older)] == [2 * v for v in range(70, 300)]

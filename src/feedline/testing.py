@@ -17,7 +17,7 @@ True
 
 from __future__ import annotations
 
-__all__ = ["executor", "runtime", "wait_ready", "worker_pids"]
+__all__ = ["executor", "helper_pids", "runtime", "wait_ready", "worker_pids"]
 
 
 def runtime(pipe):
@@ -35,6 +35,17 @@ def worker_pids(pipe) -> list[int]:
     """Process ids of the pipeline's worker processes (empty for serial and thread backends)."""
     ex = executor(pipe)
     return ex.worker_pids() if ex is not None else []
+
+
+def helper_pids() -> list[int]:
+    """Long-lived helper processes of this process that are not workers: the process backend's fork servers.
+
+    A fork server lives until this process exits; its children are the
+    process workers (so a worker's parent is a fork server, not this process).
+    """
+    from .backends.process._forkserver import server_pids
+
+    return server_pids()
 
 
 def wait_ready(pipe, timeout: float | None = None) -> bool:

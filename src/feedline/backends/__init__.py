@@ -8,6 +8,6 @@ imports `backends.process._main` and needs none of them.
 """
 
 from ._base import Event, Executor, PartNotPicklable
-from ._factory import make_executor
+from ._factory import make_executor, warm_up
 
-__all__ = ["Event", "Executor", "PartNotPicklable", "make_executor"]
+__all__ = ["Event", "Executor", "PartNotPicklable", "make_executor", "warm_up"]

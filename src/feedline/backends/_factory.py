@@ -4,7 +4,23 @@ from __future__ import annotations
 
 from ._base import Executor
 
-__all__ = ["make_executor"]
+__all__ = ["make_executor", "warm_up"]
+
+
+def warm_up(backend: str | None) -> None:
+    """Start, ahead of time, what an executor of ``backend`` (None: maybe processes) will need.
+
+    The process backend's fork server imports NumPy and feedline once
+    (~0.1 s); started before the backend choice and the pickling of the
+    pipeline, that overlaps them. It holds no user state.
+    """
+    if backend not in (None, "process"):
+        return
+    from .process._executor import FIXED_VARS, use_forkserver, worker_env
+    from .process._forkserver import forkserver
+
+    if use_forkserver():
+        forkserver(worker_env(), FIXED_VARS)
 
 
 def make_executor(backend: str, part, workers: int, *, cores: int, ray=None, warm_start: bool = False) -> Executor:

@@ -81,8 +81,10 @@ class EpochIterator:
             self._init_streams(state)
         else:
             self._order = plan.epoch_indices(epoch)
-            step = plan.task_size
             count = len(self._order)
+            # A checkpoint names its task grid (older ones: 64 samples a task, unbatched).
+            resumed_unbatched = state is not None and self._unbatched
+            self._step = step = state.get("chunk", 64) if resumed_unbatched else plan.task_size(count)
             whole = plan.drop_remainder and plan.part.aligned and not self._unbatched
             self._num_tasks = count // step if whole else -(-count // step)
         self._next_submit = self._next_take = start_task
@@ -134,7 +136,7 @@ class EpochIterator:
             else:
                 if number >= self._num_tasks:
                     return
-                step = self._plan.task_size
+                step = self._step
                 task = Task(self.epoch, number, indices=self._order[number * step : (number + 1) * step])
                 affinity = None
             self._executor.submit((self._generation, number), task, affinity)
@@ -342,6 +344,8 @@ class EpochIterator:
             state.update(task=0, offset=0, streams=self._point.get("streams", {"positions": {}, "exhausted": [], "cursor": 0}))
         else:
             state.update(task=self._point["task"], offset=self._point["offset"])
+            if self._unbatched:
+                state["chunk"] = self._step  # samples per task: the grid "task" counts in
         return state
 
     def stats(self) -> Stats:

@@ -20,7 +20,7 @@ from typing import Callable
 import cloudpickle
 
 from .._errors import FeedlineError
-from ..backends import PartNotPicklable, make_executor
+from ..backends import PartNotPicklable, make_executor, warm_up
 from ._autotune import DepthTuner
 from ._choice import choose, default_workers
 
@@ -44,6 +44,8 @@ class Runtime:
 
     def __init__(self, plan):
         self.plan = plan
+        if plan.runs_user_code and not plan.part.source.needs_ray:
+            warm_up(plan.backend)  # e.g. the fork server starts while the GIL probe runs
         backend, workers, reason = choose(plan)
         warm_start = backend == "process" and plan.backend is None and not plan.streaming
         # (warm start only when feedline chose processes itself: the GIL probe has already

@@ -23,7 +23,8 @@ from ._settings import Ray
 
 __all__ = ["Plan", "WorkerPart", "compile_plan", "new_seed"]
 
-CHUNK_UNBATCHED = 64  # samples per task when the pipeline does not batch
+CHUNK_UNBATCHED = 64  # most samples per task of an unbatched pipeline: amortises messaging for cheap samples
+TASKS_UNBATCHED = 256  # an unbatched epoch is cut into at least this many tasks: work for 128 workers x 2
 
 
 @dataclass
@@ -76,9 +77,19 @@ class Plan:
     def streaming(self) -> bool:
         return self.part.source.streaming
 
-    @property
-    def task_size(self) -> int:
-        return self.part.batch_size or CHUNK_UNBATCHED
+    def task_size(self, count: int) -> int:
+        """Samples per task for an epoch of ``count`` samples.
+
+        A batch when the pipeline batches. Unbatched, a chunk of at most
+        `CHUNK_UNBATCHED` that still cuts the epoch into `TASKS_UNBATCHED`
+        tasks when it can: 40 expensive samples (a Keras Sequence whose items
+        are whole batches) become 40 tasks spread over every worker, not one
+        task on one worker. It depends only on the epoch's length, so a
+        checkpoint resumes on the same task grid whatever the worker count.
+        """
+        if self.part.batch_size:
+            return self.part.batch_size
+        return max(1, min(CHUNK_UNBATCHED, count // TASKS_UNBATCHED))
 
     @property
     def runs_user_code(self) -> bool:

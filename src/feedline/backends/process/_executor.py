@@ -41,6 +41,7 @@ from ...worker import Result, TaskError, run_task
 from ...worker._protocol import Done, PartError, Ready, Release, RunTask, SendPart, Stop
 from .._base import Event, Executor, PartNotPicklable
 from .._pool import MAX_ATTEMPTS, TaskPool
+from ._forkserver import forkserver
 from ._main import BLAS_VARS
 
 __all__ = ["MAX_ATTEMPTS", "ProcessExecutor"]
@@ -150,12 +151,7 @@ class ProcessExecutor(Executor):
     # ----------------------------------------------------------------- start
     def _spawn(self, position: int) -> None:
         wid = next(_worker_ids)
-        env = dict(os.environ)
-        for var in BLAS_VARS:
-            env.setdefault(var, "1")  # one BLAS thread per worker: N workers x N threads thrash
-        for var, value in _MALLOC_VARS.items():
-            env.setdefault(var, value)
-        proc = subprocess.Popen([sys.executable, "-c", _WORKER_CODE], stdin=subprocess.PIPE, env=env)
+        env = worker_env()
         boot = {
             "worker_id": wid,
             "parent_pid": os.getpid(),
@@ -164,11 +160,15 @@ class ProcessExecutor(Executor):
             "authkey": self.authkey,
             "sys_path": list(sys.path),
         }
-        try:
-            proc.stdin.write(pickle.dumps(boot))
-            proc.stdin.close()
-        except OSError:
-            pass  # it died at once; noticed as a failed start
+        if use_forkserver():
+            server = forkserver(env, FIXED_VARS)
+            boot.update(parent_pid=server.pid, consumer_pid=os.getpid(), cwd=os.getcwd(), env=env)
+            try:
+                proc = server.start(boot)
+            except OSError:  # the server died or hangs: this worker starts the slow way
+                proc = _fresh_interpreter(env, {k: v for k, v in boot.items() if k not in ("cwd", "env", "consumer_pid")} | {"parent_pid": os.getpid()})
+        else:
+            proc = _fresh_interpreter(env, boot)
         worker = _Worker(wid, position, proc, SlotReader(wid, self.released))
         self.pool[position] = worker
         self.by_id[wid] = worker
@@ -449,6 +449,38 @@ class ProcessExecutor(Executor):
         self.pool = [None] * self.workers
         self.by_id.clear()
         self.shared.close()
+
+
+FIXED_VARS = BLAS_VARS + tuple(_MALLOC_VARS)  # read once by native libraries when they load
+
+
+def worker_env() -> dict:
+    """The consumer's environment, with one native thread per worker and malloc thresholds, unless set."""
+    env = dict(os.environ)
+    for var in BLAS_VARS:
+        env.setdefault(var, "1")  # one BLAS thread per worker: N workers x N threads thrash
+    for var, value in _MALLOC_VARS.items():
+        env.setdefault(var, value)
+    return env
+
+
+def use_forkserver() -> bool:
+    """Fork workers from the fork server (POSIX), unless ``FEEDLINE_FORKSERVER=0`` asks for fresh interpreters.
+
+    Fresh interpreters are what Windows always gets; the variable lets the
+    tests (and a user chasing a problem) run that path on Linux and macOS.
+    """
+    return hasattr(os, "fork") and os.environ.get("FEEDLINE_FORKSERVER", "1") != "0"
+
+
+def _fresh_interpreter(env: dict, boot: dict) -> subprocess.Popen:
+    proc = subprocess.Popen([sys.executable, "-c", _WORKER_CODE], stdin=subprocess.PIPE, env=env)
+    try:
+        proc.stdin.write(pickle.dumps(boot))
+        proc.stdin.close()
+    except OSError:
+        pass  # it died at once; noticed as a failed start
+    return proc
 
 
 def _wake_listener(address) -> None:

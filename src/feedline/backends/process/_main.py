@@ -42,18 +42,51 @@ BLAS_VARS = (
 
 def _parent_alive(parent_pid: int) -> bool:
     if sys.platform == "win32":
-        from ..._winproc import windows_process_alive
+        from ..._winproc import windows_process_alive  # Windows only
 
         return windows_process_alive(parent_pid)
     return os.getppid() == parent_pid
 
 
+def _running(pid: int) -> bool:
+    """True while process ``pid`` exists and is not a zombie (Linux: /proc; elsewhere: kill 0)."""
+    if sys.platform.startswith("linux"):
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+        except OSError:
+            return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # exists, owned by someone else
+        return True
+    return True
+
+
 def main() -> None:
+    """Entry point of a fresh interpreter: the boot record comes on stdin."""
     boot = pickle.load(sys.stdin.buffer)
     sys.stdin.close()
+    run(boot)
+
+
+def run(boot: dict) -> None:
+    """Serve tasks until told to stop or the consumer is gone.
+
+    ``boot["parent_pid"]`` is this process's parent: the consumer, or the
+    fork server (`_forkserver`), which exits when the consumer does.
+    A forked worker also gets the consumer's current directory and
+    environment, which a fresh interpreter inherits by itself.
+    """
     if hasattr(signal, "SIGINT"):
         signal.signal(signal.SIGINT, signal.SIG_IGN)
     sys.path[:] = boot["sys_path"]
+    if "cwd" in boot:
+        os.chdir(boot["cwd"])
+        os.environ.clear()
+        os.environ.update(boot["env"])
 
     from multiprocessing.connection import Client
 
@@ -67,6 +100,7 @@ def main() -> None:
     from ...worker._protocol import Done, Hello, PartError, Ready, Release, RunTask, SendPart, Stop
 
     wid, parent_pid, prefix = boot["worker_id"], boot["parent_pid"], boot["prefix"]
+    consumer_pid = boot.get("consumer_pid", parent_pid)
     writer = SlotWriter(f"{prefix}w{wid}_")
     status_seg = Segment.create(f"{prefix}w{wid}_status", 16)
     status = np.ndarray((2,), np.int64, buffer=status_seg.buf)
@@ -75,6 +109,8 @@ def main() -> None:
     def cleanup(parent_gone: bool) -> None:
         writer.close()
         unlink(status_seg.name)
+        if parent_gone and consumer_pid != parent_pid and _running(consumer_pid):
+            parent_gone = False  # only the fork server died: the consumer still owns its names
         if parent_gone:
             # The consumer cannot clean up any more: remove every name it owned
             # (its shared arrays, slots other workers had not handed over).

@@ -1,0 +1,65 @@
+"""How process workers start: forked from a clean fork server (POSIX), or as fresh interpreters (Windows' way).
+
+Both paths must behave the same; ``FEEDLINE_FORKSERVER=0`` selects fresh
+interpreters on Linux, so the path Windows users get is tested here too.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import feedline as fl
+from feedline import testing
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def where_am_i(_):
+    return os.getpid(), os.getppid(), os.getcwd(), os.environ.get("FEEDLINE_TEST_MARK", "")
+
+
+def _run_once(workers=2):
+    pipe = fl.from_arrays(np.arange(4)).map(where_am_i, backend="process", workers=workers).batch(1)
+    with pipe:
+        return [tuple(v[0] for v in batch) for batch in pipe]
+
+
+def test_workers_fork_from_the_fork_server_by_default(monkeypatch, no_leaks):
+    monkeypatch.delenv("FEEDLINE_FORKSERVER", raising=False)
+    rows = _run_once()
+    parents = {int(row[1]) for row in rows}
+    assert parents <= set(testing.helper_pids()), "workers should be children of the fork server"
+    assert os.getpid() not in parents
+
+
+def test_fresh_interpreters_when_the_fork_server_is_off(monkeypatch, no_leaks):
+    monkeypatch.setenv("FEEDLINE_FORKSERVER", "0")
+    rows = _run_once()
+    assert {int(row[1]) for row in rows} == {os.getpid()}
+
+
+@pytest.mark.parametrize("mode", ["forkserver", "fresh"])
+def test_workers_see_the_consumers_current_directory_and_environment(mode, monkeypatch, tmp_path, no_leaks):
+    monkeypatch.setenv("FEEDLINE_FORKSERVER", "1" if mode == "forkserver" else "0")
+    _run_once()  # the fork server is up now, with the old directory and environment
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("FEEDLINE_TEST_MARK", "set-after-start")
+    rows = _run_once()
+    assert {row[2] for row in rows} == {str(tmp_path)}
+    assert {row[3] for row in rows} == {"set-after-start"}
+
+
+@pytest.mark.timeout(600)
+def test_fault_and_scale_suites_pass_with_fresh_interpreters():
+    """The Windows start-up path, on Linux: the fault-tolerance and scale tests without the fork server."""
+    env = {**os.environ, "FEEDLINE_FORKSERVER": "0"}
+    tests = [os.path.join(HERE, "test_faults.py"), os.path.join(HERE, "test_process_backend.py"),
+             os.path.join(HERE, "test_scale.py") + "::test_close_returns_and_leaves_nothing_with_many_workers"]
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-x", *tests],
+                          env=env, capture_output=True, text=True, timeout=580, cwd=os.path.dirname(HERE))
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
