@@ -464,41 +464,8 @@ def test_time_to_first_batch_is_reported_in_stats(no_leaks):
         assert "first batch after" in str(stats)
 
 
-# ------------------------------------------------------------ warm start
-def test_warm_start_runs_tasks_in_the_consumer_until_a_worker_is_ready(no_leaks):
-    from feedline.backends.process import ProcessExecutor
-    from feedline.worker import Task, run_task
-
-    def slow(x):
-        time.sleep(0.02)  # 0.16 s per task: workers are up long before 8 tasks are done
-        return x * 3, os.getpid()
-
-    pipe = fl.from_arrays(np.arange(64)).map(slow).batch(8)
-    part = pipe.plan.part
-    executor = ProcessExecutor(part, 2, local_part=part)
-    try:
-        tasks = {n: Task(epoch=0, number=n, indices=np.arange(8 * n, 8 * n + 8)) for n in range(8)}
-        for n, task in tasks.items():
-            executor.submit((0, n), task)
-        results = {}
-        while len(results) < len(tasks):
-            for event in executor.wait(5.0):
-                assert event.key not in results  # exactly once
-                results[event.key] = event.result
-        by_consumer = [key for key, r in results.items() if r.worker == -1]
-        assert (0, 0) in by_consumer  # workers need >50 ms to start: the first batch is the consumer's
-        assert len(by_consumer) < len(tasks)  # and the workers take over once ready
-        for (_, n), result in results.items():
-            values, pids = result.payload
-            np.testing.assert_array_equal(values, run_task(part, tasks[n]).payload[0])
-            assert (set(pids.tolist()) == {os.getpid()}) == (result.worker == -1)
-    finally:
-        executor.close()
-
-
 def test_explicit_process_backend_never_runs_samples_in_the_consumer(no_leaks):
     pipe = fl.from_arrays(np.arange(64)).map(lambda x: os.getpid(), backend="process", workers=2).batch(8)
     with pipe:
         pids = {int(p) for b in pipe for p in b}
-        assert testing.executor(pipe).local_part is None
     assert os.getpid() not in pids and len(pids) >= 1

@@ -142,26 +142,64 @@ def test_report_dict_is_json_serialisable_and_counts_everything(no_leaks):
     assert report["worker_busy_share"] is not None
 
 
-def test_gil_probe_picks_processes_for_python_that_holds_the_gil(no_leaks):
-    pipe = fl.from_arrays(np.arange(200)).map(pure_python).batch(8)
+def test_automatic_choice_settles_on_processes_for_python_that_holds_the_gil(no_leaks):
+    pipe = fl.from_arrays(np.arange(600)).map(pure_python).batch(8)  # long enough for the trial to end
     with pipe:
-        next(iter(pipe))
+        out = [b.tolist() for b in pipe]
         stats = pipe.stats()
     if stats.cores < 2:
-        pytest.skip("the probe runs only with 2 or more cores")
-    assert stats.backend == "process"
-    assert "GIL probe" in stats.decision and "holds the GIL" in stats.decision
+        pytest.skip("the trial runs only with 2 or more cores")
+    assert out == [list(range(k, min(k + 8, 600))) for k in range(0, 600, 8)]  # the switch changes nothing
+    assert stats.backend == "process", stats.decision
+    assert "tried both" in stats.decision
+    assert stats.trial["process"] > stats.trial["thread"] > 0
 
 
-def test_gil_probe_picks_threads_for_work_that_releases_the_gil(no_leaks):
-    pipe = fl.from_arrays(np.arange(200)).map(sleepy).batch(8)
+def test_automatic_choice_keeps_threads_for_work_that_releases_the_gil(no_leaks):
+    pipe = fl.from_arrays(np.arange(600)).map(sleepy).batch(8)  # long enough for the trial to end
     with pipe:
-        next(iter(pipe))
+        for _ in pipe:
+            pass
         stats = pipe.stats()
     if stats.cores < 2:
-        pytest.skip("the probe runs only with 2 or more cores")
+        pytest.skip("the trial runs only with 2 or more cores")
+    assert stats.backend == "thread", stats.decision
+    assert "tried both" in stats.decision and set(stats.trial) == {"thread", "process"}
+    assert testing.worker_pids(pipe) == [], "the losing process workers should be closed"
+
+
+def test_automatic_choice_uses_threads_for_functions_that_cannot_be_pickled(no_leaks):
+    import threading
+
+    lock = threading.Lock()
+
+    def guarded(v):
+        with lock:  # a lock cannot travel to another process
+            return v * 2
+
+    pipe = fl.from_arrays(np.arange(40)).map(guarded).batch(8)
+    with pipe:
+        assert [int(v) for b in pipe for v in b] == [2 * v for v in range(40)]
+        stats = pipe.stats()
+    if stats.cores < 2:
+        pytest.skip("the choice is made only with 2 or more cores")
     assert stats.backend == "thread"
-    assert "releases the GIL" in stats.decision
+    assert "cannot be sent to processes" in stats.decision
+
+
+def test_automatic_choice_gives_serials_batches_across_epochs_and_a_resume(no_leaks):
+    def build(backend):
+        return fl.from_arrays(np.arange(120)).shuffle(seed=5).map(pure_python, backend=backend).batch(8)
+
+    reference = build("serial")
+    expected = [[b.tolist() for b in reference.epoch(k)] for k in range(2)]
+    pipe = build(None)
+    with pipe:
+        assert [[b.tolist() for b in pipe.epoch(k)] for k in range(2)] == expected
+        it = pipe.epoch(1)
+        head = [next(it).tolist() for _ in range(5)]
+        state = it.state()
+        assert head + [b.tolist() for b in pipe.resume(state)] == expected[1]
 
 
 def test_explicit_settings_are_not_autotuned(no_leaks):

@@ -23,7 +23,7 @@ def warm_up(backend: str | None) -> None:
         forkserver(worker_env(), FIXED_VARS)
 
 
-def make_executor(backend: str, part, workers: int, *, cores: int, ray=None, warm_start: bool = False) -> Executor:
+def make_executor(backend: str, part, workers: int, *, cores: int, ray=None) -> Executor:
     """Start the executor for ``backend`` with ``workers`` workers.
 
     Args:
@@ -31,9 +31,6 @@ def make_executor(backend: str, part, workers: int, *, cores: int, ray=None, war
         cores: cores available here (the report's denominator).
         ray: the `feedline.Ray` settings, for ``backend="ray"`` (its worker
             count, if None, is chosen from the cluster).
-        warm_start: process workers only: the consumer may run tasks itself
-            while no worker is up (only when feedline chose processes, so the
-            user's code already runs here).
 
     Raises:
         PartNotPicklable: the part cannot travel to other processes.
@@ -41,7 +38,7 @@ def make_executor(backend: str, part, workers: int, *, cores: int, ray=None, war
     if backend == "process":
         from .process import ProcessExecutor
 
-        executor = ProcessExecutor(part, workers, local_part=part if warm_start else None)
+        executor = ProcessExecutor(part, workers)
     elif backend == "ray":
         from .ray import RayExecutor
 

@@ -1,9 +1,10 @@
 """Which backend and how many workers, for the settings the user left unset.
 
 Explicit settings win. Otherwise: no per-sample Python work reads in the
-calling thread; a generator source goes to processes; everything else is
-decided by the GIL probe (`feedline.engine._autotune.probe_gil`): threads
-for work that releases the GIL, processes for work that holds it.
+calling thread; a generator source goes to processes (its open shards
+cannot move between backends); everything else is ``"auto"``: threads and
+processes are both tried on the pipeline itself and the one that delivers
+more samples per second keeps the work (`feedline.engine._trial`).
 """
 
 from __future__ import annotations
@@ -12,13 +13,12 @@ import os
 from typing import NamedTuple
 
 from .._errors import FeedlineError
-from ._autotune import THREAD_SCALING, probe_gil
 
 __all__ = ["Choice", "choose", "default_workers"]
 
 
 class Choice(NamedTuple):
-    backend: str
+    backend: str  # a backend's name, or "auto": tried on delivered throughput
     workers: int | None  # None: the backend decides (Ray: one actor per CPU of the cluster)
     reason: str
 
@@ -54,19 +54,5 @@ def choose(plan) -> Choice:
         return Choice("serial", 1, "one core available")
     why = f"{count} workers ({'set by map()' if workers else 'one per available core'})"
     if plan.streaming:
-        return Choice("process", count, f"generator source, not probed: processes; {why}")
-    scaling, per_sample, note = probe_gil(plan.part, len(plan.part.source))
-    if scaling is not None and (scaling < 0.9 or 1.1 < scaling < THREAD_SCALING):
-        # Noise only ever lowers the ratio (a burst of other load during the
-        # two-thread run; GIL-bound work cannot look parallel in CPU seconds),
-        # so a doubtful "holds the GIL" verdict is measured twice and the better
-        # kept. About 1.0x is the GIL's own signature and is taken as it is.
-        again, _, _ = probe_gil(plan.part, len(plan.part.source))
-        if again is not None and again > scaling:
-            scaling, note = again, f"{note}, best of 2 probes"
-    if scaling is None:
-        return Choice("process", count, f"GIL probe inconclusive ({note}): processes, which scale either way; {why}")
-    measured = f"GIL probe: 2 threads ran {scaling:.2f}x one thread at {per_sample * 1e3:.2f} ms/sample"
-    if scaling >= THREAD_SCALING:
-        return Choice("thread", count, f"{measured}, so the work releases the GIL: threads; {why}")
-    return Choice("process", count, f"{measured}, so the work holds the GIL: processes; {why}")
+        return Choice("process", count, f"generator source (its open shards cannot change backend): processes; {why}")
+    return Choice("auto", count, why)

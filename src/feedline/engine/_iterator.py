@@ -297,13 +297,13 @@ class EpochIterator:
                 RuntimeWarning,
                 stacklevel=_user_stacklevel(),
             )
-        self._count_restarts()
+        self._refresh()
         self._runtime.publish(self.stats_)
 
     def _abort(self) -> None:
         self._finished = True
         self._executor.cancel(self._generation)
-        self._count_restarts()
+        self._refresh()
         self._runtime.publish(self.stats_)
 
     def _on_superseded(self) -> None:
@@ -350,11 +350,14 @@ class EpochIterator:
 
     def stats(self) -> Stats:
         """Counters for this epoch so far (see `feedline.Stats`)."""
-        self._count_restarts()
+        self._refresh()
         return self.stats_
 
-    def _count_restarts(self) -> None:
-        self.stats_.worker_restarts = self._executor.restarts - self._restarts_at_start
+    def _refresh(self) -> None:
+        """Counters the executor keeps: restarts, and the backend the automatic choice settled on."""
+        stats, runtime = self.stats_, self._runtime
+        stats.worker_restarts = self._executor.restarts - self._restarts_at_start
+        stats.backend, stats.decision, stats.trial = runtime.backend, runtime.decision, runtime.trial
 
 
 _ERROR = object()

@@ -71,6 +71,9 @@ def _input_bound_advice(stats, wait, busy, saturated, bottleneck, share):
     gil_bound = (stats.backend == "thread" and parallel >= 2 and cpu is not None and cores_used is not None
                  and 0.2 <= cpu < 1.3 / parallel and cores_used < 0.65 * parallel)
     off_cpu = saturated and cpu is not None and cpu < 0.2 and not gil_bound
+    trial = stats.trial
+    if gil_bound and trial.get("process") is not None and trial["process"] <= trial.get("thread", 0.0):
+        gil_bound = False  # processes were tried on this very pipeline and delivered less: no advice to switch
     if gil_bound:
         gain = min(ceiling, stats.workers / cores_used, stats.cores)
         advice.append((gain, f"{stats.workers} threads keep only {cores_used:.1f} cores busy: the work holds the GIL; use backend='process' (estimated {_x(gain)})"))

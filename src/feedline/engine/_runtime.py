@@ -23,6 +23,7 @@ from .._errors import FeedlineError
 from ..backends import PartNotPicklable, make_executor, warm_up
 from ._autotune import DepthTuner
 from ._choice import choose, default_workers
+from ._trial import BackendTrial
 
 __all__ = ["Runtime"]
 
@@ -45,20 +46,17 @@ class Runtime:
     def __init__(self, plan):
         self.plan = plan
         if plan.runs_user_code and not plan.part.source.needs_ray:
-            warm_up(plan.backend)  # e.g. the fork server starts while the GIL probe runs
-        backend, workers, reason = choose(plan)
-        warm_start = backend == "process" and plan.backend is None and not plan.streaming
-        # (warm start only when feedline chose processes itself: the GIL probe has already
-        # run the user's code here; an explicit backend="process" keeps every sample out of
-        # this process, isolated from crashes)
-        try:
-            self.executor = make_executor(backend, plan.part, workers, cores=default_workers(), ray=plan.ray, warm_start=warm_start)
-        except PartNotPicklable as e:
-            raise _pickling_error(plan, e.__cause__ or e) from (e.__cause__ or e)
-        self.backend = backend
+            warm_up(plan.backend)  # e.g. the fork server starts while the pipeline is pickled
+        backend, workers, self.reason = choose(plan)
+        if backend == "auto":
+            self.executor = _auto_executor(plan, workers, self)
+        else:
+            try:
+                self.executor = make_executor(backend, plan.part, workers, cores=default_workers(), ray=plan.ray)
+            except PartNotPicklable as e:
+                raise _pickling_error(plan, e.__cause__ or e) from (e.__cause__ or e)
         self.workers = self.executor.workers
         self.cores = self.executor.cores
-        self.decision = f"{reason}; {self.executor.note}" if self.executor.note else reason
         self.depth = plan.depth or max(2, 2 * self.workers)  # two tasks per worker: one running, one queued
         self.tuner = DepthTuner(self.depth, self.workers, enabled=plan.depth is None and self.executor.prefetches)
         self.set_depth(self.depth)
@@ -68,6 +66,21 @@ class Runtime:
         self._latest_stats = None
         self.closed = False
         _live.add(self)
+
+    @property
+    def backend(self) -> str:
+        """The backend running the work now (the automatic choice may switch once, early on)."""
+        return self.executor.name
+
+    @property
+    def decision(self) -> str:
+        """Why this backend and worker count: the choice, and what the executor measured."""
+        return f"{self.reason}; {self.executor.note}" if self.executor.note else self.reason
+
+    @property
+    def trial(self) -> dict:
+        """Samples/s each backend delivered in the automatic choice's trial (empty if none ran)."""
+        return dict(self.executor.rates) if isinstance(self.executor, BackendTrial) else {}
 
     def set_depth(self, depth: int) -> None:
         """Change the prefetch depth; each worker may hold its share of it."""
@@ -109,6 +122,21 @@ class Runtime:
 def _close_all() -> None:
     for runtime in list(_live):
         runtime.close()
+
+
+def _auto_executor(plan, workers: int, runtime):
+    """Threads at once, processes as they start, both measured (see `feedline.engine._trial`)."""
+    threads = make_executor("thread", plan.part, workers, cores=default_workers())
+    try:
+        processes = make_executor("process", plan.part, workers, cores=default_workers())
+    except PartNotPicklable as e:
+        cause = e.__cause__ or e
+        runtime.reason += f"; threads: the pipeline cannot be sent to processes ({type(cause).__name__}: {str(cause)[:160]})"
+        return threads
+    except BaseException:
+        threads.close()
+        raise
+    return BackendTrial(threads, processes, workers)
 
 
 def _pickling_error(plan, error: BaseException) -> TypeError:

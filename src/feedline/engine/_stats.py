@@ -48,6 +48,7 @@ class Stats:
         self.worker_windows: dict = {}  # worker -> [first task start, last task end], for the busy share
         self.inflight_total = 0  # sum over batches of tasks in flight when next() was called
         self.decisions: list[str] = []  # autotuning changes made during the epoch, with reasons
+        self.trial: dict = {}  # samples/s each backend delivered when feedline chose between them (see engine/_trial.py)
         self.started_at = None  # perf_counter of the first next()
         self.task_spans: collections.deque = collections.deque(maxlen=TIMELINE)  # (worker, start, end, number, rows)
         self.waits: collections.deque = collections.deque(maxlen=TIMELINE)  # (start, end, rows)
@@ -106,6 +107,7 @@ class Stats:
             "prefetch_depth": self.depth,
             "decision": self.decision,
             "decisions": list(self.decisions),
+            "trial": dict(self.trial),
             "batches": self.batches,
             "samples": self.samples,
             "samples_per_second": self.samples / wall if wall > 0 else None,

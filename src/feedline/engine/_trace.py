@@ -23,7 +23,7 @@ def chrome_trace(stats) -> dict:
     ]
     workers = sorted({span[0] for span in stats.task_spans})
     for worker in workers:
-        if worker >= 0:  # worker -1 is the consumer itself (warm start): its tasks share the consumer's track
+        if worker >= 0:  # (a task run by the consumer itself would be worker -1, on the consumer's track)
             events.append({"name": "thread_name", "ph": "M", "pid": 1, "tid": worker + 1, "args": {"name": f"worker {worker}"}})
     for worker, start, end, number, rows in stats.task_spans:
         events.append({"name": f"task {number}", "cat": "task", "ph": "X", "pid": 1, "tid": worker + 1, "ts": us(start), "dur": round((end - start) * 1e6, 1), "args": {"rows": rows}})

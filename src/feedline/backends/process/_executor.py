@@ -37,7 +37,7 @@ from ..._errors import WorkerError
 from ...transport._shm import Segment, segment_prefix, sweep, unlink
 from ...transport._slots import SlotReader
 from ...transport._transfer import SharedArrays, check_picklable, dumps_for_workers
-from ...worker import Result, TaskError, run_task
+from ...worker import Result, TaskError
 from ...worker._protocol import Done, PartError, Ready, Release, RunTask, SendPart, Stop
 from .._base import Event, Executor, PartNotPicklable
 from .._pool import MAX_ATTEMPTS, TaskPool
@@ -89,16 +89,13 @@ class _Worker:
 class ProcessExecutor(Executor):
     name = "process"
 
-    def __init__(self, part, workers: int, local_part=None):
+    def __init__(self, part, workers: int):
         try:
             check_picklable(part)  # cheap, and before any worker starts
         except Exception as e:
             raise PartNotPicklable(str(e)) from e
         self._part_bytes = None
         self.part_known = threading.Event()
-        # Warm start: while no worker is ready, the consumer runs tasks itself
-        # (see `_run_locally`); None keeps all user code out of this process.
-        self.local_part = local_part
         self.tasks = TaskPool()  # backlog, late binding, attempts, cancelled generations
         self.workers = workers
         self.describe_index = part.source.where
@@ -136,17 +133,28 @@ class ProcessExecutor(Executor):
     def set_window_share(self, tasks: int) -> None:
         self.tasks.per_worker = tasks
 
+    def _keep(self, events: list) -> None:
+        """Hold results that arrived outside `wait` for its next call.
+
+        (Not ``self.tasks.failures.extend(self.wait(...))``: `wait` replaces
+        that list, so the bound ``extend`` would fill a list nobody reads.)
+        """
+        self.tasks.failures.extend(events)
+
     def wait_ready(self, timeout: float | None = None) -> bool:
         """Block until every worker answered `Ready` (benchmarks and tests); False on timeout.
 
         Tasks finished meanwhile are kept for the next `wait`.
         """
         deadline = None if timeout is None else time.monotonic() + timeout
-        while any(w is not None and not w.ready for w in self.pool):
-            if deadline is not None and time.monotonic() >= deadline:
+        while True:
+            self._keep(self.wait(0))  # takes new connections and Ready messages
+            if not any(w is not None and not w.ready for w in self.pool):
+                return True
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
                 return False
-            self.tasks.failures.extend(self.wait(0.05))
-        return True
+            self._keep(self.wait(0.05 if remaining is None else min(0.05, remaining)))
 
     # ----------------------------------------------------------------- start
     def _spawn(self, position: int) -> None:
@@ -185,7 +193,7 @@ class ProcessExecutor(Executor):
                 conn.close()
                 return
             # The handshake happens here, not in the consumer's thread, so a
-            # consumer busy with a warm-start task does not hold workers back.
+            # consumer busy with a long task does not hold workers back.
             try:
                 if not conn.poll(START_TIMEOUT):
                     raise EOFError
@@ -214,35 +222,6 @@ class ProcessExecutor(Executor):
             worker.conn = conn
             worker.status = Segment.attach(hello.status_segment)
             unlink(hello.status_segment)
-
-    def _run_locally(self) -> Event | None:
-        """Warm start: run the next waiting task in this thread while no worker is ready.
-
-        Workers are fresh interpreters and take 0.1-0.3 s to start; the
-        consumer would only wait meanwhile. Tasks are pure functions of their
-        indices, so the batch is the same whoever computes it, and a task
-        taken from the backlog here is never sent to a worker (exactly once).
-        Enabled only when feedline chose the process backend itself (it has
-        already run the user's code here for the GIL probe).
-        """
-        if self.local_part is None:
-            return None
-        for worker in [w for w in self.pool if w is not None and w.conn is not None and not w.ready]:
-            try:  # a starting worker's only messages are Ready and PartError
-                if worker.conn.poll(0):
-                    self._on_message(worker, cloudpickle.loads(worker.conn.recv_bytes()))
-            except (EOFError, OSError):
-                self._on_death(worker)
-        if any(w is not None and w.ready for w in self.pool):
-            self.local_part = None  # the workers are up: warm start is over, no check per batch from now on
-            return None
-        taken = self.tasks.take_unpinned()
-        if taken is None:
-            return None
-        key, task = taken
-        result = run_task(self.local_part, task)
-        result.worker = -1  # the consumer
-        return Event(key, result)
 
     # ------------------------------------------------------------- dispatch
     def submit(self, key, task, affinity=None):
@@ -289,10 +268,6 @@ class ProcessExecutor(Executor):
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             self._take_accepted()
-            local = self._run_locally()
-            if local is not None:
-                self._dispatch()
-                return [local]
             conns = {w.conn: w for w in self.pool if w is not None and w.conn is not None}
             starting = [w for w in self.pool if w is not None and not w.ready]
             remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
