@@ -1,18 +1,23 @@
-"""The automatic backend choice, decided on delivered throughput: try threads, then processes, keep the faster.
+"""The automatic backend choice, decided on measured throughput: threads first, then processes, the faster wins.
 
 Every backend gives the same batches, so the engine can switch mid-epoch
 without changing the output. `BackendTrial` is an `Executor` over two:
-- Threads start at once and take every task while the process workers
-  start (no wait for the first batch, no GIL probe before any work).
-- Once every process worker is up, new tasks go to processes, and (after
-  the threads' last task is back, so neither slows the other) their rate
-  is measured the same way.
-- Each rate is samples delivered per second over `TRIAL_TASKS` tasks; the
-  faster backend keeps every later task (processes must beat threads by
-  `PROCESS_MARGIN`), and the other one is closed. The
-  decision, both rates and why are in ``stats().decision``.
-A pipeline too short to finish the trial keeps the thread pool's results
-and carries the trial over into its next epoch (the runtime persists).
+- Threads start at once and take the first tasks (no wait for the first
+  batch) while the process workers fork, from the fork server.
+- Once every process worker is up (so their start-up does not slow the
+  threads down), thread tasks are measured; then new tasks go to the
+  processes, and once the threads' last task is back, process tasks are
+  measured alone (each worker's first task, its warm-up, is left out).
+- A measurement is at least `workers` tasks and `MIN_SPAN` seconds of
+  work per worker; its rate is rows over task spans, times the workers.
+  Processes must beat threads by `PROCESS_MARGIN` (threads copy no batch
+  and hold no memory per worker); the loser is closed. Cores kept busy by
+  the threads do not settle it: threads that release the GIL can still
+  lose, e.g. to page faults of large temporaries that the workers' malloc
+  settings avoid.
+A pipeline too short to finish the trial keeps what it has and carries the
+trial over into its next epoch (the runtime persists). Both rates and the
+reason are in ``stats().decision`` and ``stats().trial``.
 """
 
 from __future__ import annotations
@@ -21,53 +26,54 @@ import time
 
 from ..backends import Event, Executor
 
-__all__ = ["PROCESS_MARGIN", "TRIAL_TASKS", "BackendTrial"]
+__all__ = ["MIN_SPAN", "PROCESS_MARGIN", "BackendTrial"]
 
-TRIAL_TASKS = 4  # tasks measured per backend (per worker: at least 2): enough to pass warm-up noise, cheap if the loser is slow
+MIN_SPAN = 0.05  # seconds of measured work per worker, at least: short tasks are noisy
 PROCESS_MARGIN = 1.1  # processes must deliver this much more to win: threads copy no batch and hold no memory per worker
 
 
-class _Rate:
-    """Samples one backend delivers per second: between one completion and ``needed`` more.
+class _Measure:
+    """Tasks one backend ran alone: samples per second and cores kept busy, for all its workers.
 
-    Measured from completion to completion (not from submission), so the
-    first task's start-up and tasks sent before the backend had the machine
-    to itself do not count.
+    Per task, not per wall-clock window: a worker's rate is rows over the
+    task's span, and the pool's is that times the number of workers (they
+    all have work while the consumer waits, which is when it matters). So
+    it does not matter which worker ran which measured task.
     """
 
-    def __init__(self, needed: int):
-        self.needed = needed
-        self.open = False  # completions count from here on
-        self.anchor = None  # time of the completion the measurement starts from
-        self.rows = 0
+    def __init__(self, workers: int, skip_first: bool):
+        self.workers, self.skip_first = workers, skip_first
+        self.rows = self.span = self.cpu = 0.0
         self.tasks = 0
-        self.end = None
+        self.seen: set = set()  # workers whose first task (warm-up) went by
 
-    def begin(self) -> None:
-        self.open = True
-
-    def add(self, rows: int, now: float) -> None:
-        if not self.open or self.done:
+    def add(self, result) -> None:
+        if self.done:
             return
-        if self.anchor is None:
-            self.anchor = now
+        if self.skip_first and result.worker not in self.seen:
+            self.seen.add(result.worker)
             return
-        self.rows += rows
+        start, end = result.span
+        self.rows += result.rows
+        self.span += max(end - start, 1e-9)
+        self.cpu += result.cpu
         self.tasks += 1
-        if self.tasks >= self.needed:
-            self.end = now
 
     @property
     def done(self) -> bool:
-        return self.end is not None
+        return self.tasks >= self.workers and self.span >= self.workers * MIN_SPAN
 
     @property
     def per_second(self) -> float:
-        return self.rows / max(self.end - self.anchor, 1e-9)
+        return self.workers * self.rows / self.span
+
+    @property
+    def cores_busy(self) -> float:
+        return self.workers * self.cpu / self.span
 
 
 class BackendTrial(Executor):
-    """Threads now, processes once ready; the one that delivers more samples per second keeps the work."""
+    """Threads now, processes next; the faster keeps the work (see the module docstring)."""
 
     def __init__(self, threads: Executor, processes: Executor, workers: int):
         self.threads, self.processes = threads, processes
@@ -78,9 +84,12 @@ class BackendTrial(Executor):
         self.rates: dict[str, float] = {}
         self._owner: dict = {}  # task key -> the executor it went to
         self._outstanding = {threads: 0, processes: 0}
-        needed = max(TRIAL_TASKS, 2 * workers)
-        self._rate = {threads: _Rate(needed), processes: _Rate(needed)}
+        self._usable = min(workers, threads.cores)  # cores the threads could keep busy at most
+        # Threads share the consumer's warmed-up interpreter; each process worker warms up on its first task.
+        self._measure = {threads: _Measure(workers, skip_first=False), processes: _Measure(workers, skip_first=True)}
+        self._ready_at = None  # when every process worker was up: thread tasks count from here
         self._sent_to_processes = False
+        self._drained_at = None  # when the threads' last task was back (worker clock): processes alone from here
         self._closed: set = set()
 
     # -------------------------------------------------------- the interface
@@ -94,8 +103,6 @@ class BackendTrial(Executor):
 
     def submit(self, key, task, affinity=None) -> None:
         target = self._route()
-        if target is self.threads:
-            self._rate[target].begin()  # threads start at once: from their first task
         self._owner[key] = target
         self._outstanding[target] += 1
         target.submit(key, task, affinity)
@@ -151,41 +158,47 @@ class BackendTrial(Executor):
     def _route(self) -> Executor:
         if self.winner is not None:
             return self._winning()
-        if not self._rate[self.threads].done:
-            return self.threads
-        try:
-            ready = self.processes.wait_ready(0)
-        except Exception as exc:  # the workers cannot start here: threads it is, and the report says why
-            self._settle("thread", f"process workers failed to start ({type(exc).__name__}: {exc}): threads")
-            return self.threads
-        if not ready:
-            return self.threads  # the process workers are still starting
+        if self._ready_at is None:
+            try:
+                ready = self.processes.wait_ready(0)
+            except Exception as exc:  # the workers cannot start here: threads it is, and the report says why
+                self._settle("thread", f"process workers failed to start ({type(exc).__name__}: {exc}): threads")
+                return self.threads
+            if ready:
+                self._ready_at = time.perf_counter()
+        if self._ready_at is None or not self._measure[self.threads].done:
+            return self.threads  # the process workers are starting, or the threads are being measured
         self._sent_to_processes = True
         return self.processes
 
     def _collect(self, executor: Executor, events: list) -> list:
-        now = time.perf_counter()
         for event in events:
             if self._owner.pop(event.key, None) is not None:
                 self._outstanding[executor] -= 1
-            if self.winner is None and event.result.error is None:
-                self._rate[executor].add(event.result.rows, now)
+            result = event.result
+            if self.winner is None and result.error is None:
+                if executor is self.threads:
+                    if self._ready_at is not None and result.span[0] >= self._ready_at:
+                        self._measure[executor].add(result)  # started once the process workers were up
+                elif self._drained_at is not None and result.span[0] >= self._drained_at:
+                    self._measure[executor].add(result)  # started once the threads were done
             if executor is self.threads:
-                event.result.worker += self.processes.workers  # threads have their own rows in traces
+                result.worker += self.processes.workers  # threads have their own rows in traces
         if self.winner is None:
-            if self._sent_to_processes and not self._outstanding[self.threads]:
-                self._rate[self.processes].begin()  # processes have the machine to themselves from here
-            if self._rate[self.threads].done and self._rate[self.processes].done:
+            if self._sent_to_processes and not self._outstanding[self.threads] and self._drained_at is None:
+                self._drained_at = time.perf_counter()  # processes have the machine to themselves from here
+            if self._measure[self.processes].done:
                 self._decide()
         self._close_idle_loser()
         return [Event(e.key, e.result) for e in events]
 
     def _decide(self) -> None:
-        threads, processes = self._rate[self.threads].per_second, self._rate[self.processes].per_second
-        self.rates = {"thread": threads, "process": processes}
-        winner = "process" if processes > PROCESS_MARGIN * threads else "thread"
-        self._settle(winner, f"tried both: threads delivered {threads:,.0f} samples/s, processes {processes:,.0f} samples/s "
-                             f"({self._rate[self.threads].tasks} tasks each): {'processes' if winner == 'process' else 'threads'}")
+        threads, processes = self._measure[self.threads], self._measure[self.processes]
+        self.rates = {"thread": threads.per_second, "process": processes.per_second}
+        winner = "process" if processes.per_second > PROCESS_MARGIN * threads.per_second else "thread"
+        self._settle(winner, f"tried both: threads {threads.per_second:,.0f} samples/s ({threads.cores_busy:.1f} of "
+                             f"{self._usable} cores busy), processes {processes.per_second:,.0f} samples/s: "
+                             f"{'processes' if winner == 'process' else 'threads'}")
 
     def _settle(self, winner: str, note: str) -> None:
         self.winner, self.note = winner, note
