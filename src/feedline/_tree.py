@@ -240,32 +240,262 @@ def collate_into(samples: Sequence, indices: Sequence, alloc: Allocator = _numpy
     return unflatten(skeleton, leaves)
 
 
-def concat_pieces(pieces: list):
+# ------------------------------------------------------------ re-cutting batches
+# After filter() or on_error="skip" a task can come back short, and the
+# consumer re-cuts rows into full batches (`feedline.engine._recut`). A batch
+# is read as the default collate builds it: dicts and plain tuples are
+# structure; an array with a first axis is a column of rows; a list is either
+# structure (the sample held a list: every item is a column of ``rows`` rows or
+# a nested node) or a column of per-row objects (strings, None, object arrays,
+# anything `collate_into` could not stack). A column list never holds a
+# stackable array, list, tuple or dict as an item (collate_into stacks or
+# recurses into those), so the two cannot be confused; the row count of each
+# piece settles what a custom collate could make ambiguous.
+
+
+class _Mismatch(Exception):
+    """Pieces disagree at one place of the batch; `concat_pieces` turns it into a `SampleError`."""
+
+    def __init__(self, piece: int, path: str, detail: str, about_samples: bool = True):
+        super().__init__(detail)
+        self.piece, self.path, self.detail, self.about_samples = piece, path, detail, about_samples
+
+
+def _is_subtree(x) -> bool:
+    """What a list of columns holds: a stacked column (array or list) or a nested node, never a per-row object."""
+    return (isinstance(x, np.ndarray) and x.dtype != object and x.ndim >= 1) or isinstance(x, (list, dict)) or _is_plain_tuple(x)
+
+
+def _column_rows(x):
+    """Rows of a column (None for a nested node, whose columns are checked on their own)."""
+    if isinstance(x, np.ndarray):
+        return x.shape[0] if x.ndim else -1
+    if isinstance(x, list):
+        return len(x)
+    return None
+
+
+def _lists_of_columns(nodes: list, rows: list) -> bool:
+    """Whether the lists at one place of every piece are structure (lists of columns), not columns of objects."""
+    if not all(isinstance(n, list) and not isinstance(n, _Rows) for n in nodes) or len({len(n) for n in nodes}) != 1:
+        return False
+    for node, count in zip(nodes, rows):
+        for item in node:
+            if not _is_subtree(item) or (count is not None and _column_rows(item) not in (None, count)):
+                return False
+    return True
+
+
+def _infer_rows(batch):
+    """Rows of a batch made by the default collate: an array's first axis, else a column list's length."""
+    stack = [batch]
+    while stack:  # arrays reached through dicts and tuples only: never ambiguous
+        node = stack.pop(0)
+        if isinstance(node, np.ndarray) and node.ndim:
+            return node.shape[0]
+        if isinstance(node, dict):
+            stack.extend(node.values())
+        elif _is_plain_tuple(node):
+            stack.extend(node)
+    if isinstance(batch, dict):
+        children = list(batch.values())
+    elif _is_plain_tuple(batch):
+        children = list(batch)
+    elif isinstance(batch, list):
+        if isinstance(batch, _Rows) or not (batch and all(_is_subtree(v) for v in batch)):
+            return len(batch)
+        children = batch
+    else:
+        return None
+    for child in children:
+        count = _infer_rows(child)
+        if count is not None:
+            return count
+    return None
+
+
+def _kind(node) -> str:
+    if isinstance(node, np.ndarray):
+        return f"an array of {node.shape[0]} rows of shape {node.shape[1:]}" if node.ndim else "a 0-d array"
+    if isinstance(node, dict):
+        return f"a dict with keys {list(node)}"
+    if _is_plain_tuple(node):
+        return f"a tuple of {len(node)}"
+    if isinstance(node, list):
+        return f"a list of {len(node)}"
+    return f"a value of type {type(node).__name__}"
+
+
+def _join(nodes: list, rows: list, path: str):
+    first = nodes[0]
+    if isinstance(first, dict):
+        for p, node in enumerate(nodes):
+            if not isinstance(node, dict) or list(node) != list(first):
+                raise _Mismatch(p, path, f"{_kind(node)} where {{first}}'s batch has {_kind(first)}")
+        return {k: _join([n[k] for n in nodes], rows, f"{path}[{k!r}]") for k in first}
+    if _is_plain_tuple(first):
+        for p, node in enumerate(nodes):
+            if not _is_plain_tuple(node) or len(node) != len(first):
+                raise _Mismatch(p, path, f"{_kind(node)} where {{first}}'s batch has {_kind(first)}")
+        return tuple(_join([n[i] for n in nodes], rows, f"{path}[{i}]") for i in range(len(first)))
+    if isinstance(first, list) and all(_lists_of_columns([n], [r]) for n, r in zip(nodes, rows)):
+        for p, node in enumerate(nodes):  # every piece holds a list of columns: the samples held lists
+            if len(node) != len(first):
+                raise _Mismatch(p, path, f"a list of {len(node)} columns where {{first}}'s batch has {len(first)}")
+        return [_join([n[i] for n in nodes], rows, f"{path}[{i}]") for i in range(len(first))]
+    return _join_column(nodes, rows, path)
+
+
+def _join_column(parts: list, rows: list, path: str):
+    for p, (part, count) in enumerate(zip(parts, rows)):
+        got = _column_rows(part) if isinstance(part, (np.ndarray, list)) else None
+        if got is None or (count is not None and got != count):
+            what = _kind(part) if got is None or got < 0 else f"{_kind(part)} in a batch of {count} samples"
+            raise _Mismatch(p, path, what, about_samples=False)
+    if all(isinstance(part, np.ndarray) for part in parts):
+        head = parts[0]
+        for p, part in enumerate(parts):
+            if part.shape[1:] != head.shape[1:]:
+                raise _Mismatch(p, path, f"an array of shape {part.shape[1:]} where {{first}} has shape {head.shape[1:]}")
+            try:
+                np.result_type(head.dtype, part.dtype)
+            except TypeError:
+                raise _Mismatch(p, path, f"an array of dtype {part.dtype} where {{first}} has dtype {head.dtype}") from None
+        if all(part.dtype == head.dtype for part in parts):
+            return np.concatenate(parts, axis=0)
+    elif all(type(part) is list for part in parts):
+        return [v for part in parts for v in part]
+    # The pieces hold this column differently (a list in one and an array in
+    # another, e.g. numbers with a None among them in one piece; or arrays of
+    # different dtypes): keep one item per row and collate the rows of each
+    # batch cut from them again, so a batch is what collating its samples gives.
+    return _Rows(v for part in parts for v in part)
+
+
+class _Rows(list):
+    """A joined column of per-row items, collated again (`_collate_rows`) when `slice_rows` cuts a batch."""
+
+
+def _collate_rows(items: list):
+    """The column `collate_into` makes of these items: stacked arrays, an array of numbers, or a list."""
+    if not items:
+        return []
+    head = items[0]
+    if isinstance(head, np.ndarray) and head.dtype != object:
+        if all(isinstance(v, np.ndarray) and v.dtype != object and v.shape == head.shape for v in items):
+            return np.stack(items)
+        return list(items)
+    if all(_is_numeric(v) for v in items):
+        return np.asarray(items)
+    return list(items)
+
+
+def _slice(node, count, start: int, stop: int, path: str):
+    if isinstance(node, dict):
+        return {k: _slice(v, count, start, stop, f"{path}[{k!r}]") for k, v in node.items()}
+    if _is_plain_tuple(node):
+        return tuple(_slice(v, count, start, stop, f"{path}[{i}]") for i, v in enumerate(node))
+    if isinstance(node, list) and _lists_of_columns([node], [count]):
+        return [_slice(v, count, start, stop, f"{path}[{i}]") for i, v in enumerate(node)]
+    got = _column_rows(node) if isinstance(node, (np.ndarray, list)) else None
+    if got is None or got < 0 or (count is not None and got != count):
+        raise _Mismatch(0, path, _kind(node) if got is None or got < 0 else f"{_kind(node)} in a batch of {count} samples", about_samples=False)
+    return _collate_rows(node[start:stop]) if isinstance(node, _Rows) else node[start:stop]
+
+
+def _at(path: str) -> str:
+    return f"at batch{path}," if path else "as a whole,"
+
+
+def _not_rows_error(exc: _Mismatch) -> SampleError:
+    return SampleError(
+        f"cannot re-cut batches: {_at(exc.path)} a batch holds {exc.detail}, not one row per sample; when "
+        "filter() or on_error='skip' is used, a custom collate must return arrays or lists with one row per sample "
+        "as the first axis "
+        "(wrap a per-batch value in a list per row, or compute it in map_batch())",
+        stage="batch",
+    )
+
+
+def concat_pieces(pieces: list, rows: Sequence | None = None, indices: Sequence | None = None, where: Callable | None = None):
     """Join partial batches (same structure) along the first axis.
 
     Used when filtering or skipping leaves batches short: the consumer
-    re-cuts the stream of rows into full batches. Lists are concatenated.
+    re-cuts the stream of rows into full batches. Arrays are concatenated
+    (their shapes past the first axis must agree); columns of objects (the
+    lists the default collate makes of strings, None, objects) are joined
+    into one list; dicts, tuples and lists of columns keep their structure.
+    A column that pieces hold differently (an array in one, a list in
+    another) is joined as rows that `slice_rows` collates again, so cut
+    the result with `slice_rows` before handing it out.
+
+    Args:
+        pieces: partial batches, in order.
+        rows: each piece's row count (inferred from the pieces when None).
+        indices: each piece's sample indices (a list per piece), to name
+            the sample whose rows do not fit the rows before them.
+        where: ``where(index)``, the file of a sample, for that message.
+
+    Raises:
+        SampleError: pieces whose shapes, dtypes or structure differ (naming
+            the first sample of the piece that differs, and its file), or a
+            custom collate's batch that has no rows to cut.
+
+    >>> a = {"x": np.zeros((2, 3)), "path": ["a.png", "b.png"]}
+    >>> b = {"x": np.ones((1, 3)), "path": ["c.png"]}
+    >>> joined = concat_pieces([a, b])
+    >>> joined["x"].shape, joined["path"]
+    ((3, 3), ['a.png', 'b.png', 'c.png'])
     """
     if len(pieces) == 1:
         return pieces[0]
-    skeleton, _ = flatten_all(pieces[0])
-    columns = [_leaves(p) for p in pieces]
-    leaves = []
-    for parts in zip(*columns):
-        if isinstance(parts[0], np.ndarray):
-            leaves.append(np.concatenate(parts, axis=0))
-        elif isinstance(parts[0], list):
-            leaves.append([v for part in parts for v in part])
-        else:
-            raise SampleError(
-                f"cannot join partial batches holding {type(parts[0]).__name__}; a custom "
-                "collate must return arrays or lists with the batch as the first axis when "
-                "filter() or on_error='skip' is used"
-            )
-    return unflatten(skeleton, leaves)
+    counts = list(rows) if rows is not None else [_infer_rows(p) for p in pieces]
+    try:
+        return _join(list(pieces), counts, "")
+    except _Mismatch as exc:
+        if not exc.about_samples:
+            raise _not_rows_error(exc) from None
+        raise _between_batches_error(exc, indices, where) from None
 
 
-def slice_rows(batch, start: int, stop: int):
-    """Rows ``start:stop`` of every leaf of a batch."""
-    skeleton, _ = flatten_all(batch)
-    return unflatten(skeleton, [leaf[start:stop] for leaf in _leaves(batch)])
+def _between_batches_error(exc: _Mismatch, indices, where) -> SampleError:
+    def first_of(piece):
+        ids = indices[piece] if indices is not None and piece < len(indices) else None
+        return ids[0] if ids is not None and len(ids) else None
+
+    def place(index):
+        if where is None or index is None or isinstance(index, tuple):
+            return None
+        try:
+            return where(index)
+        except Exception:  # a description is best effort; the index is still named
+            return None
+
+    def named(index):
+        return f"sample {index}" + (f" ({place(index)})" if place(index) else "")
+
+    index, first = first_of(exc.piece), first_of(0)
+    subject = named(index) if index is not None else "a sample of a later batch"
+    detail = exc.detail.replace("{first}", named(first) if first is not None else "an earlier sample")
+    return SampleError(
+        f"cannot batch {subject} with the samples before it: {_at(exc.path)} {detail}. "
+        "filter() or on_error='skip' dropped samples, so batches are re-cut from the rows of several "
+        "tasks, which must agree; resize or crop in map() so every sample has the same shape, "
+        "or pass collate= to batch()",
+        index=index,
+        where=place(index),
+        stage="batch",
+    )
+
+
+def slice_rows(batch, start: int, stop: int, rows: int | None = None):
+    """Rows ``start:stop`` of every column of a batch (see `concat_pieces` for what a column is).
+
+    >>> slice_rows((np.arange(4), ["a", "b", "c", "d"]), 1, 3)
+    (array([1, 2]), ['b', 'c'])
+    """
+    count = rows if rows is not None else _infer_rows(batch)
+    try:
+        return _slice(batch, count, start, stop, "")
+    except _Mismatch as exc:
+        raise _not_rows_error(exc) from None

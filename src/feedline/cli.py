@@ -160,7 +160,11 @@ def main(argv=None) -> int:
 
     add_store_commands(commands)  # feedline convert, feedline inspect (feedline/store/_cli.py)
     args = parser.parse_args(argv)
-    return args.handler(args)
+    try:
+        return args.handler(args)
+    except KeyboardInterrupt:  # Ctrl-C: one line and the shell's convention (128 + SIGINT), not a traceback
+        print(f"feedline {args.command}: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

@@ -178,6 +178,31 @@ def _one_keras_batch(items):
     return items[0]
 
 
+def _keras_batch_rows(batch) -> int:
+    """Samples in a Keras batch: the first dimension of its first array (1 if it holds none).
+
+    >>> import numpy as np
+    >>> _keras_batch_rows(({"image": np.zeros((32, 8))}, np.zeros(32)))
+    32
+    """
+    stack = [batch]
+    while stack:
+        node = stack.pop(0)
+        if isinstance(node, dict):
+            stack[:0] = list(node.values())
+        elif isinstance(node, (tuple, list)):
+            stack[:0] = list(node)
+        else:
+            shape = getattr(node, "shape", None)
+            if shape is not None and len(shape) >= 1 and shape[0] is not None:
+                return int(shape[0])
+    return 1
+
+
+# stats() counts samples: each Keras batch holds many (read by the epoch iterator).
+_one_keras_batch.rows_of = _keras_batch_rows
+
+
 def _is_keras_class(klass) -> bool:
     return klass.__module__.split(".")[0] in _KERAS_MODULES
 
@@ -252,7 +277,7 @@ def _as_sequence(seq):
     return _CountedBatches(_detach_from_keras(seq), count)
 
 
-def from_keras_sequence(seq, *, shuffle: bool = False, seed: int | None = None, workers: int | None = None, backend: str | None = None, on_error="raise"):
+def from_keras_sequence(seq, *, shuffle: bool = True, seed: int | None = None, workers: int | None = None, backend: str | None = None, on_error="raise"):
     """A pipeline whose batches are the batches of a ``keras.utils.Sequence`` / ``PyDataset``.
 
     ``seq[i]`` (your ``__getitem__``) runs in feedline's workers, one batch
@@ -263,15 +288,21 @@ def from_keras_sequence(seq, *, shuffle: bool = False, seed: int | None = None, 
     Args:
         seq: anything with ``len()`` (or a Keras ``num_batches``) and
             ``seq[i]`` returning a whole batch, e.g. ``(x, y)`` arrays.
-        shuffle: visit batches in a new order each epoch (Keras's
-            ``fit(shuffle=True)`` on a Sequence).
-        seed: seed of that order (drawn at random when None).
+        shuffle: visit batches in a new order each epoch (default), as
+            Keras's ``fit`` does with a Sequence (its ``shuffle=True``
+            default). Pass ``shuffle=False`` to keep ``seq``'s order: for a
+            pipeline given to ``predict`` (whose outputs follow the batch
+            order) or ``evaluate``, or when the order itself matters.
+        seed: seed of that order: the same seed gives the same order every
+            run; None draws one now (shown by ``print(pipe)``, kept in
+            checkpoints).
         workers, backend, on_error: as for `Pipeline.map`; ``on_error``
             applies to a whole batch (``"skip"`` drops the batch).
 
     Returns:
         A `Pipeline` of ``len(seq)`` batches; train with
-        ``model.fit(pipe.keras())``.
+        ``model.fit(pipe.keras())``. Its ``stats()`` count samples as the
+        rows of each batch (the first dimension of its first array).
 
     Raises:
         TypeError: ``seq`` has no ``[]``, or neither ``len()`` nor a
@@ -279,8 +310,8 @@ def from_keras_sequence(seq, *, shuffle: bool = False, seed: int | None = None, 
 
     The sequence is copied into each worker once, so its ``on_epoch_end``
     cannot change what the workers see; it is not called (a warning says
-    so when your class defines one). Use ``shuffle=True`` for a new order
-    each epoch.
+    so when your class defines one). The default ``shuffle=True`` gives a
+    new order each epoch.
 
     >>> import numpy as np
     >>> class Batches:
@@ -288,8 +319,11 @@ def from_keras_sequence(seq, *, shuffle: bool = False, seed: int | None = None, 
     ...         return 3
     ...     def __getitem__(self, i):
     ...         return np.full((2, 1), i), np.array([i, i])
-    >>> pipe = from_keras_sequence(Batches(), backend="serial")
+    >>> pipe = from_keras_sequence(Batches(), shuffle=False, backend="serial")
     >>> [int(y.sum()) for x, y in pipe]
+    [0, 2, 4]
+    >>> shuffled = from_keras_sequence(Batches(), seed=0, backend="serial")
+    >>> sorted(int(y.sum()) for x, y in shuffled)  # every batch once, in a seeded order
     [0, 2, 4]
     """
     from .. import from_sequence
@@ -299,7 +333,7 @@ def from_keras_sequence(seq, *, shuffle: bool = False, seed: int | None = None, 
     if shuffle:
         pipe = pipe.shuffle(seed)
     elif seed is not None:
-        raise ValueError("from_keras_sequence(seed=...) only applies with shuffle=True")
+        raise ValueError("from_keras_sequence(seed=...) only applies with shuffle=True (the default); drop seed= or shuffle=False")
     if workers is not None or backend is not None or on_error != "raise":
         pipe = pipe.map(_whole_batch, workers=workers, backend=backend, on_error=on_error)
     return pipe.batch(1, collate=_one_keras_batch)
@@ -318,7 +352,7 @@ def _warn_about_epoch_hooks(seq) -> None:
             warnings.warn(
                 f"{type(seq).__name__} defines on_epoch_end/on_epoch_begin, which feedline does not call: "
                 "each worker holds its own copy of the sequence, so state changed there would not reach "
-                "them. Pass shuffle=True for a new batch order each epoch.",
+                "them. The batch order changes each epoch (shuffle=True, the default) without it.",
                 UserWarning,
                 stacklevel=3,
             )

@@ -24,15 +24,14 @@ import collections
 import time
 import warnings
 
-from .._errors import FeedlineError
+from .._errors import FeedlineError, SampleError
 from .._tree import slice_rows
 from ..worker import Task
 from ._recut import Recut
+from ._state import OLD_CHUNK, STATE_VERSION, seal, task_grid
 from ._stats import Stats
 
 __all__ = ["EpochIterator", "STATE_VERSION"]
-
-STATE_VERSION = 1
 
 
 class EpochIterator:
@@ -57,7 +56,9 @@ class EpochIterator:
         self._done: dict[int, object] = {}
         self._out: collections.deque = collections.deque()  # (item, resume point, rows)
         self._last_rows = 0
-        self._recut = None if plan.part.aligned or self._unbatched else Recut(self._size, plan.drop_remainder)
+        # A collate that passes whole batches through (a Keras Sequence's) counts the samples in each.
+        self._rows_of = getattr(plan.part.collate, "rows_of", None)
+        self._recut = None if plan.part.aligned or self._unbatched else Recut(self._size, plan.drop_remainder, plan.part.source.where)
         self._in_flight = 0
         self._finished = False
         self._superseded = False
@@ -77,16 +78,16 @@ class EpochIterator:
         self._skip_log = [(-1, i, r) for i, r in self.stats_.skipped]
         self._restarts_at_start = self._executor.restarts
         self._point = {"task": start_task, "offset": self._skip_rows}
+        if state is not None and plan.streaming:
+            self._point["streams"] = state["streams"]
         if plan.streaming:
             self._init_streams(state)
         else:
             self._order = plan.epoch_indices(epoch)
             count = len(self._order)
             # A checkpoint names its task grid (older ones: 64 samples a task, unbatched).
-            resumed_unbatched = state is not None and self._unbatched
-            self._step = step = state.get("chunk", 64) if resumed_unbatched else plan.task_size(count)
-            whole = plan.drop_remainder and plan.part.aligned and not self._unbatched
-            self._num_tasks = count // step if whole else -(-count // step)
+            chunk = state.get("chunk", OLD_CHUNK) if state is not None and self._unbatched else None
+            self._step, self._num_tasks = task_grid(plan, count, chunk)
         self._next_submit = self._next_take = start_task
 
     # ------------------------------------------------------------ streams
@@ -167,17 +168,20 @@ class EpochIterator:
             return
         if self._plan.streaming:
             shard, cursor = self._task_shard.pop(number)
+            # Inside an unbatched task, the point is "this task again, from its start, minus `offset` items".
+            before = {"positions": dict(self._positions), "exhausted": sorted(self._exhausted), "cursor": self._shards.index(shard)}
             self._positions[shard] = result.consumed
             if result.exhausted:
                 self._exhausted.add(shard)
             point = {"task": number + 1, "streams": {"positions": dict(self._positions), "exhausted": sorted(self._exhausted), "cursor": cursor}}
             if result.rows and not (self._plan.drop_remainder and not self._unbatched and result.rows < self._size):
-                self._emit_rows(result, point)
+                self._emit_rows(result, point, number, before)
             return
-        payload, rows = result.payload, result.rows
+        payload, rows, indices = result.payload, result.rows, result.indices
         skip, self._skip_rows = self._skip_rows, 0
         if skip and rows:
-            payload = payload[skip:] if self._unbatched else slice_rows(payload, skip, rows)
+            payload = payload[skip:] if self._unbatched else slice_rows(payload, skip, rows, rows=rows)
+            indices = indices[skip:] if indices is not None else None
             rows -= skip
         if self._unbatched:
             for j, item in enumerate(payload or []):
@@ -189,17 +193,26 @@ class EpochIterator:
                 self._out.append((payload, {"task": number + 1, "offset": 0}, rows))
             return
         if rows:
-            self._recut.add(payload, rows, number, result.rows)
+            self._recut.add(payload, rows, number, result.rows, indices)
         self._cut(final=False)
 
     def _cut(self, final: bool) -> None:
-        for batch, point, rows in self._recut.cut(final):
+        try:
+            cut = self._recut.cut(final)
+        except SampleError as exc:  # rows that do not fit the rows before them: raised at that batch, in order
+            self._error = exc
+            self._out.append((_ERROR, exc, 0))
+            return
+        for batch, point, rows in cut:
             self._out.append((self._consumer_batch_steps(batch), point, rows))
 
-    def _emit_rows(self, result, point) -> None:
+    def _emit_rows(self, result, point, number: int, before: dict) -> None:
         if self._unbatched:
-            for item in result.payload:
-                self._out.append((item, point, 1))
+            skip, self._skip_rows = self._skip_rows, 0  # items of a resumed task already delivered
+            items = result.payload[skip:]
+            for j, item in enumerate(items):
+                last = j == len(items) - 1
+                self._out.append((item, point if last else {"task": number, "offset": skip + j + 1, "streams": before}, 1))
         else:
             self._out.append((result.payload, point, result.rows))
 
@@ -255,8 +268,9 @@ class EpochIterator:
         if stats.first_batch_seconds is None:
             stats.first_batch_seconds = after - self._created  # from iter(): includes starting workers
         stats.batches += 1
-        stats.samples += self._last_rows
-        stats.waits.append((now, after, self._last_rows))
+        rows = self._last_rows if self._rows_of is None else self._rows_of(item)
+        stats.samples += rows
+        stats.waits.append((now, after, rows))
         decision = self._runtime.tuner.observe(self._waited, blocked, item)
         if decision is not None:
             self._runtime.set_depth(self._runtime.tuner.depth)
@@ -270,7 +284,7 @@ class EpochIterator:
             if self._out:
                 item, point, self._last_rows = self._out.popleft()
                 if item is _ERROR:
-                    raise point.to_exception()
+                    raise point if isinstance(point, BaseException) else point.to_exception()
                 self._point = point
                 return item
             self._submit_more()
@@ -329,7 +343,10 @@ class EpochIterator:
 
         ``pipe.resume(state)`` continues right after the last batch this
         iterator returned, with the same batches the uninterrupted run
-        would have produced.
+        would have produced. ``"seeds"`` are the pipeline's shuffle seeds
+        (so that resume can say when only they differ); ``"digest"``
+        covers every other field, so that resume refuses an edited or
+        damaged state (see `feedline.engine._state`).
         """
         if not self._ordered:
             raise FeedlineError("state() needs ordered output; remove ordered=False from map() to checkpoint mid-epoch")
@@ -339,14 +356,17 @@ class EpochIterator:
             "batches": self.stats_.batches,
             "skipped": [[_jsonable(i), r] for t, i, r in self._skip_log if t < self._point.get("task", 0)],
             "fingerprint": self._fingerprint,
+            # Index steps that shuffle carry a seed (duck-typed: the engine sees only the Plan).
+            "seeds": [int(step.seed) for step in self._plan.index_steps if getattr(step, "seed", None) is not None],
         }
         if self._plan.streaming:
-            state.update(task=0, offset=0, streams=self._point.get("streams", {"positions": {}, "exhausted": [], "cursor": 0}))
+            streams = self._point.get("streams", {"positions": {}, "exhausted": [], "cursor": 0})
+            state.update(task=0, offset=self._point.get("offset", 0), streams=streams)
         else:
             state.update(task=self._point["task"], offset=self._point["offset"])
             if self._unbatched:
                 state["chunk"] = self._step  # samples per task: the grid "task" counts in
-        return state
+        return seal(state)
 
     def stats(self) -> Stats:
         """Counters for this epoch so far (see `feedline.Stats`)."""

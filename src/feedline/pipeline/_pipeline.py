@@ -266,19 +266,40 @@ class Pipeline:
         self._next_epoch = k
 
     def resume(self, state: dict) -> EpochIterator:
-        """Continue an epoch from ``it.state()``, exactly after its last batch."""
-        from ..engine import STATE_VERSION  # start-up cost, as in _ensure_runtime
+        """Continue an epoch from ``it.state()``, exactly after its last batch.
 
-        if not isinstance(state, dict) or state.get("version") != STATE_VERSION:
-            raise ValueError(f"resume() needs a dict from it.state() (version {STATE_VERSION}); got {state!r:.80}")
+        Every field of ``state`` is checked before anything runs: its type
+        and range, that it was saved by this pipeline (same source length,
+        steps, shuffle seeds and batch size), that it fits this pipeline's
+        epoch (the task exists, the offset is within it, the skipped
+        samples were read before it), and its ``"digest"``, which catches a
+        state edited after ``state()`` wrote it (a state from before the
+        digest existed is accepted when its fields check out).
+
+        Raises:
+            ValueError: naming the field that is wrong and what to do; for
+                a pipeline that differs only in its shuffle seed (``shuffle()``
+                without ``seed=`` draws a new one in every process), the
+                seed the state needs.
+        """
+        from ..engine import _state  # start-up cost, as in _ensure_runtime
+
+        fields = _state.check_fields(state)
         self._prepare_source()
-        if state.get("fingerprint") != self._fingerprint():
-            raise ValueError(
-                "resume(): this state was saved from a different pipeline (its source length, steps, "
-                "seed or batch size differ); resume with the pipeline that produced it"
-            )
-        self._next_epoch = state["epoch"] + 1
-        return self._iterator(state["epoch"], state)
+        fingerprint = self._fingerprint()
+        if fields["fingerprint"] != fingerprint:
+            shuffles = [k for k, step in enumerate(self._steps) if isinstance(step, Shuffle)]
+
+            def fingerprint_with(seeds) -> str:
+                steps = list(self._steps)
+                for k, seed in zip(shuffles, seeds):
+                    steps[k] = Shuffle(int(seed))
+                return Pipeline(self._source, tuple(steps))._fingerprint()
+
+            raise _state.fingerprint_refused(fields, [self._steps[k].seed for k in shuffles], fingerprint_with)
+        checked = _state.check(state, self._plan, fingerprint)
+        self._next_epoch = checked["epoch"] + 1
+        return self._iterator(checked["epoch"], checked)
 
     def __len__(self) -> int:
         """Batches per epoch (samples, if the pipeline does not batch)."""

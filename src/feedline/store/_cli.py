@@ -7,7 +7,24 @@ imports pyarrow until a command runs.
 
 from __future__ import annotations
 
+import argparse
+
 __all__ = ["add_commands"]
+
+
+def _count(low: int):
+    """An argparse type: an integer >= ``low`` (argparse names the flag in its error)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = None
+        if value is None or value < low:
+            raise argparse.ArgumentTypeError(f"expected an integer >= {low}, got {text!r}")
+        return value
+
+    return parse
 
 
 def add_commands(commands) -> None:
@@ -20,7 +37,8 @@ def add_commands(commands) -> None:
         help="decode a folder of images or audio once into a store (Arrow files), on every core",
         description="Decodes every image (JPEG, PNG) or audio file (WAV, FLAC) under SRC once, in parallel, into a "
         "feedline store at DST (read it with fl.from_store(DST)). Labels come from sub-folder names "
-        "(train/cat/1.jpg is class 'cat') or from --labels. Unreadable files are skipped and listed.",
+        "(train/cat/1.jpg is class 'cat') or from --labels. Unreadable files (truncated, damaged, not an image) are skipped "
+        "and listed. Ctrl-C stops it with exit status 130 and leaves DST as it was.",
     )
     run.add_argument("src", help="folder of images or audio files (searched recursively)")
     run.add_argument("dst", help="the store to create (a directory)")
@@ -31,12 +49,18 @@ def add_commands(commands) -> None:
     run.add_argument("--encoding", action="append", default=[], metavar="FIELD=ENC",
                      help="per-field encoding: raw (default), zstd, lz4, jpeg:QUALITY, png; e.g. --encoding image=jpeg:90 (repeatable)")
     run.add_argument("--labels", default=None, metavar="CSV", help="CSV of path,label lines (paths relative to SRC)")
-    run.add_argument("--workers", type=int, default=None, help="decoding workers (default: one per core)")
+    run.add_argument("--workers", type=_count(0), default=None,
+                     help="decoding workers (default: one per core; 0: decode in this process)")
     run.add_argument("--backend", choices=["serial", "thread", "process"], default=None, help="decoding backend (default: chosen by feedline)")
-    run.add_argument("--rows-per-file", type=int, default=None, help="samples per Arrow file (default: about 256 MB per file)")
+    run.add_argument("--rows-per-file", type=_count(1), default=None,
+                     help="samples per Arrow file (default: about 256 MB per file)")
     run.add_argument("--audio-dtype", choices=["float32", "int16"], default="float32", help="sample type of audio (default float32)")
-    run.add_argument("--sample-rate", type=int, default=None, help="required audio sample rate; other files are skipped")
+    run.add_argument("--sample-rate", type=_count(1), default=None,
+                     help="required audio sample rate; other files are skipped")
     run.add_argument("--overwrite", action="store_true", help="replace DST if it exists")
+    run.add_argument("--lenient", action="store_true",
+                     help="keep what can be recovered of JPEGs that libjpeg-turbo reports as damaged (default: skip and list "
+                     "them, like truncated files, which are skipped either way)")
     run.add_argument("--no-progress", action="store_true", help="no progress bar")
     run.set_defaults(handler=run_convert)
 

@@ -23,21 +23,27 @@ looks like a store is left behind.
 from __future__ import annotations
 
 import csv
+import errno
+import glob
 import os
+import shutil
+import sys
 import time
 import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from .._errors import DecodeError
+from .._folders import AUDIO_EXTENSIONS, IMAGE_EXTENSIONS
+from .._folders import labels_from_folders as _labels_from_folders
+from .._folders import numbered as _numbered
 from ._errors import StoreError
 from ._images import EncodedImage, encode_image
 from ._writer import StoreWriter
 
 __all__ = ["ConvertSummary", "convert", "human_bytes", "parse_size", "run_convert"]
 
-IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png")
-AUDIO_EXTENSIONS = (".wav", ".flac")
 _BATCH = 32  # rows per task for fixed-size images: small enough for a smooth progress bar, large enough to amortise
 _WRITE_EVERY = 64  # rows handed to the writer at once for variable-size samples
 
@@ -125,16 +131,6 @@ def _list_files(src: str) -> tuple[str, list[str]]:
     return kind, sorted(found[kind], key=lambda p: p.replace(os.sep, "/"))
 
 
-def _numbered(names: list) -> tuple[list[int], list[str] | None]:
-    """Labels as ints: integers stay as they are; names are sorted and numbered."""
-    try:
-        return [int(n) for n in names], None
-    except ValueError:
-        classes = sorted(set(names))
-        index = {name: i for i, name in enumerate(classes)}
-        return [index[n] for n in names], classes
-
-
 def _labels_from_csv(src: str, csv_path: str, files: list[str]) -> tuple[list[str], list[int], list[str] | None, list]:
     """(files listed in the CSV, their labels, class names, [(path, reason)] of listed files not found)."""
     available = set(files)
@@ -157,13 +153,6 @@ def _labels_from_csv(src: str, csv_path: str, files: list[str]) -> tuple[list[st
     return [rel for rel, _ in rows], labels, classes, missing
 
 
-def _labels_from_folders(files: list[str]) -> tuple[list[int] | None, list[str] | None]:
-    parts = [f.replace(os.sep, "/").split("/") for f in files]
-    if not all(len(p) >= 2 for p in parts):
-        return None, None  # not every file is in a class folder: no labels
-    return _numbered([p[0] for p in parts])
-
-
 # ------------------------------------------------------------ decoding (in workers)
 class Decode:
     """The per-file work of ``convert``: decode, fit to a size, encode; runs in the workers.
@@ -171,11 +160,18 @@ class Decode:
     A plain class (not a closure) so it pickles small and the same on every backend.
     """
 
-    def __init__(self, kind: str, size, fit: str, image_encoding: str, audio_dtype: str, sample_rate, labelled: bool):
+    def __init__(self, kind: str, size, fit: str, image_encoding: str, audio_dtype: str, sample_rate, labelled: bool,
+                 strict: bool = True):
         self.kind, self.size, self.fit, self.image_encoding = kind, size, fit, image_encoding
-        self.audio_dtype, self.sample_rate, self.labelled = audio_dtype, sample_rate, labelled
+        self.audio_dtype, self.sample_rate, self.labelled, self.strict = audio_dtype, sample_rate, labelled, strict
 
     def __call__(self, sample):
+        try:
+            return self._convert(sample)
+        except DecodeError as e:  # the summary names the file; say why, without a decoder's advice for Python code
+            raise Unreadable(_why(e, self.kind)) from None
+
+    def _convert(self, sample):
         path, label = sample if self.labelled else (sample, None)
         if self.kind == "audio":
             from ..audio import load_audio
@@ -197,21 +193,37 @@ class Decode:
         import feedline.vision as fv
 
         if self.size is None:
-            return fv.decode(path)
+            return fv.decode(path, strict=self.strict)
         h, w = self.size
         if self.fit == "resize":
-            return fv.resize(path, (h, w))
+            return fv.resize(path, (h, w), strict=self.strict)
         height, width = fv.image_size(path)
         scale = max(h / height, w / width)  # the smallest resize that covers the crop
         covering = (max(h, round(height * scale)), max(w, round(width * scale)))
-        return fv.center_crop(fv.resize(path, covering), (h, w))
+        return fv.center_crop(fv.resize(path, covering, strict=self.strict), (h, w))
+
+
+class Unreadable(Exception):
+    """A file ``convert`` skips: its message is the reason the summary prints after the file's name."""
+
+
+def _why(error: DecodeError, kind: str) -> str:
+    """A decoder's reason without its advice (which speaks of ``map(..., on_error=...)``)."""
+    what = "audio" if kind == "audio" else getattr(error, "format", None) or "an image"
+    return f"cannot decode as {({'jpeg': 'JPEG', 'png': 'PNG'}).get(what, what)}: {error.reason}"
+
+
+def _reason(text: str) -> str:
+    """The reason of a skip as the pipeline records it (``"step: Type: message"``), for the summary."""
+    text = text.split(": ", 1)[-1]
+    return text.split(": ", 1)[1] if text.startswith(f"{Unreadable.__name__}: ") else text
 
 
 # ------------------------------------------------------------ the command
 def convert(src, dst, *, size=None, fit: str = "resize", encodings: dict | None = None, labels_csv=None,
             workers: int | None = None, backend: str | None = None, overwrite: bool = False,
             rows_per_file: int | None = None, audio_dtype: str = "float32", sample_rate: int | None = None,
-            progress: bool = True) -> ConvertSummary:
+            progress: bool = True, strict: bool = True) -> ConvertSummary:
     """Decode a folder of images or audio once into a store at ``dst``.
 
     Args:
@@ -231,6 +243,9 @@ def convert(src, dst, *, size=None, fit: str = "resize", encodings: dict | None 
         audio_dtype: ``"float32"`` or ``"int16"`` for audio samples.
         sample_rate: required sample rate of audio files (others are skipped).
         progress: show a progress bar (tqdm) with the rate and time left.
+        strict: a JPEG that libjpeg-turbo reports as damaged is skipped
+            (default); False keeps what can be recovered of it (see
+            `feedline.vision.decode`). Truncated files are skipped either way.
 
     Returns:
         A `ConvertSummary` (samples, bytes, time, skipped files and why).
@@ -243,7 +258,7 @@ def convert(src, dst, *, size=None, fit: str = "resize", encodings: dict | None 
 
     src, dst = os.path.abspath(os.fspath(src)), os.path.abspath(os.fspath(dst))
     if not os.path.isdir(src):
-        raise StoreError(f"feedline convert: SRC {src!r} is not a folder")
+        raise StoreError(f"{src!r} is not a folder (convert reads a folder of images or audio files)")
     if fit not in ("resize", "center-crop"):
         raise ValueError(f"fit must be 'resize' or 'center-crop', got {fit!r}")
     if size is not None and not isinstance(size, tuple):
@@ -258,7 +273,7 @@ def convert(src, dst, *, size=None, fit: str = "resize", encodings: dict | None 
         labels, classes = _labels_from_folders(files)
         label_source = "folders" if labels is not None else None
     if not files:
-        raise StoreError(f"feedline convert: nothing to convert in {src!r}")
+        raise StoreError(f"nothing to convert in {src!r}: the labels CSV lists none of its files")
     field_name = "image" if kind == "image" else "audio"
     encodings = dict(encodings or {})
     meta = {
@@ -273,7 +288,7 @@ def convert(src, dst, *, size=None, fit: str = "resize", encodings: dict | None 
         "skipped": [],
     }
     decode = Decode(kind, size if kind == "image" else None, fit, encodings.get(field_name, "raw"), audio_dtype, sample_rate,
-                    labels is not None)
+                    labels is not None, strict)
     paths = [os.path.join(src, f) for f in files]
     pipe = fl.from_files(paths, labels=labels).map(decode, workers=workers, backend=backend, on_error="skip")
     fixed = kind == "image" and size is not None
@@ -282,7 +297,7 @@ def convert(src, dst, *, size=None, fit: str = "resize", encodings: dict | None 
     bar = _progress_bar(len(paths), progress)
     writer = StoreWriter(dst, encodings=encodings, rows_per_file=rows_per_file, meta=meta, overwrite=overwrite,
                          variable_shape=() if fixed else [field_name])
-    with writer, pipe:
+    with writer, pipe, _closing(bar):
         it = iter(pipe)
         pending = []
         with warnings.catch_warnings():
@@ -301,14 +316,26 @@ def convert(src, dst, *, size=None, fit: str = "resize", encodings: dict | None 
                 writer.write_rows(pending)
                 bar.update(len(pending))
         for index, reason in it.stats().skipped:
-            skipped.append((files[index], reason.split(": ", 1)[-1]))
+            skipped.append((files[index], _reason(reason)))
         bar.update(len(it.stats().skipped))
-        bar.close()
         skipped.sort()
         writer.meta["skipped"] = [list(s) for s in skipped]
         samples = writer.rows
     total = sum(os.path.getsize(os.path.join(root, f)) for root, _, names in os.walk(dst) for f in names)
     return ConvertSummary(src, dst, kind, samples, total, time.perf_counter() - started, skipped, classes)
+
+
+class _closing:
+    """Close the progress bar however the block ends (Ctrl-C included), so the terminal line is finished."""
+
+    def __init__(self, bar):
+        self.bar = bar
+
+    def __enter__(self):
+        return self.bar
+
+    def __exit__(self, *exc) -> None:
+        self.bar.close()
 
 
 class _NoBar:
@@ -331,22 +358,51 @@ def _progress_bar(total: int, show: bool):
 
 
 def run_convert(args) -> int:
-    """The ``feedline convert`` command: `convert` with parsed arguments; prints the summary."""
+    """The ``feedline convert`` command: `convert` with parsed arguments; prints the summary.
+
+    Speaks the command's language: errors name SRC, DST and the flags
+    (never Python arguments), each on one line with exit status 1; Ctrl-C
+    prints one line and exits with 130, leaving DST as it was.
+    """
     encodings = {}
     for item in args.encoding or []:
         name, sep, enc = item.partition("=")
         if not sep or not name:
             raise SystemExit(f"feedline convert: --encoding takes FIELD=ENCODING (e.g. image=jpeg:90), got {item!r}")
         encodings[name] = enc
+    src, dst = os.path.abspath(args.src), os.path.abspath(args.dst)
+    if not os.path.isdir(src):
+        what = "does not exist" if not os.path.exists(src) else "is not a folder"
+        raise SystemExit(f"feedline convert: SRC {args.src!r} {what}; give the folder of images or audio files to convert")
+    if args.labels is not None and not os.path.isfile(args.labels):
+        raise SystemExit(f"feedline convert: --labels {args.labels!r} is not a file; give a CSV of path,label lines")
+    if args.workers == 0 and args.backend not in (None, "serial"):
+        raise SystemExit(f"feedline convert: --workers 0 decodes in this process; it does not go with --backend {args.backend}")
+    if os.path.exists(dst) and not args.overwrite:
+        raise SystemExit(f"feedline convert: DST {args.dst!r} already exists; add --overwrite to replace it, or choose another DST")
     try:
         size = parse_size(args.size) if args.size else None
         summary = convert(
-            args.src, args.dst, size=size, fit="center-crop" if args.center_crop else "resize", encodings=encodings,
+            src, dst, size=size, fit="center-crop" if args.center_crop else "resize", encodings=encodings,
             labels_csv=args.labels, workers=args.workers, backend=args.backend, overwrite=args.overwrite,
             rows_per_file=args.rows_per_file, audio_dtype=args.audio_dtype, sample_rate=args.sample_rate,
-            progress=not args.no_progress,
+            progress=not args.no_progress, strict=not args.lenient,
         )
     except (StoreError, ValueError) as e:
+        # The writer's words are for Python callers; DST can also appear while the store is written.
+        text = str(e).replace("pass overwrite=True", "add --overwrite")
+        raise SystemExit(f"feedline convert: {text}") from e
+    except OSError as e:  # e.g. the disk filled up: say so in one line, not a traceback
+        # The writer may have failed to remove its temporary directory (closing a file on a full disk fails too).
+        for leftover in glob.glob(glob.escape(dst) + f".tmp-{os.getpid()}-*"):
+            shutil.rmtree(leftover, ignore_errors=True)
+        full = e.errno in (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC))
+        if full or os.path.abspath(os.fspath(e.filename or "")).startswith(dst):
+            raise SystemExit(f"feedline convert: cannot write {args.dst!r}: {e}; nothing was written there "
+                             "(free space, or choose a DST on another disk, and run again)") from e
         raise SystemExit(f"feedline convert: {e}") from e
+    except KeyboardInterrupt:
+        print(f"feedline convert: interrupted; {args.dst!r} was left as it was (no partial store is kept)", file=sys.stderr)
+        return 130
     print(summary)
     return 0

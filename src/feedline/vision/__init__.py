@@ -6,7 +6,9 @@ Ops take the pipeline's ``rng``, so augmentation is the same for every
 backend and worker count; given a JPEG path instead of an array, the
 geometric ops decode at 1/2, 1/4 or 1/8 scale when the output allows it.
 The decoder libraries (simplejpeg, OpenCV, Pillow) are imported on first
-use: ``pip install 'feedline[vision]'``. See ``docs/vision.md``.
+use: ``pip install 'feedline[vision]'``. `plan_random_resized_crop` and
+`DeviceJpegDecoder` move the decode to the GPU (``feedline[gpu]``). See
+``docs/vision.md``.
 
 >>> import numpy as np, feedline as fl, feedline.vision as fv
 >>> images = np.zeros((8, 375, 500, 3), np.uint8)
@@ -22,6 +24,7 @@ use: ``pip install 'feedline[vision]'``. See ``docs/vision.md``.
 from ._albumentations import from_albumentations
 from ._crop import center_crop, random_resized_crop
 from ._decode import MODES, decode, image_size
+from ._device import DeviceJpegDecoder, EncodedCrop, plan_random_resized_crop
 from ._errors import ImageDecodeError
 from ._flip import flip
 from ._masks import colour_mask_to_index, one_hot
@@ -33,6 +36,8 @@ __all__ = [
     "IMAGENET_MEAN",
     "IMAGENET_STD",
     "MODES",
+    "DeviceJpegDecoder",
+    "EncodedCrop",
     "ImageDecodeError",
     "center_crop",
     "colour_mask_to_index",
@@ -43,6 +48,7 @@ __all__ = [
     "image_size",
     "normalize",
     "one_hot",
+    "plan_random_resized_crop",
     "random_resized_crop",
     "resize",
 ]

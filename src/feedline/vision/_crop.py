@@ -22,6 +22,7 @@ def random_resized_crop(
     interpolation: str = "area",
     mode: str = "RGB",
     reduced_decode: bool = True,
+    strict: bool = True,
 ) -> np.ndarray:
     """Crop a random area and aspect ratio, resized to ``size`` (the ImageNet training crop).
 
@@ -52,6 +53,8 @@ def random_resized_crop(
             both a generator made from the same seed (see docs/vision.md).
         mode: decode mode for encoded input (see `decode`).
         reduced_decode: allow DCT-domain reduction for JPEGs.
+        strict: for encoded input: a damaged JPEG raises (default), or
+            False decodes what can be recovered (see `decode`).
 
     Returns:
         ``(height, width, C)`` array (``(height, width)`` for an HW input).
@@ -71,10 +74,11 @@ def random_resized_crop(
         reduced_decode=reduced_decode,
         interpolation=interpolation,
         op="random_resized_crop",
+        strict=strict,
     )
 
 
-def center_crop(image, size, *, mode: str = "RGB") -> np.ndarray:
+def center_crop(image, size, *, mode: str = "RGB", strict: bool = True) -> np.ndarray:
     """The centred ``size`` crop; an image smaller than ``size`` is padded with zeros (as torchvision).
 
     No resampling: combine with `resize` for the evaluation transform,
@@ -85,6 +89,7 @@ def center_crop(image, size, *, mode: str = "RGB") -> np.ndarray:
         image: a decoded HWC (or HW) array, a file path, or encoded bytes.
         size: ``int`` (square) or ``(height, width)``.
         mode: decode mode for encoded input (see `decode`).
+        strict: for encoded input, as in `decode`.
 
     >>> import numpy as np, feedline.vision as fv
     >>> fv.center_crop(np.arange(25).reshape(5, 5), 3)
@@ -94,7 +99,7 @@ def center_crop(image, size, *, mode: str = "RGB") -> np.ndarray:
     """
     out_h, out_w = pair(size, "center_crop")
     if is_encoded(image):
-        image = decode(image, mode=mode)
+        image = decode(image, mode=mode, strict=strict)
     image = as_image(image, "center_crop")
     height, width = image.shape[:2]
     top, left, h, w = center_box(height, width, out_h, out_w)

@@ -19,10 +19,10 @@ def check_mode(mode: str) -> None:
         raise ValueError(f"mode={mode!r} is not supported; the supported modes are {', '.join(map(repr, MODES))}")
 
 
-def decode_encoded(enc: Encoded, mode: str, reduce: int = 1) -> np.ndarray:
-    """Decode an `Encoded` image (format already known)."""
+def decode_encoded(enc: Encoded, mode: str, reduce: int = 1, strict: bool = True) -> np.ndarray:
+    """Decode an `Encoded` image (format already known); ``strict`` as in `decode`."""
     if enc.format == "jpeg":
-        return decode_jpeg(enc.data, enc.name, mode, reduce)
+        return decode_jpeg(enc.data, enc.name, mode, reduce, strict)
     return decode_png(enc.data, enc.name, mode, reduce)
 
 
@@ -31,7 +31,7 @@ def size_of(enc: Encoded) -> tuple[int, int]:
     return jpeg_size(enc.data, enc.name) if enc.format == "jpeg" else png_size(enc.data, enc.name)
 
 
-def decode(src, *, mode: str = "RGB", reduce: int = 1) -> np.ndarray:
+def decode(src, *, mode: str = "RGB", reduce: int = 1, strict: bool = True) -> np.ndarray:
     """Decode a JPEG or PNG file or buffer to a NumPy array.
 
     The format is read from the first bytes, not the file name. ``decode``
@@ -63,13 +63,24 @@ def decode(src, *, mode: str = "RGB", reduce: int = 1) -> np.ndarray:
             JPEGs are reduced inside the decoder (DCT-domain scaling, much
             cheaper than a full decode); PNGs are decoded, then shrunk
             (area averaging).
+        strict: True (default): a JPEG that libjpeg-turbo reports as
+            corrupt (damaged compressed data, stray bytes between markers)
+            raises `ImageDecodeError`, like a truncated one. False: decode
+            what libjpeg-turbo can recover (the damaged part comes out
+            grey or smeared); a truncated JPEG still raises. PNGs are
+            checked either way (chunk structure, and libpng's CRC and
+            zlib checks). No decoder can notice damage that still reads
+            as valid JPEG data (JPEG has no checksum): such a file decodes
+            to wrong pixels without an error, with either setting.
 
     Returns:
         The array (see the layouts above).
 
     Raises:
-        ImageDecodeError: the data is truncated, damaged, or not a JPEG or
-            PNG; the message names the file and gives the decoder's reason.
+        ImageDecodeError: the data is truncated, damaged (see ``strict``),
+            or not a JPEG or PNG; the message names the file and gives the
+            decoder's reason. It is a `feedline.DecodeError` (and a
+            ``ValueError``).
         ValueError: an unsupported ``mode`` or ``reduce`` (the message
             lists the supported ones).
         ImportError: the decoder library is missing (install
@@ -86,7 +97,7 @@ def decode(src, *, mode: str = "RGB", reduce: int = 1) -> np.ndarray:
     check_mode(mode)
     if reduce not in REDUCTIONS:
         raise ValueError(f"reduce={reduce!r} is not supported; use one of {', '.join(map(str, REDUCTIONS))}")
-    return decode_encoded(Encoded(src), mode, reduce)
+    return decode_encoded(Encoded(src), mode, reduce, strict)
 
 
 def image_size(src) -> tuple[int, int]:

@@ -19,7 +19,7 @@ import numpy as np
 from . import _deps
 from ._errors import ImageDecodeError
 
-__all__ = ["decode_jpeg", "jpeg_size"]
+__all__ = ["STRICT_HINT", "decode_jpeg", "jpeg_size"]
 
 
 def _header(data, name: str):
@@ -35,12 +35,22 @@ def jpeg_size(data, name: str) -> tuple[int, int]:
     return height, width
 
 
-def decode_jpeg(data, name: str, mode: str, reduce: int = 1) -> np.ndarray:
+STRICT_HINT = ("the compressed data is damaged: re-create or remove the file, skip such samples with "
+               "map(..., on_error='skip'), or accept what libjpeg-turbo can recover with strict=False")
+
+
+def decode_jpeg(data, name: str, mode: str, reduce: int = 1, strict: bool = True) -> np.ndarray:
     """Decode JPEG ``data`` to HWC uint8 in ``mode`` at ``1/reduce`` scale (see `feedline.vision.decode`).
 
-    A truncated file is an error. Other defects libjpeg only warns about
-    (stray bytes between markers, as in a few ImageNet files) are decoded
-    anyway, as Pillow does.
+    A truncated file is always an error. ``strict`` (the default): so is
+    anything else libjpeg-turbo reports as corrupt data (a bad Huffman
+    code, an unknown marker inside the compressed data, stray bytes
+    between markers): such a file decodes to wrong pixels (grey or
+    smeared blocks from the damage on), so it raises instead.
+    ``strict=False`` decodes what libjpeg-turbo can recover (the old
+    behaviour; the damaged region comes out grey or smeared). Damage that still parses as valid
+    compressed data cannot be detected by any decoder (JPEG has no
+    checksum) and decodes silently either way.
     """
     simplejpeg = _deps.simplejpeg()
     height, width, colourspace, _ = _header(data, name)
@@ -54,6 +64,8 @@ def decode_jpeg(data, name: str, mode: str, reduce: int = 1) -> np.ndarray:
     except ValueError as exc:
         if "Premature end" in str(exc):
             raise ImageDecodeError(name, "jpeg", f"truncated (libjpeg-turbo: {exc})") from exc
+        if strict:
+            raise ImageDecodeError(name, "jpeg", f"damaged (libjpeg-turbo: {exc})", STRICT_HINT) from exc
         first = exc
     try:
         return simplejpeg.decode_jpeg(data, strict=False, **kwargs)

@@ -31,6 +31,7 @@ def read_region(
     reduced_decode: bool,
     interpolation: str,
     op: str,
+    strict: bool = True,
 ) -> np.ndarray:
     """``src`` cropped to ``box_for(height, width)`` and resized to ``out_size(box)``.
 
@@ -42,6 +43,7 @@ def read_region(
         reduced_decode: allow JPEG DCT-domain reduction.
         interpolation: ``"area"``, ``"linear"`` or ``"nearest"`` (see `resize_array`).
         op: the op's name, for errors.
+        strict: for encoded input, as in `decode`.
     """
     check_interpolation(interpolation, op)
     if is_encoded(src):
@@ -53,7 +55,7 @@ def read_region(
         # "nearest" promises unblended pixels; a reduced JPEG decode averages blocks.
         reducible = reduced_decode and enc.format == "jpeg" and interpolation != "nearest"
         f = reduction(box[2], box[3], out_h, out_w) if reducible else 1
-        image = decode_encoded(enc, mode, f)
+        image = decode_encoded(enc, mode, f, strict)
         box = scale_box(box, f, image.shape[0], image.shape[1])
     else:
         image = as_image(src, op)

@@ -12,7 +12,8 @@ from ._region import read_region
 __all__ = ["resize"]
 
 
-def resize(image, size, *, interpolation: str = "area", mode: str = "RGB", reduced_decode: bool = True) -> np.ndarray:
+def resize(image, size, *, interpolation: str = "area", mode: str = "RGB", reduced_decode: bool = True,
+           strict: bool = True) -> np.ndarray:
     """Resize to ``(height, width)``, or (an ``int``) so the shorter side is ``size``.
 
     Shrinking averages the pixels each output pixel covers (OpenCV
@@ -28,6 +29,7 @@ def resize(image, size, *, interpolation: str = "area", mode: str = "RGB", reduc
         interpolation: ``"area"``, ``"linear"`` or ``"nearest"`` (see `random_resized_crop`).
         mode: decode mode for encoded input (see `decode`).
         reduced_decode: allow DCT-domain reduction for JPEGs.
+        strict: for encoded input, as in `decode`.
 
     >>> import numpy as np, feedline.vision as fv
     >>> fv.resize(np.zeros((375, 500, 3), np.uint8), 256).shape
@@ -45,4 +47,4 @@ def resize(image, size, *, interpolation: str = "area", mode: str = "RGB", reduc
             return exact
 
     return read_region(image, lambda h, w: (0, 0, h, w), out_size, mode=mode, reduced_decode=reduced_decode,
-                       interpolation=interpolation, op="resize")
+                       interpolation=interpolation, op="resize", strict=strict)

@@ -103,6 +103,8 @@ def _run(part, task: Task, alloc, progress, streams) -> Result:
     for op, spent in zip(part.ops, op_times):
         times[op.name] = times.get(op.name, 0.0) + spent
     result.rows = len(samples)
+    if not part.aligned:
+        result.indices = kept
     if not samples:
         return result
     if part.batch_size is None:

@@ -102,6 +102,7 @@ class Result:
 
     payload: object = None  # batch tree, piece, or list of samples; None if no rows
     rows: int = 0
+    indices: list | None = None  # the rows' sample indices, when filter/skip may drop some (names a sample in a re-cut error)
     skipped: list = field(default_factory=list)  # [(index, reason)]
     times: dict = field(default_factory=dict)  # stage name -> seconds
     error: TaskError | None = None

@@ -1,0 +1,289 @@
+"""Checkpoint states: what `EpochIterator.state` writes and what `Pipeline.resume` accepts.
+
+A state is a small JSON-able dict. Nothing in it is trusted on the way
+back in: `check` validates every field (type, range, and consistency with
+the pipeline that resumes it) and returns a clean copy, or raises a
+`ValueError` that names the field and says what to do.
+
+The digest. `seal` adds ``"digest"``: a SHA-256 (first 16 hex digits) of
+the other fields in a canonical JSON form, so it survives a JSON or pickle
+round trip (integer dict keys become strings in JSON; both hash the same).
+It detects a state that was edited or damaged after ``state()`` wrote it
+(an offset changed from 1 to 2 passes every range check, but not the
+digest). It is not a signature: there is no secret, so anyone can compute
+a digest for a forged state. A state without ``"digest"`` (written before
+feedline added it) is accepted when every field validates; there is no
+separate version number for this, since the format is otherwise unchanged.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import numbers
+
+from .._errors import FeedlineError
+
+__all__ = ["STATE_VERSION", "StateRefused", "check", "check_fields", "digest", "fingerprint_refused", "seal", "task_grid"]
+
+STATE_VERSION = 1
+OLD_CHUNK = 64  # samples per task of an unbatched epoch in states that do not name their grid
+FIELDS = ("version", "epoch", "batches", "skipped", "fingerprint", "task", "offset", "chunk", "streams", "seeds", "digest")
+_ADVICE = ("use the state it.state() returned, unchanged (json.dump and json.load keep it), "
+           "or start the epoch over with pipe.epoch(k)")
+
+
+class StateRefused(FeedlineError, ValueError):
+    """A state that ``resume()`` will not use (a ``ValueError``); ``field`` names the culprit."""
+
+    def __init__(self, field: str | None, problem: str, advice: str = _ADVICE):
+        where = f"state[{field!r}] " if field else "the state "
+        super().__init__(f"resume(): {where}{problem}" + (f"; {advice}" if advice else ""))
+        self.field = field
+
+
+# ------------------------------------------------------------------ digest
+def _canonical(value, path: str):
+    if isinstance(value, dict):
+        return {str(k): _canonical(v, path) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_canonical(v, path) for v in value]
+    if isinstance(value, bool) or value is None or isinstance(value, str):
+        return value
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    if isinstance(value, float):
+        return value
+    raise StateRefused(path, f"holds a {type(value).__name__}, which it.state() never writes (only JSON data)")
+
+
+def digest(state: dict) -> str:
+    """The digest of every field but ``"digest"`` (see the module docstring)."""
+    fields = {k: _canonical(v, k) for k, v in state.items() if k != "digest"}
+    text = json.dumps(fields, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False)
+    return hashlib.sha256(b"feedline state\n" + text.encode()).hexdigest()[:16]
+
+
+def seal(state: dict) -> dict:
+    """``state`` with its ``"digest"`` field added."""
+    state["digest"] = digest(state)
+    return state
+
+
+# ------------------------------------------------------------ the task grid
+def task_grid(plan, count: int, chunk: int | None) -> tuple[int, int]:
+    """``(samples per task, number of tasks)`` of an indexed epoch of ``count`` samples.
+
+    ``chunk``: the samples per task a resumed state names (unbatched
+    pipelines), or None for the pipeline's own grid.
+    """
+    unbatched = plan.part.batch_size is None
+    step = chunk if (unbatched and chunk is not None) else plan.task_size(count)
+    whole = plan.drop_remainder and plan.part.aligned and not unbatched
+    return step, (count // step if whole else -(-count // step))
+
+
+# ------------------------------------------------------------------- checks
+def _int(state: dict, name: str, what: str, low: int = 0) -> int:
+    value = state[name]
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise StateRefused(name, f"must be an integer ({what}), got {value!r} (a {type(value).__name__})")
+    if value < low:
+        raise StateRefused(name, f"must be >= {low} ({what}), got {value}")
+    return int(value)
+
+
+def _shard_id(value, name: str) -> int:
+    if isinstance(value, str) and value.isdigit():
+        return int(value)  # a JSON object's keys are strings
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise StateRefused(name, f"names shard {value!r}, which is not a shard number")
+    return int(value)
+
+
+def check_fields(state) -> dict:
+    """The checks that need no pipeline: a dict, the version, known fields of the right types."""
+    if not isinstance(state, dict):
+        raise StateRefused(None, f"must be the dict that it.state() returns, got a {type(state).__name__}: {state!r:.80}")
+    if "version" not in state:
+        raise StateRefused("version", f"is missing: this is not a state from it.state() (its fields: {sorted(map(str, state))!r:.120})")
+    if state["version"] != STATE_VERSION or isinstance(state["version"], bool):
+        raise StateRefused("version", f"is {state['version']!r}; this feedline reads version {STATE_VERSION} (states from it.state())")
+    unknown = sorted(str(k) for k in state if k not in FIELDS)
+    if unknown:
+        raise StateRefused(unknown[0], f"is not a field it.state() writes (unknown: {', '.join(unknown)}); keep your own "
+                           "data beside the state, not inside it")
+    for name in ("epoch", "batches", "skipped", "fingerprint", "task", "offset"):
+        if name not in state:
+            raise StateRefused(name, "is missing")
+    out = dict(state)
+    out["epoch"] = _int(state, "epoch", "the epoch number")
+    out["batches"] = _int(state, "batches", "the batches already delivered in this epoch")
+    out["task"] = _int(state, "task", "the next task of the epoch")
+    out["offset"] = _int(state, "offset", "rows of that task already delivered")
+    if "chunk" in state:
+        out["chunk"] = _int(state, "chunk", "samples per task", low=1)
+    if not isinstance(state["fingerprint"], str):
+        raise StateRefused("fingerprint", f"must be a string, got {state['fingerprint']!r}")
+    if "digest" in state and not isinstance(state["digest"], str):
+        raise StateRefused("digest", f"must be a string, got {state['digest']!r}")
+    if "seeds" in state:
+        seeds = state["seeds"]
+        if not isinstance(seeds, list) or any(isinstance(s, bool) or not isinstance(s, numbers.Integral) or s < 0 for s in seeds):
+            raise StateRefused("seeds", f"must be a list of the shuffle seeds (integers >= 0), got {seeds!r:.80}")
+    skipped = state["skipped"]
+    if not isinstance(skipped, list):
+        raise StateRefused("skipped", f"must be a list of [index, reason] pairs, got a {type(skipped).__name__}")
+    for k, item in enumerate(skipped):
+        if not isinstance(item, (list, tuple)) or len(item) != 2 or not isinstance(item[1], str):
+            raise StateRefused("skipped", f"must be a list of [index, reason] pairs; item {k} is {item!r:.80}")
+    return out
+
+
+def fingerprint_refused(state: dict, seeds: list, fingerprint_with) -> StateRefused:
+    """The refusal of a state saved by another pipeline, as precise as can be told.
+
+    ``seeds``: this pipeline's shuffle seeds; ``fingerprint_with(seeds)``:
+    its fingerprint with those seeds instead. When the state's own seeds
+    make the fingerprints match, only the seed differs: say which one to use.
+    """
+    theirs = state.get("seeds")
+    if seeds and theirs is not None and len(theirs) == len(seeds) and theirs != seeds:
+        if fingerprint_with(theirs) == state["fingerprint"]:
+            needed = ", ".join(f"shuffle(seed={s})" for s in theirs)
+            have = ", ".join(f"shuffle(seed={s})" for s in seeds)
+            return StateRefused("fingerprint", (
+                f"differs only in the shuffle seed: the state was saved with {needed}, this pipeline has {have}. "
+                "shuffle() without seed= draws a random seed for each pipeline object, so a pipeline built again "
+                "(in a new process, after a restart) draws another and visits the samples in another order"),
+                f"build the pipeline with {needed} to resume this state, and give shuffle() an explicit seed from "
+                "the start so that checkpoints resume")
+    advice = "resume with the pipeline that saved it"
+    if seeds and theirs is None:
+        advice += (" (if it used shuffle() without seed=, that seed was drawn at random for that pipeline object and "
+                   "a new process draws another: pass the seed it printed, shuffle(seed=...))")
+    return StateRefused("fingerprint", "does not match this pipeline: the state was saved from a pipeline whose source "
+                        "length, steps, shuffle seed or batch size differ", advice)
+
+
+def check(state, plan, fingerprint: str) -> dict:
+    """A validated, normalised copy of ``state`` for resuming ``plan``; `StateRefused` otherwise.
+
+    The caller compares the fingerprint first, after `check_fields` (it
+    can say why it differs); `check` repeats the field checks, then checks
+    the fields against the plan, then the digest.
+    """
+    out = check_fields(state)
+    if state["fingerprint"] != fingerprint:
+        raise StateRefused("fingerprint", "does not match this pipeline", "resume with the pipeline that saved it")
+    if plan.streaming:
+        _check_streams(state, out, plan)
+    else:
+        _check_indexed(state, out, plan)
+    if "digest" in state and digest(state) != state["digest"]:
+        raise StateRefused("digest", "does not match the other fields: the state was changed after it.state() wrote it")
+    return out
+
+
+def _check_indexed(state: dict, out: dict, plan) -> None:
+    if "streams" in state:
+        raise StateRefused("streams", "is for a generator source; this pipeline reads an indexed source",
+                           "resume with the pipeline that saved it")
+    unbatched = plan.part.batch_size is None
+    if "chunk" in state and not unbatched:
+        raise StateRefused("chunk", "is written only for pipelines without batch(); this one batches",
+                           "resume with the pipeline that saved it")
+    order = plan.epoch_indices(out["epoch"])
+    count = len(order)
+    chunk = out.get("chunk", OLD_CHUNK) if unbatched else None
+    step, tasks = task_grid(plan, count, chunk)
+    task, offset = out["task"], out["offset"]
+    if task > tasks:
+        raise StateRefused("task", f"is {task}, but epoch {out['epoch']} of this pipeline has {tasks} tasks of {step} samples "
+                           f"(the task after the last batch is at most {tasks}, the end of the epoch)")
+    rows = min(step, count - task * step) if task < tasks else 0
+    if offset and (task == tasks or plan.part.aligned and not unbatched):
+        where = "at the end of the epoch" if task == tasks else "of a pipeline whose tasks are whole batches"
+        raise StateRefused("offset", f"is {offset}, but a state {where} always has offset 0")
+    if task < tasks and offset >= rows:
+        raise StateRefused("offset", f"is {offset}, but task {task} holds only {rows} samples (the offset counts "
+                           "those already delivered, fewer than the task holds)")
+    consumed = min(count, task * step)
+    if out["batches"] > consumed + offset:
+        raise StateRefused("batches", f"is {out['batches']}, more than the {consumed + offset} samples delivered before "
+                           f"task {task}, offset {offset}")
+    if plan.part.aligned and out["batches"] != (consumed + offset if unbatched else task):
+        what = (f"every sample is one item, so {consumed + offset} items come before task {task}, offset {offset}"
+                if unbatched else f"every task is one batch, so {task} batches come before task {task}")
+        raise StateRefused("task", f"is {task} and state['offset'] {offset}, but state['batches'] is {out['batches']}: "
+                           f"in this pipeline {what}")
+    skipped = out["skipped"] = [list(item) for item in state["skipped"]]
+    if skipped and plan.part.aligned:
+        raise StateRefused("skipped", "lists skipped samples, but this pipeline never skips any (no on_error='skip')",
+                           "resume with the pipeline that saved it")
+    if skipped:
+        before = set(order[:consumed].tolist())
+        for k, (index, _) in enumerate(skipped):
+            if isinstance(index, bool) or not isinstance(index, numbers.Integral) or index not in before:
+                raise StateRefused("skipped", f"item {k} names sample {index!r}, which is not among the "
+                                   f"{consumed} samples of the tasks before task {task}")
+            skipped[k][0] = int(index)
+        if len({i for i, _ in skipped}) != len(skipped):
+            raise StateRefused("skipped", "names a sample twice")
+
+
+def _check_streams(state: dict, out: dict, plan) -> None:
+    for name in ("chunk",):
+        if name in state:
+            raise StateRefused(name, "is for an indexed source; this pipeline reads a generator source",
+                               "resume with the pipeline that saved it")
+    if out["task"]:
+        raise StateRefused("task", f"is {out['task']}, but the state of a generator source keeps its place in "
+                           "state['streams'] and always has 0 here")
+    offset, unbatched = out["offset"], plan.part.batch_size is None
+    if offset and not unbatched:
+        raise StateRefused("offset", f"is {offset}, but a generator source's batches are whole tasks, so its offset is always 0")
+    if offset >= plan.part.stream_chunk:
+        raise StateRefused("offset", f"is {offset}, but a task of this generator source reads at most "
+                           f"{plan.part.stream_chunk} items (the offset counts those already delivered, fewer)")
+    streams = state.get("streams")
+    if not isinstance(streams, dict) or set(streams) != {"positions", "exhausted", "cursor"}:
+        raise StateRefused("streams", f"must be a dict with 'positions', 'exhausted' and 'cursor', got {streams!r:.100}")
+    shards = plan.epoch_shards(out["epoch"])
+    known = set(shards)
+    positions = streams["positions"]
+    shard_length = getattr(plan.part.source, "shard_length", None)  # a generator with samples_per_epoch
+    if not isinstance(positions, dict):
+        raise StateRefused("streams", f"['positions'] must map shard numbers to items read, got {positions!r:.80}")
+    clean = {}
+    for key, value in positions.items():
+        shard = _shard_id(key, "streams")
+        if shard not in known:
+            raise StateRefused("streams", f"['positions'] names shard {shard}, which is not among this epoch's shards {sorted(known)!r:.80}")
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 0:
+            raise StateRefused("streams", f"['positions'][{key!r}] must be the number of items read (an integer >= 0), got {value!r}")
+        length = shard_length(shard) if shard_length is not None else None
+        if length is not None and value > length:
+            raise StateRefused("streams", f"['positions'][{key!r}] is {value}, but shard {shard} gives {length} items per epoch")
+        clean[shard] = int(value)
+    exhausted = streams["exhausted"]
+    if not isinstance(exhausted, list):
+        raise StateRefused("streams", f"['exhausted'] must be a list of shard numbers, got {exhausted!r:.80}")
+    done = [_shard_id(s, "streams") for s in exhausted]
+    if any(s not in known for s in done) or len(set(done)) != len(done):
+        raise StateRefused("streams", f"['exhausted'] must list shards of this epoch {sorted(known)!r:.80} once each, got {exhausted!r:.80}")
+    cursor = streams["cursor"]
+    if isinstance(cursor, bool) or not isinstance(cursor, numbers.Integral) or not 0 <= cursor < len(shards):
+        raise StateRefused("streams", f"['cursor'] must be an integer from 0 to {len(shards) - 1} (the next shard to read), got {cursor!r}")
+    if offset and shards[cursor] in done:
+        raise StateRefused("offset", f"is {offset}, items of a task of shard {shards[cursor]}, which state['streams'] lists as exhausted")
+    out["streams"] = {"positions": clean, "exhausted": sorted(done), "cursor": int(cursor)}
+    if out["batches"] > sum(clean.values()) + offset:
+        raise StateRefused("batches", f"is {out['batches']}, more than the {sum(clean.values()) + offset} items read from the shards")
+    skipped = out["skipped"] = [list(item) for item in state["skipped"]]
+    for k, (index, _) in enumerate(skipped):
+        ok = (isinstance(index, (list, tuple)) and len(index) == 2
+              and all(isinstance(v, numbers.Integral) and not isinstance(v, bool) for v in index))
+        if not ok or index[0] not in known or not 0 <= index[1] < clean.get(index[0], 0):
+            raise StateRefused("skipped", f"item {k} names {index!r}, which is not a (shard, item) already read")
+        skipped[k][0] = [int(v) for v in index]
