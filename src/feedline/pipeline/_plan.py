@@ -93,8 +93,12 @@ class Plan:
 
     @property
     def runs_user_code(self) -> bool:
-        """Python work runs in the workers: per-sample steps, batch steps they own, or a source that calls user code."""
-        return bool(self.part.ops) or bool(self.part.batch_ops) or self.part.source.user_code
+        """Per-sample Python work exists (steps, or a source that calls user code to read).
+
+        (A pipeline whose only Python is ``map_batch`` still runs serially: its
+        batches are bulk reads; running map_batch in workers is issue 15's to do.)
+        """
+        return bool(self.part.ops) or self.part.source.user_code
 
     def epoch_order(self, count: int, epoch: int) -> np.ndarray:
         """``arange(count)`` reordered by each index step (shuffle, shard), in step order."""
