@@ -366,16 +366,22 @@ def torch_loaders(cfg: Config, paths: np.ndarray, index: np.ndarray) -> dict:
     }
 
 
+def _warmed_up(batches, step, cfg: Config, train: bool):
+    """An iterator over ``batches`` after ``cfg.warmup`` untimed steps (compilation, caches, workers)."""
+    it = iter(batches)
+    for _ in range(cfg.warmup):
+        batch = next(it)
+        if train:
+            step(batch)
+    step.sync()
+    return it
+
+
 def run_torch_row(cfg: Config, step: TorchStep, make, train: bool = True) -> dict:
     """Warm up, then time ``cfg.steps`` steps (or, without ``train``, the loader alone)."""
     torch = step.torch
     with make() as (batches, detail):
-        it = iter(batches)
-        for _ in range(cfg.warmup):
-            batch = next(it)
-            if train:
-                step(batch)
-        step.sync()
+        it = _warmed_up(batches, step, cfg, train)
         waits, events = [], []
         with GpuMonitor(step.cuda and train) as gpu, CpuMeter() as cpu:
             start = time.perf_counter()
@@ -543,12 +549,7 @@ def jax_loaders(cfg: Config, paths: np.ndarray, index: np.ndarray) -> dict:
 def run_jax_row(cfg: Config, step: JaxStep, make, train: bool = True) -> dict:
     jax = step.jax
     with make() as (batches, detail):
-        it = iter(batches)
-        for _ in range(cfg.warmup):
-            batch = next(it)
-            if train:
-                step(batch)
-        step.sync()
+        it = _warmed_up(batches, step, cfg, train)
         waits = []
         with GpuMonitor(step.cuda and train) as gpu, CpuMeter() as cpu:
             start = time.perf_counter()

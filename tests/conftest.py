@@ -76,6 +76,16 @@ def feedline_threads() -> set[threading.Thread]:
     return {t for t in threading.enumerate() if t.name.startswith("feedline") and t.name != "feedline-forkserver"}
 
 
+def wait_for(condition, timeout: float, interval: float = 0.02) -> bool:
+    """True once ``condition()`` holds, polled for up to ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(interval)
+    return condition()
+
+
 def wait_until_clean(before_segments, before_children, before_threads, timeout=10.0):
     """Wait for resources to go back to what they were; return what is left."""
     deadline = time.monotonic() + timeout
@@ -108,3 +118,27 @@ def no_leaks():
 def backend(request):
     """Run the test once per backend."""
     return request.param
+
+
+def damage_after_sos(data: bytes) -> bytes:
+    """Flip 16 bytes well after the SOS marker, at the first place where libjpeg-turbo notices.
+
+    JPEG has no checksum: some damage still reads as valid compressed data
+    and no decoder can tell (the module docs say so). This picks damage
+    that libjpeg-turbo does report, deterministically for a given image.
+    """
+    import simplejpeg
+
+    sos = data.index(b"\xff\xda")
+    body = len(data) - sos
+    for fraction in (0.5, 0.6, 0.7, 0.4, 0.8, 0.3, 0.55, 0.65, 0.45, 0.75):
+        start = sos + int(body * fraction)
+        damaged = bytearray(data)
+        for k in range(start, start + 16):
+            damaged[k] ^= 0x5A
+        try:
+            simplejpeg.decode_jpeg(bytes(damaged), strict=True)
+        except ValueError as e:
+            if "Premature end" not in str(e):
+                return bytes(damaged)
+    raise AssertionError("no damage after SOS that libjpeg-turbo reports; change the test image")

@@ -21,6 +21,7 @@ pytest.importorskip("pyarrow")
 Image = pytest.importorskip("PIL.Image")
 pytest.importorskip("cv2")
 simplejpeg = pytest.importorskip("simplejpeg")
+from conftest import damage_after_sos  # noqa: E402
 
 from feedline.cli import main
 from feedline.store import open_store
@@ -37,22 +38,6 @@ def jpeg_bytes(seed: int, h: int = 48, w: int = 64) -> bytes:
     return buf.getvalue()
 
 
-def damaged(data: bytes) -> bytes:
-    """Flip bytes well after the SOS marker where libjpeg-turbo notices (see tests/test_strict_decode.py)."""
-    sos = data.index(b"\xff\xda")
-    for fraction in (0.5, 0.6, 0.7, 0.4, 0.8, 0.3, 0.55, 0.65, 0.45, 0.75):
-        start = sos + int((len(data) - sos) * fraction)
-        out = bytearray(data)
-        for k in range(start, start + 8):
-            out[k] ^= 0x5A
-        try:
-            simplejpeg.decode_jpeg(bytes(out), strict=True)
-        except ValueError as e:
-            if "Premature end" not in str(e):
-                return bytes(out)
-    raise AssertionError("no detectable damage found")
-
-
 @pytest.fixture
 def photos(tmp_path):
     root = tmp_path / "photos"
@@ -60,7 +45,7 @@ def photos(tmp_path):
         (root / name).mkdir(parents=True)
         for i in range(4):
             (root / name / f"{i}.jpg").write_bytes(jpeg_bytes(10 * c + i))
-    (root / "dog" / "9_damaged.jpg").write_bytes(damaged(jpeg_bytes(99)))
+    (root / "dog" / "9_damaged.jpg").write_bytes(damage_after_sos(jpeg_bytes(99)))
     whole = jpeg_bytes(98)
     (root / "dog" / "9_truncated.jpg").write_bytes(whole[: len(whole) * 3 // 4])
     return root

@@ -25,7 +25,7 @@ import warnings
 
 import numpy as np
 import pytest
-from conftest import child_pids, snapshot
+from conftest import child_pids, snapshot, wait_for
 
 import feedline as fl
 from feedline import FeedlineError, SampleError, WorkerError, testing
@@ -65,22 +65,15 @@ def is_live_worker(pid: int) -> bool:
         return False
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return b"feedline.backends.process._main" in f.read()
+            command = f.read()
     except OSError:
         return False
+    # A fresh interpreter runs _main; a forked worker carries its fork server's command line.
+    return b"feedline.backends.process._main" in command or b"feedline.backends.process._forkserver" in command
 
 
 def segments_of(consumer_pid: int) -> list[str]:
     return sorted(n for n in os.listdir("/dev/shm") if n.startswith(f"feedline_{consumer_pid}_"))
-
-
-def wait_for(condition, timeout: float, interval: float = 0.02) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(interval)
-    return condition()
 
 
 class PidWatcher:
@@ -589,3 +582,44 @@ def test_resume_from_every_checkpoint_yields_exactly_the_remaining_batches(varia
         assert rest == full[k:], f"resume after {k} batches with {workers} workers gave different batches"
         if variant == "skip":
             assert skipped == full_skipped, f"after {k} batches: skipped {skipped}, uninterrupted run skipped {full_skipped}"
+
+
+_TERM_SCRIPT = """
+import sys, time
+import numpy as np
+import feedline as fl
+
+def slow(x):
+    time.sleep(0.05)
+    return x
+
+pipe = fl.from_arrays(np.arange(400)).map(slow, backend="process", workers=4).batch(4)
+epoch = iter(pipe)
+if sys.argv[1] == "running":
+    next(epoch)
+print("READY", flush=True)
+time.sleep(60)
+"""
+
+
+@pytest.mark.parametrize("start", ["forkserver", "fresh"])
+@pytest.mark.parametrize("when", ["starting", "running"])
+def test_sigterm_to_the_whole_process_group_leaves_no_segment(when, start, tmp_path):
+    """A job scheduler's SIGTERM reaches the consumer and every worker at once: nothing may stay in /dev/shm."""
+    script = tmp_path / "consumer.py"
+    script.write_text(_TERM_SCRIPT)
+    env = {**os.environ, "FEEDLINE_FORKSERVER": "1" if start == "forkserver" else "0"}
+    proc = subprocess.Popen([sys.executable, str(script), when], stdout=subprocess.PIPE, text=True,
+                            env=env, start_new_session=True)
+    try:
+        assert proc.stdout.readline().strip() == "READY"
+        if when == "starting":
+            assert wait_for(lambda: segments_of(proc.pid), 10), "the workers never created their status segments"
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=10)
+        assert wait_for(lambda: not segments_of(proc.pid), 5), f"segments left: {segments_of(proc.pid)}"
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        for name in segments_of(proc.pid):
+            os.unlink(os.path.join("/dev/shm", name))

@@ -33,6 +33,7 @@ import time
 
 import psutil
 import pytest
+from conftest import wait_for
 
 # Bounds (seconds). Start-up costs about 0.15 s per worker on 2 cores (64
 # workers: about 10 s), so phases that start workers scale with the count;
@@ -120,15 +121,6 @@ def group_members(pgid: int) -> list[int]:
         except OSError:
             pass
     return members
-
-
-def wait_for(condition, timeout: float, interval: float = 0.05) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(interval)
-    return condition()
 
 
 class Consumer:

@@ -17,6 +17,7 @@ import pytest
 Image = pytest.importorskip("PIL.Image")
 pytest.importorskip("cv2")
 simplejpeg = pytest.importorskip("simplejpeg")
+from conftest import damage_after_sos  # noqa: E402
 
 import feedline as fl
 import feedline.vision as fv
@@ -28,28 +29,6 @@ def photo(height: int, width: int, seed: int) -> np.ndarray:
     x = np.linspace(0, 1, width)[None, :, None]
     img = 128 + 60 * np.sin(2 * np.pi * (3 * x + 2 * y) + rng.uniform(0, 6.3, (1, 1, 3))) + rng.normal(0, 6, (height, width, 3))
     return np.clip(img, 0, 255).astype(np.uint8)
-
-
-def damage_after_sos(data: bytes) -> bytes:
-    """Flip 16 bytes well after the SOS marker, at the first place where libjpeg-turbo notices.
-
-    JPEG has no checksum: some damage still reads as valid compressed data
-    and no decoder can tell (the module docs say so). This picks damage
-    that libjpeg-turbo does report, deterministically for a given image.
-    """
-    sos = data.index(b"\xff\xda")
-    body = len(data) - sos
-    for fraction in (0.5, 0.6, 0.7, 0.4, 0.8, 0.3, 0.55, 0.65, 0.45, 0.75):
-        start = sos + int(body * fraction)
-        damaged = bytearray(data)
-        for k in range(start, start + 16):
-            damaged[k] ^= 0x5A
-        try:
-            simplejpeg.decode_jpeg(bytes(damaged), strict=True)
-        except ValueError as e:
-            if "Premature end" not in str(e):
-                return bytes(damaged)
-    raise AssertionError("no damage after SOS that libjpeg-turbo reports; change the test image")
 
 
 @pytest.fixture(scope="module")

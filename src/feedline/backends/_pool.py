@@ -28,7 +28,7 @@ class TaskPool:
         self.attempts: collections.Counter = collections.Counter()
         self.cancelled: set[int] = set()
         self.shard_positions: dict = {}  # (epoch, shard) -> raw position after the last delivered result
-        self.failures: list = []  # Events for the next wait(): tasks that cannot be redone, results taken early
+        self._held: list = []  # Events for the next wait(): tasks that cannot be redone, results taken early
         self.per_worker = PER_WORKER
 
     def __len__(self) -> int:
@@ -98,6 +98,10 @@ class TaskPool:
                 task.start = self.shard_positions.get((task.epoch, task.shard), task.start or 0)
         self.backlog.extendleft(reversed([(key, task, position if task.shard is not None else None) for key, task in redo]))
 
-    def take_failures(self) -> list:
-        failures, self.failures = self.failures, []
-        return failures
+    def hold(self, events: list) -> None:
+        """Keep events for the next `take_held` (a failed task, or results collected outside `wait`)."""
+        self._held.extend(events)
+
+    def take_held(self) -> list:
+        held, self._held = self._held, []
+        return held

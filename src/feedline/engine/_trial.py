@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import time
 
-from ..backends import Event, Executor
+from ..backends import Executor
 
 __all__ = ["MIN_SPAN", "PROCESS_MARGIN", "BackendTrial"]
 
@@ -190,7 +190,7 @@ class BackendTrial(Executor):
             if self._measure[self.processes].done:
                 self._decide()
         self._close_idle_loser()
-        return [Event(e.key, e.result) for e in events]
+        return events
 
     def _decide(self) -> None:
         threads, processes = self._measure[self.threads], self._measure[self.processes]

@@ -133,14 +133,6 @@ class ProcessExecutor(Executor):
     def set_window_share(self, tasks: int) -> None:
         self.tasks.per_worker = tasks
 
-    def _keep(self, events: list) -> None:
-        """Hold results that arrived outside `wait` for its next call.
-
-        (Not ``self.tasks.failures.extend(self.wait(...))``: `wait` replaces
-        that list, so the bound ``extend`` would fill a list nobody reads.)
-        """
-        self.tasks.failures.extend(events)
-
     def wait_ready(self, timeout: float | None = None) -> bool:
         """Block until every worker answered `Ready` (benchmarks and tests); False on timeout.
 
@@ -148,13 +140,13 @@ class ProcessExecutor(Executor):
         """
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
-            self._keep(self.wait(0))  # takes new connections and Ready messages
+            self.tasks.hold(self.wait(0))  # takes new connections and Ready messages
             if not any(w is not None and not w.ready for w in self.pool):
                 return True
             remaining = None if deadline is None else deadline - time.monotonic()
             if remaining is not None and remaining <= 0:
                 return False
-            self._keep(self.wait(0.05 if remaining is None else min(0.05, remaining)))
+            self.tasks.hold(self.wait(0.05 if remaining is None else min(0.05, remaining)))
 
     # ----------------------------------------------------------------- start
     def _spawn(self, position: int) -> None:
@@ -262,7 +254,7 @@ class ProcessExecutor(Executor):
 
     # ------------------------------------------------------------- collect
     def wait(self, timeout):
-        events = self.tasks.take_failures()
+        events = self.tasks.take_held()
         if events:
             return events
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -295,7 +287,7 @@ class ProcessExecutor(Executor):
                     self._on_death(worker)
                 elif time.monotonic() - worker.started > START_TIMEOUT and worker.conn is None:
                     raise WorkerError(f"a process worker did not start within {START_TIMEOUT:.0f} s; is the machine overloaded?")
-            events.extend(self.tasks.take_failures())
+            events.extend(self.tasks.take_held())
             self._dispatch()
             if events or (deadline is not None and time.monotonic() >= deadline):
                 return events
@@ -365,9 +357,9 @@ class ProcessExecutor(Executor):
                     "probably crashes the decoder or exhausts memory. Remove or repair it, or run "
                     "with backend='thread' to see the error in-process."
                 )
-                self.tasks.failures.append(Event(first_key, Result(error=TaskError.crash(
+                self.tasks.hold([Event(first_key, Result(error=TaskError.crash(
                     message, how, index=index if index >= 0 else None, where=where,
-                ))))
+                )))])
         self._spawn(worker.position)
         self.tasks.requeue(redo, worker.position)
 

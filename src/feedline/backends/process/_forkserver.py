@@ -167,7 +167,7 @@ class ForkedProcess:
         while self.poll() is None:
             if deadline is not None and time.monotonic() >= deadline:
                 raise subprocess.TimeoutExpired(f"feedline worker {self.pid}", timeout)
-            self._server.exited.wait(0.01)
+            time.sleep(0.01)  # the reader thread records the exit code the server reports
         return self.returncode
 
     def _signal(self, sig: int) -> None:
@@ -199,7 +199,6 @@ class ForkServer:
         self._replies = os.fdopen(reply_r, "rb")
         self._pending: collections.deque = collections.deque()  # ForkedProcess per request, answered in order
         self._codes: dict[int, int] = {}
-        self.exited = threading.Event()  # set (and cleared) whenever a child's exit is reported
         self._request_lock = threading.Lock()
         self._reader = threading.Thread(target=self._read, name="feedline-forkserver", daemon=True)
         self._reader.start()
@@ -226,8 +225,6 @@ class ForkServer:
                     self._pending.popleft()._answer(message[1])
             else:
                 self._codes[message[1]] = message[2]
-                self.exited.set()
-                self.exited.clear()
 
     def exit_code(self, pid: int) -> int | None:
         code = self._codes.get(pid)

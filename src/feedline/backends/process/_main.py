@@ -137,6 +137,16 @@ def run(boot: dict) -> None:
 
     threading.Thread(target=watchdog, name="feedline-watchdog", daemon=True).start()
 
+    def terminated(signum, frame) -> None:
+        # close() terminates workers that are still starting, and the consumer may
+        # die before its sweep: remove our own names first, then die of the signal.
+        cleanup(parent_gone=False)
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+
+    if hasattr(signal, "SIGTERM") and sys.platform != "win32":
+        signal.signal(signal.SIGTERM, terminated)
+
     def send(message) -> None:
         conn.send_bytes(cloudpickle.dumps(message))
 

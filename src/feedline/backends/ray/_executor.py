@@ -247,7 +247,7 @@ class RayExecutor(Executor):
 
     # ------------------------------------------------------------- collect
     def wait(self, timeout):
-        events = self.tasks.take_failures()
+        events = self.tasks.take_held()
         if events:
             return events
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -264,7 +264,7 @@ class RayExecutor(Executor):
             elif deadline is not None:
                 time.sleep(max(0.0, min(0.05, deadline - time.monotonic())))
             self._check_start()
-            events.extend(self.tasks.take_failures())
+            events.extend(self.tasks.take_held())
             self._dispatch()
             if events or (deadline is not None and time.monotonic() >= deadline) or not (self.refs or len(self.tasks)):
                 return events
@@ -361,7 +361,7 @@ class RayExecutor(Executor):
             if key in self.isolate or attempts >= MAX_ATTEMPTS:
                 redo = [(k, t) for k, t in redo if k != key]
                 if self.tasks.live(key):
-                    self.tasks.failures.append(Event(key, self._death_result(running, how)))
+                    self.tasks.hold([Event(key, self._death_result(running, how))])
                 self.tasks.attempts.pop(key, None)
                 self.isolate.pop(key, None)
             elif attempts == MAX_ATTEMPTS - 1 and running.task.indices is not None:
