@@ -101,6 +101,10 @@ def run(boot: dict) -> None:
 
     wid, parent_pid, prefix = boot["worker_id"], boot["parent_pid"], boot["prefix"]
     consumer_pid = boot.get("consumer_pid", parent_pid)
+    # SIGTERM waits until our names exist and the handler that removes them is in place.
+    posix_term = hasattr(signal, "pthread_sigmask") and hasattr(signal, "SIGTERM")
+    if posix_term:
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
     writer = SlotWriter(f"{prefix}w{wid}_")
     status_seg = Segment.create(f"{prefix}w{wid}_status", 16)
     status = np.ndarray((2,), np.int64, buffer=status_seg.buf)
@@ -144,8 +148,9 @@ def run(boot: dict) -> None:
         signal.signal(signum, signal.SIG_DFL)
         os.kill(os.getpid(), signum)
 
-    if hasattr(signal, "SIGTERM") and sys.platform != "win32":
+    if posix_term:
         signal.signal(signal.SIGTERM, terminated)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
 
     def send(message) -> None:
         conn.send_bytes(cloudpickle.dumps(message))
