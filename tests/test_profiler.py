@@ -154,8 +154,12 @@ def test_automatic_choice_settles_on_processes_for_python_that_holds_the_gil(no_
         if stats.cores < 2:
             pytest.skip("the trial runs only with 2 or more cores")
         assert out == [list(range(k, min(k + 8, 600))) for k in range(0, 600, 8)]  # the switch changes nothing
-        assert "tried both" in stats.decision and set(stats.trial) == {"thread", "process"}
-        assert (stats.backend == "process") == (stats.trial["process"] > 1.1 * stats.trial["thread"]), stats.decision
+        assert set(stats.trial) == {"thread", "process"}, stats.decision
+        if "tried both" in stats.decision:  # threads were measured alone: processes need a 10 % margin
+            assert (stats.backend == "process") == (stats.trial["process"] > 1.1 * stats.trial["thread"]), stats.decision
+        else:  # processes came close enough to the most threads could deliver (their CPU rate on every core)
+            assert "could reach" in stats.decision and stats.backend == "process", stats.decision
+            assert stats.trial["process"] >= 0.85 * stats.trial["thread"], stats.decision
         chosen.append(stats.backend)
         if chosen.count("process") == 2:
             break

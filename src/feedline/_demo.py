@@ -109,7 +109,7 @@ def explain(samples: int, naive: float, cold: float, warm: float, cold_stats, wa
             why = (f"feedline runs {workers} worker here ({cores} core available): without a second core nothing runs "
                    "in parallel, so no loader beats a plain loop; it can still overlap loading with training")
         elif warm_stats.backend == "thread" and not warm_stats.trial:
-            why = (f"feedline is still choosing its backend (it measures threads, then processes, over a run's first "
+            why = (f"feedline is still choosing its backend (threads run while the process workers start; it measures the processes, then the threads if they could win, over a run's first "
                    f"batches, and two epochs of {warm_stats.batches} batches were too few to finish); meanwhile threads "
                    "run this workload, Python that holds the GIL, one sample at a time. Later epochs run on what it "
                    "picks; try --samples 600 or more")

@@ -15,6 +15,7 @@ from __future__ import annotations
 import itertools
 import queue
 import threading
+import time
 
 from ..worker import Result, TaskError, run_task
 from ._base import Event, Executor
@@ -23,6 +24,28 @@ __all__ = ["ThreadExecutor"]
 
 _STOP = object()
 _names = itertools.count()
+
+
+class _Abandoned(Exception):
+    """Raised between two samples of a task the automatic choice takes back (see `ThreadExecutor.abandon_running`)."""
+
+
+class _Running:
+    """The task a thread is on: when it started, and how far it got (samples begun)."""
+
+    __slots__ = ("started", "cpu", "samples")
+
+    def __init__(self):
+        self.started, self.cpu, self.samples = time.perf_counter(), time.thread_time(), 0
+
+
+class _Returned:
+    """A task given back unfinished: it runs again elsewhere. ``rows`` samples took ``cpu`` seconds of this thread."""
+
+    __slots__ = ("task", "rows", "cpu")
+
+    def __init__(self, task, rows: int, cpu: float):
+        self.task, self.rows, self.cpu = task, rows, cpu
 
 
 class ThreadExecutor(Executor):
@@ -36,6 +59,9 @@ class ThreadExecutor(Executor):
         self.load = [0] * workers
         self.pending = 0
         self.cancelled: set[int] = set()
+        self.running: list[_Running | None] = [None] * workers
+        self.returned: list = []  # (key, _Returned): abandoned tasks, for `take_returned`
+        self._abandon_before = 0.0  # tasks started before this are given back at their next sample
         self.threads = []
         pool = next(_names)
         for n, inbox in enumerate(self.inboxes):
@@ -50,11 +76,22 @@ class ThreadExecutor(Executor):
             if item is _STOP:
                 return
             key, task = item
+            running = self.running[n] = _Running()
+
+            def progress(index, running=running):
+                running.samples += 1
+                if running.started < self._abandon_before:
+                    raise _Abandoned
+
             try:
-                result = run_task(self.part, task, streams=streams)
+                result = run_task(self.part, task, progress=progress, streams=streams)
+                result.worker = n
+            except _Abandoned:
+                result = _Returned(task, running.samples - 1, time.thread_time() - running.cpu)
             except BaseException as exc:  # reported to the consumer, never swallowed
                 result = Result(error=TaskError.from_exception(exc))
-            result.worker = n
+                result.worker = n
+            self.running[n] = None
             self.results.put((n, key, result))
 
     def submit(self, key, task, affinity=None):
@@ -73,7 +110,9 @@ class ThreadExecutor(Executor):
             n, key, result = item
             self.load[n] -= 1
             self.pending -= 1
-            if key[0] not in self.cancelled:
+            if isinstance(result, _Returned):
+                self.returned.append((key, result))
+            elif key[0] not in self.cancelled:
                 events.append(Event(key, result))
             try:
                 item = self.results.get_nowait()
@@ -82,6 +121,50 @@ class ThreadExecutor(Executor):
 
     def outstanding(self):
         return self.pending
+
+    def running_rates(self, at_least: float = 0.01) -> list[float]:
+        """Samples per second of each task running now for ``at_least`` seconds (begun samples over time)."""
+        now, rates = time.perf_counter(), []
+        for running in list(self.running):
+            if running is not None and now - running.started >= at_least and running.samples:
+                rates.append(running.samples / (now - running.started))
+        return rates
+
+    def abandon_running(self) -> None:
+        """Give back every running task at its next sample (`take_returned` has them once back)."""
+        self._abandon_before = time.perf_counter()
+
+    def take_returned(self) -> list:
+        """The ``(key, _Returned)`` pairs given back since the last call."""
+        taken, self.returned = self.returned, []
+        return taken
+
+    def take_queued(self) -> list:
+        """Remove and return the ``(key, task)`` pairs no thread has started, in submission order.
+
+        The automatic choice hands them to process workers once those are
+        up, rather than leaving them to the threads it is about to measure
+        against (tasks pinned to a stream shard are never queued here in
+        that mode: streaming pipelines do not run the trial).
+        """
+        taken = []
+        for n, inbox in enumerate(self.inboxes):
+            kept = []
+            while True:
+                try:
+                    item = inbox.get_nowait()
+                except queue.Empty:
+                    break
+                if item is _STOP:
+                    kept.append(item)
+                    continue
+                key, task = item
+                taken.append((key, task))
+                self.load[n] -= 1
+                self.pending -= 1
+            for item in kept:
+                inbox.put(item)
+        return sorted(taken, key=lambda pair: pair[0])
 
     def cancel(self, generation):
         self.cancelled.add(generation)

@@ -1,20 +1,43 @@
-"""The automatic backend choice, decided on measured throughput: threads first, then processes, the faster wins.
+"""The automatic backend choice, decided on measured throughput: processes measured first, threads only if they could win.
 
 Every backend gives the same batches, so the engine can switch mid-epoch
 without changing the output. `BackendTrial` is an `Executor` over two:
 - Threads start at once and take the first tasks (no wait for the first
   batch) while the process workers fork, from the fork server.
-- Once every process worker is up (so their start-up does not slow the
-  threads down), thread tasks are measured; then new tasks go to the
-  processes, and once the threads' last task is back, process tasks are
-  measured alone (each worker's first task, its warm-up, is left out).
-- A measurement is at least `workers` tasks and `MIN_SPAN` seconds of
-  work per worker; its rate is rows over task spans, times the workers.
-  Processes must beat threads by `PROCESS_MARGIN` (threads copy no batch
-  and hold no memory per worker); the loser is closed. Cores kept busy by
-  the threads do not settle it: threads that release the GIL can still
-  lose, e.g. to page faults of large temporaries that the workers' malloc
-  settings avoid.
+- Once every process worker is up, the tasks still queued for threads
+  move to the processes, and new tasks go there too. Once the threads'
+  running tasks are back, the processes have the machine to themselves and
+  are measured (each worker's first task, its warm-up, is left out).
+- While the process workers start, the interpreter hands the GIL over
+  every `STARTUP_SWITCH_INTERVAL` instead of every 5 ms: their hand-shake
+  runs in a consumer thread, and threads that hold the GIL made it wait
+  5 ms per step (start-up 0.44-0.53 s instead of 0.18-0.24 s on 2 cores;
+  0.21-0.27 s with the shorter interval). The usual interval is back once
+  the threads' tasks are in (or the trial ends).
+- A thread task still running once a warm process worker does samples
+  `ABANDON_RATIO` times faster (GIL-bound threads, or threads starved by
+  the starting workers) is given back at its next sample and runs again on
+  a process: waiting for it would hold the measurement back for longest
+  exactly where threads are slowest.
+- Threads could deliver at most their CPU rate, rows over the thread CPU
+  time their tasks took (no GIL waits in it), times the cores they could
+  use. If the processes already deliver `NEAR_BOUND` of that, threads
+  cannot win by enough to matter and processes keep the work at once.
+  This is what makes the trial cheap where it matters most: on GIL-bound
+  work a thread phase costs ~4x its length (measuring threads first cost
+  a short epoch ~40 % of its time).
+- Otherwise threads get the work back, are measured alone once the
+  processes' last tasks are in, and must be beaten by `PROCESS_MARGIN`
+  (threads copy no batch and hold no memory per worker). Cores kept busy
+  do not settle it: threads that release the GIL can still lose, e.g. to
+  page faults of large temporaries that the workers' malloc settings avoid.
+- A measurement is at least `workers` tasks and `MIN_SPAN` seconds of work
+  per worker; its rate is rows over task spans, times the workers. The
+  loser gets no new task and is closed once its last one is back.
+Two backends never run measured tasks side by side: sharing the cores
+hides the GIL (half a core per thread is too little for the threads to
+collide), so a thread pool measured beside processes looks as fast as
+them on work where it is 40 % slower alone.
 A pipeline too short to finish the trial keeps what it has and carries the
 trial over into its next epoch (the runtime persists). Both rates and the
 reason are in ``stats().decision`` and ``stats().trial``.
@@ -22,14 +45,19 @@ reason are in ``stats().decision`` and ``stats().trial``.
 
 from __future__ import annotations
 
+import sys
+import threading
 import time
 
 from ..backends import Executor
 
-__all__ = ["MIN_SPAN", "PROCESS_MARGIN", "BackendTrial"]
+__all__ = ["MIN_SPAN", "NEAR_BOUND", "PROCESS_MARGIN", "BackendTrial"]
 
 MIN_SPAN = 0.05  # seconds of measured work per worker, at least: short tasks are noisy
-PROCESS_MARGIN = 1.1  # processes must deliver this much more to win: threads copy no batch and hold no memory per worker
+PROCESS_MARGIN = 1.1  # processes must deliver this much more than measured threads: threads copy no batch and hold no memory per worker
+NEAR_BOUND = 0.85  # processes delivering this share of the threads' upper bound win without a thread phase
+STARTUP_SWITCH_INTERVAL = 0.0005  # seconds: the GIL hand-over interval while process workers start beside busy threads
+ABANDON_RATIO = 2.0  # a warm process worker this many times faster than every running thread task: those tasks move over
 
 
 class _Measure:
@@ -41,17 +69,13 @@ class _Measure:
     it does not matter which worker ran which measured task.
     """
 
-    def __init__(self, workers: int, skip_first: bool):
-        self.workers, self.skip_first = workers, skip_first
+    def __init__(self, workers: int):
+        self.workers = workers
         self.rows = self.span = self.cpu = 0.0
         self.tasks = 0
-        self.seen: set = set()  # workers whose first task (warm-up) went by
 
     def add(self, result) -> None:
         if self.done:
-            return
-        if self.skip_first and result.worker not in self.seen:
-            self.seen.add(result.worker)
             return
         start, end = result.span
         self.rows += result.rows
@@ -72,8 +96,31 @@ class _Measure:
         return self.workers * self.cpu / self.span
 
 
+class _SwitchInterval:
+    """A shorter GIL switch interval while any trial's process workers start; the previous one after the last."""
+
+    _lock = threading.Lock()
+    _holders = 0
+    _saved = 0.005
+
+    @classmethod
+    def shorten(cls) -> None:
+        with cls._lock:
+            if cls._holders == 0:
+                cls._saved = sys.getswitchinterval()
+                sys.setswitchinterval(min(cls._saved, STARTUP_SWITCH_INTERVAL))
+            cls._holders += 1
+
+    @classmethod
+    def restore(cls) -> None:
+        with cls._lock:
+            cls._holders -= 1
+            if cls._holders == 0:
+                sys.setswitchinterval(cls._saved)
+
+
 class BackendTrial(Executor):
-    """Threads now, processes next; the faster keeps the work (see the module docstring)."""
+    """Threads at once, processes once up, threads again only if they could win (see the module docstring)."""
 
     def __init__(self, threads: Executor, processes: Executor, workers: int):
         self.threads, self.processes = threads, processes
@@ -85,38 +132,51 @@ class BackendTrial(Executor):
         self._owner: dict = {}  # task key -> the executor it went to
         self._outstanding = {threads: 0, processes: 0}
         self._usable = min(workers, threads.cores)  # cores the threads could keep busy at most
-        # Threads share the consumer's warmed-up interpreter; each process worker warms up on its first task.
-        self._measure = {threads: _Measure(workers, skip_first=False), processes: _Measure(workers, skip_first=True)}
-        self._ready_at = None  # when every process worker was up: thread tasks count from here
-        self._sent_to_processes = False
-        self._drained_at = None  # when the threads' last task was back (worker clock): processes alone from here
+        self._measure = {threads: _Measure(workers), processes: _Measure(workers)}
+        self._warmed: set = set()  # process workers whose first task (imports, first page faults) went by, unmeasured
+        self._thread_rows = self._thread_cpu = 0.0  # every thread task: the threads' upper bound
+        self._ready = False  # every process worker is up: new tasks go to processes from here
+        self._alone_from = None  # processes measured from here (the threads' last task is back)
+        self._threads_again = False  # the bound did not settle it: threads are measured alone
+        self._threads_alone_from = None  # threads measured from here (the processes' last task is back)
+        self._abandoned = False  # the threads' running tasks were taken back once
         self._closed: set = set()
+        self._started = time.perf_counter()
+        self.decided_after: float | None = None  # seconds from the trial's start to its decision
+        self._short_switch = True
+        _SwitchInterval.shorten()
 
     # -------------------------------------------------------- the interface
     @property
     def name(self) -> str:
-        return self.winner or ("process" if self._sent_to_processes else "thread")
+        if self.winner:
+            return self.winner
+        return "process" if self._ready and not self._threads_again else "thread"
 
     @property
     def restarts(self) -> int:
         return self.threads.restarts + self.processes.restarts
 
     def submit(self, key, task, affinity=None) -> None:
+        self._check_ready()
         target = self._route()
         self._owner[key] = target
         self._outstanding[target] += 1
         target.submit(key, task, affinity)
 
     def wait(self, timeout):
-        busy = [e for e in self._live() if self._outstanding[e]]
-        if not busy:
-            return []
-        if len(busy) == 1:
-            return self._collect(busy[0], busy[0].wait(timeout))
         deadline = None if timeout is None else time.monotonic() + timeout
-        while True:  # both hold tasks (only while switching): poll each briefly
+        while True:
+            self._check_ready()
+            busy = [e for e in self._live() if self._outstanding[e]]
+            if not busy:
+                return []
+            if len(busy) == 1 and (self._ready or self.winner is not None):
+                left = None if deadline is None else max(0.0, deadline - time.monotonic())
+                return self._collect(busy[0], busy[0].wait(left))
+            # Both hold tasks, or the process workers are starting: poll briefly, so their start is seen at once.
             for executor in busy:
-                events = self._collect(executor, executor.wait(0.002))
+                events = self._collect(executor, executor.wait(0.002 if len(busy) > 1 else 0.01))
                 if events:
                     return events
             if deadline is not None and time.monotonic() >= deadline:
@@ -142,8 +202,14 @@ class BackendTrial(Executor):
         return all(e.wait_ready(timeout) for e in self._live())
 
     def close(self) -> None:
+        self._restore_switch()
         for executor in (self.threads, self.processes):
             executor.close()
+
+    def _restore_switch(self) -> None:
+        if self._short_switch:
+            self._short_switch = False
+            _SwitchInterval.restore()
 
     # --------------------------------------------------------------- trial
     def _live(self) -> list:
@@ -158,50 +224,113 @@ class BackendTrial(Executor):
     def _route(self) -> Executor:
         if self.winner is not None:
             return self._winning()
-        if self._ready_at is None:
-            try:
-                ready = self.processes.wait_ready(0)
-            except Exception as exc:  # the workers cannot start here: threads it is, and the report says why
-                self._settle("thread", f"process workers failed to start ({type(exc).__name__}: {exc}): threads")
-                return self.threads
-            if ready:
-                self._ready_at = time.perf_counter()
-        if self._ready_at is None or not self._measure[self.threads].done:
-            return self.threads  # the process workers are starting, or the threads are being measured
-        self._sent_to_processes = True
+        if not self._ready or self._threads_again:
+            return self.threads
         return self.processes
 
+    def _check_ready(self) -> None:
+        """Once every process worker is up: move the tasks still queued for threads to them."""
+        if self._ready or self.winner is not None:
+            return
+        try:
+            self._ready = self.processes.wait_ready(0)
+        except Exception as exc:  # the workers cannot start here: threads it is, and the report says why
+            self._settle("thread", f"process workers failed to start ({type(exc).__name__}: {exc}): threads")
+            return
+        if self._ready:
+            for key, task in self.threads.take_queued():
+                if self._owner.get(key) is self.threads:  # not cancelled meanwhile
+                    self._owner[key] = self.processes
+                    self._outstanding[self.threads] -= 1
+                    self._outstanding[self.processes] += 1
+                    self.processes.submit(key, task)
+
     def _collect(self, executor: Executor, events: list) -> list:
+        if executor is self.threads:
+            self._move_returned()
         for event in events:
             if self._owner.pop(event.key, None) is not None:
                 self._outstanding[executor] -= 1
             result = event.result
             if self.winner is None and result.error is None:
-                if executor is self.threads:
-                    if self._ready_at is not None and result.span[0] >= self._ready_at:
-                        self._measure[executor].add(result)  # started once the process workers were up
-                elif self._drained_at is not None and result.span[0] >= self._drained_at:
-                    self._measure[executor].add(result)  # started once the threads were done
+                self._observe(executor, result)
             if executor is self.threads:
                 result.worker += self.processes.workers  # threads have their own rows in traces
         if self.winner is None:
-            if self._sent_to_processes and not self._outstanding[self.threads] and self._drained_at is None:
-                self._drained_at = time.perf_counter()  # processes have the machine to themselves from here
-            if self._measure[self.processes].done:
-                self._decide()
+            self._advance()
         self._close_idle_loser()
         return events
+
+    def _observe(self, executor: Executor, result) -> None:
+        started = result.span[0]
+        if executor is self.threads:
+            self._thread_rows += result.rows
+            self._thread_cpu += result.cpu
+            if self._threads_alone_from is not None and started >= self._threads_alone_from:
+                self._measure[self.threads].add(result)
+            return
+        if result.worker not in self._warmed:
+            self._warmed.add(result.worker)  # its warm-up: left out
+            return
+        if self._alone_from is not None and started >= self._alone_from:
+            self._measure[self.processes].add(result)
+        elif not self._abandoned and result.rows:
+            rate = result.rows / max(result.span[1] - started, 1e-9)
+            running = self.threads.running_rates()
+            if running and ABANDON_RATIO * max(running) < rate:
+                self._abandoned = True
+                self.threads.abandon_running()
+
+    def _move_returned(self) -> None:
+        """Tasks the threads gave back run on the processes; what the threads did of them counts for their bound."""
+        for key, returned in self.threads.take_returned():
+            self._thread_rows += returned.rows
+            self._thread_cpu += returned.cpu
+            if self._owner.get(key) is self.threads:  # not cancelled meanwhile
+                self._owner[key] = self.processes
+                self._outstanding[self.threads] -= 1
+                self._outstanding[self.processes] += 1
+                self.processes.submit(key, returned.task)
+
+    def _advance(self) -> None:
+        now = time.perf_counter()
+        if self._ready and self._alone_from is None and not self._outstanding[self.threads]:
+            self._alone_from = now  # the processes have the machine to themselves from here
+            self._restore_switch()
+        processes = self._measure[self.processes]
+        if not self._threads_again and processes.done:
+            bound = self._thread_bound()
+            if bound and processes.per_second >= NEAR_BOUND * bound:
+                self.rates = {"thread": bound, "process": processes.per_second}
+                self.decided_after = now - self._started
+                self._settle("process", f"processes {processes.per_second:,.0f} samples/s, {processes.per_second / bound:.0%} of the "
+                                        f"most {self._usable} threads could reach ({bound:,.0f} samples/s at their CPU rate): processes")
+                return
+            self._threads_again = True  # threads might win: measure them alone
+        if self._threads_again:
+            if self._threads_alone_from is None and not self._outstanding[self.processes]:
+                self._threads_alone_from = now
+            if self._measure[self.threads].done:
+                self._decide()
+
+    def _thread_bound(self) -> float:
+        """Samples/s the threads could deliver at most: their CPU rate on every core they could use (0: unknown)."""
+        if self._thread_cpu <= 0 or not self._thread_rows:
+            return 0.0
+        return self._usable * self._thread_rows / self._thread_cpu
 
     def _decide(self) -> None:
         threads, processes = self._measure[self.threads], self._measure[self.processes]
         self.rates = {"thread": threads.per_second, "process": processes.per_second}
         winner = "process" if processes.per_second > PROCESS_MARGIN * threads.per_second else "thread"
+        self.decided_after = time.perf_counter() - self._started
         self._settle(winner, f"tried both: threads {threads.per_second:,.0f} samples/s ({threads.cores_busy:.1f} of "
                              f"{self._usable} cores busy), processes {processes.per_second:,.0f} samples/s: "
                              f"{'processes' if winner == 'process' else 'threads'}")
 
     def _settle(self, winner: str, note: str) -> None:
         self.winner, self.note = winner, note
+        self._restore_switch()
         self._close_idle_loser()
 
     def _close_idle_loser(self) -> None:

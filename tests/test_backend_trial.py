@@ -1,0 +1,111 @@
+"""The automatic choice's trial: thread tasks handed over to processes, the GIL switch interval, exact output.
+
+The trial's decisions depend on real timings (tests/test_profiler.py checks
+that GIL-bound work settles on processes and sleeping work on threads);
+these tests pin down the mechanics that make it cheap, each of which would
+lose or duplicate a batch, or leave the interpreter changed, if broken.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+
+import numpy as np
+import pytest
+
+import feedline as fl
+from feedline.backends._thread import ThreadExecutor
+from feedline.worker import Task
+
+
+def slow_identity(v):
+    time.sleep(0.01)
+    return v
+
+
+def pure_python(v):
+    total = 0.0
+    for k in range(20_000):
+        total += (k % 7) * 0.5
+    return np.int64(v) + np.int64(total > 0)
+
+
+def _thread_part(fn, n=64, batch=8):
+    return fl.from_arrays(np.arange(n)).map(fn, backend="thread").batch(batch).plan.part
+
+
+def _collect(executor, count, timeout=30.0):
+    events, deadline = [], time.monotonic() + timeout
+    while len(events) < count and time.monotonic() < deadline:
+        events += executor.wait(0.05)
+    return events
+
+
+def test_queued_thread_tasks_are_taken_back_in_submission_order_and_never_run():
+    executor = ThreadExecutor(_thread_part(slow_identity), workers=1)
+    try:
+        for number in range(4):
+            executor.submit((0, number), Task(epoch=0, number=number, indices=np.arange(8 * number, 8 * number + 8)))
+        time.sleep(0.03)  # the first task is running, the other three wait in the thread's queue
+        taken = executor.take_queued()
+        assert [key for key, _ in taken] == [(0, 1), (0, 2), (0, 3)]
+        assert executor.outstanding() == 1
+        events = _collect(executor, 1)
+        assert [e.key for e in events] == [(0, 0)]
+        assert executor.wait(0.2) == [] and executor.outstanding() == 0, "a task taken back must not run here too"
+    finally:
+        executor.close()
+
+
+def test_an_abandoned_thread_task_comes_back_whole_and_reruns_to_the_same_batch():
+    part = _thread_part(slow_identity, n=40, batch=40)
+    executor = ThreadExecutor(part, workers=1)
+    try:
+        task = Task(epoch=0, number=0, indices=np.arange(40))
+        executor.submit((0, 0), task)
+        time.sleep(0.05)  # a few of its 40 samples (10 ms each) are done
+        executor.abandon_running()
+        assert _collect(executor, 1, timeout=1.0) == [], "an abandoned task gives no result"
+        [(key, returned)] = executor.take_returned()
+        assert key == (0, 0) and returned.task is task and 0 < returned.rows < 40 and returned.cpu >= 0
+        assert executor.outstanding() == 0
+        executor.submit(key, returned.task)  # e.g. on a process worker; here the same pool, after the abandon
+        [event] = _collect(executor, 1)
+        assert event.result.error is None and event.result.payload.tolist() == list(range(40))
+    finally:
+        executor.close()
+
+
+@pytest.mark.parametrize("workers", [2, 8])
+def test_automatic_choice_delivers_every_batch_once_in_order_while_switching(workers, no_leaks):
+    pipe = fl.from_arrays(np.arange(400)).map(pure_python, workers=workers).batch(5)
+    with pipe:
+        out = [b.tolist() for b in pipe]
+        again = [b.tolist() for b in pipe]  # the next epoch runs on the winner (or finishes the trial)
+    expected = [list(range(k + 1, k + 6)) for k in range(0, 400, 5)]
+    assert out == expected and again == expected
+
+
+def test_gil_switch_interval_is_restored_after_the_trial(no_leaks):
+    before = sys.getswitchinterval()
+    pipe = fl.from_arrays(np.arange(200)).map(pure_python).batch(4)
+    with pipe:
+        it = iter(pipe)
+        next(it)
+        for _ in it:
+            pass
+    assert sys.getswitchinterval() == before
+
+
+def test_gil_switch_interval_is_restored_when_two_trials_overlap(no_leaks):
+    before = sys.getswitchinterval()
+    first = fl.from_arrays(np.arange(100)).map(pure_python).batch(4)
+    second = fl.from_arrays(np.arange(100)).map(pure_python).batch(4)
+    a, b = iter(first), iter(second)
+    next(a), next(b)
+    first.close()
+    second_rest = [x.tolist() for x in b]
+    second.close()
+    assert sys.getswitchinterval() == before
+    assert len(second_rest) == 24
