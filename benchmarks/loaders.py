@@ -98,14 +98,29 @@ def serial_loop(w: Workload):
 
 
 # ----------------------------------------------------------------- feedline
+class _FeedlineRun(Run):
+    """A feedline epoch: what it ran is read when asked (the automatic choice may switch backend mid-epoch)."""
+
+    def __init__(self, it, extra: str):
+        self.batches, self._extra = it, extra
+
+    @property
+    def detail(self) -> str:
+        stats = self.batches.stats()
+        return f"{stats.backend} x{stats.workers}" + (f", {self._extra}" if self._extra else "")
+
+    @property
+    def why(self) -> str:
+        return self.batches.stats().decision
+
+
 @contextlib.contextmanager
 def feedline_pipeline(pipe, detail: str = ""):
     """Iterate a feedline pipeline for one epoch (workers start inside), close it after."""
     with pipe:
         it = iter(pipe)  # builds the runtime: workers start here
-        stats = it.stats()
         try:
-            yield Run(it, f"{stats.backend} x{stats.workers}" + (f", {detail}" if detail else ""), stats.decision)
+            yield _FeedlineRun(it, detail)
         finally:
             it.close()
 

@@ -503,6 +503,7 @@ def measure(loader, w: workloads_mod.Workload, expected: list | None = None, exa
                         wrong.append(problem)
                 del batch
             t_last = time.perf_counter()
+            m.detail, m.why = run.detail, run.why  # again: feedline's automatic choice may have switched backend mid-epoch
             run = None  # the loader's iterator (its queues, semaphores, segments) must not outlive the epoch
         t_closed = time.perf_counter()
         memory.stop()
