@@ -14,6 +14,7 @@ Worker-death tests kill real actor processes with SIGKILL.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -22,7 +23,7 @@ import time
 
 import numpy as np
 import pytest
-from conftest import snapshot
+from conftest import snapshot, wait_for
 
 import feedline as fl
 from feedline import SampleError, WorkerError, testing
@@ -35,10 +36,10 @@ pytestmark = pytest.mark.timeout(60)
 # --------------------------------------------------------------- fixtures
 @pytest.fixture(scope="module")
 def ray_cluster():
-    """A local Ray instance for the whole module, shut down at the end."""
+    """A local Ray instance for the whole module, shut down at the end (a 256 MiB object store: the byte-budget test reads its use)."""
     if ray.is_initialized():
         ray.shutdown()
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    ray.init(num_cpus=2, object_store_memory=256 << 20, include_dashboard=False, log_to_driver=False)
     yield
     ray.shutdown()
 
@@ -57,20 +58,11 @@ def pid_alive(pid: int) -> bool:
         return False
 
 
-def wait_for(condition, timeout=15.0):
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.05)
-    return True
-
-
 @pytest.fixture
 def ray_clean(ray_cluster, no_leaks):
     """The test runs on the module's Ray instance and leaves no feedline actor behind."""
     yield
-    assert wait_for(lambda: not feedline_actors()), f"feedline actors left alive: {feedline_actors()}"
+    assert wait_for(lambda: not feedline_actors(), 15), f"feedline actors left alive: {feedline_actors()}"
 
 
 # --------------------------------------------------------------- helpers
@@ -280,7 +272,7 @@ def test_close_kills_the_actors_and_leaves_none(ray_clean):
     assert pids and len(names) == 2 and set(names) <= set(feedline_actors())
     pipe.close()
     assert not set(names) & set(feedline_actors()), "close() left named actors"
-    assert wait_for(lambda: not any(pid_alive(p) for p in pids)), "actor processes outlived close()"
+    assert wait_for(lambda: not any(pid_alive(p) for p in pids), 15), "actor processes outlived close()"
 
 
 def test_dropping_an_unclosed_ray_pipeline_releases_its_actors(ray_clean):
@@ -288,7 +280,7 @@ def test_dropping_an_unclosed_ray_pipeline_releases_its_actors(ray_clean):
     list(pipe)
     pids = testing.worker_pids(pipe)
     del pipe
-    assert wait_for(lambda: not any(pid_alive(p) for p in pids)), "actors of a dropped pipeline still run"
+    assert wait_for(lambda: not any(pid_alive(p) for p in pids), 15), "actors of a dropped pipeline still run"
 
 
 # ------------------------------------------------------------------ stats
@@ -319,6 +311,10 @@ def test_stats_show_ray_actors_as_workers_with_spans_on_the_consumer_clock(ray_c
         (lambda: fl.Ray(memory=0.5), ValueError, "memory"),
         (lambda: fl.Ray(resources=["GPU"]), TypeError, "dict"),
         (lambda: fl.Ray(address=6379), TypeError, "address"),
+        (lambda: fl.Ray(max_bytes_in_flight=0), ValueError, r"max_bytes_in_flight=0"),
+        (lambda: fl.Ray(max_bytes_in_flight=1.5e9), ValueError, "max_bytes_in_flight"),
+        (lambda: fl.Ray(start_timeout=-1), ValueError, r"start_timeout=-1"),
+        (lambda: fl.Ray(start_timeout="5"), ValueError, "start_timeout"),
     ],
 )
 def test_bad_ray_settings_are_rejected_when_written(make, error, match):
@@ -340,6 +336,9 @@ def test_ray_settings_are_kept_on_the_step_and_shown():
     assert step.backend == "ray" and step.ray == settings
     assert "backend=fl.Ray(address='auto', memory=1073741824, num_cpus=0.5)" in str(pipe)
     assert fl.from_arrays(np.arange(4)).map(lambda x: x, backend="ray").steps[-1].ray == fl.Ray()
+    limits = fl.Ray(max_bytes_in_flight=1 << 30, start_timeout=60)
+    assert "backend=fl.Ray(max_bytes_in_flight=1073741824, start_timeout=60)" in str(fl.from_arrays(np.arange(4)).map(lambda x: x, backend=limits))
+    assert limits.actor_options() == {}, "feedline's own limits are not passed to Ray's .options()"
 
 
 # The older spelling, map(backend="ray", ray_address=..., ray_options={...}), still works and warns.
@@ -379,14 +378,78 @@ def test_ray_settings_reach_the_actors(ray_clean):
         assert next(iter(pipe)).tolist() == [0.5] * 4
 
 
-def test_actor_request_no_node_can_meet_is_reported_and_ends_in_worker_error(ray_clean, monkeypatch, caplog):
-    from feedline.backends.ray import _executor as ray_backend
-
-    monkeypatch.setattr(ray_backend, "START_TIMEOUT", 2.0)  # instead of 120 s
-    pipe = fl.from_arrays(np.arange(8)).map(lambda x: x, backend=fl.Ray(num_cpus=64), workers=1).batch(4)
-    with pipe, caplog.at_level("WARNING", logger="feedline"), pytest.raises(WorkerError, match="no Ray actor .* started"):
+@pytest.mark.timeout(30)  # the old behaviour waited 120 s
+def test_actor_request_no_node_can_meet_fails_fast_naming_the_resource(ray_clean, caplog):
+    pipe = fl.from_arrays(np.arange(8)).map(lambda x: x, backend=fl.Ray(num_cpus=64, start_timeout=1), workers=1).batch(4)
+    with pipe, caplog.at_level("WARNING", logger="feedline"), pytest.raises(WorkerError, match="no room") as info:
         list(pipe)
     assert "CPU=64 (largest node: 2)" in caplog.text
+    assert "each asks for CPU=64" in str(info.value) and "CPU: 2 in all, 2 free" in str(info.value)
+    assert testing.runtime(pipe) is None, "no actor may be started for a request that cannot be met"
+
+
+@pytest.mark.timeout(30)  # the old behaviour waited 120 s
+def test_second_open_pipeline_without_free_cpus_fails_fast_saying_what_holds_them(ray_clean):
+    first = pipeline(augment, "ray", workers=None)  # one actor per CPU: both of the instance's CPUs
+    second = pipeline(augment, "ray", workers=1)
+    with first:
+        next(iter(first))
+        assert testing.wait_ready(first, 30)
+        with pytest.raises(WorkerError, match="no room") as info:
+            iter(second)
+        message = str(info.value)
+        assert "CPU: 2 in all, 0 free" in message, message
+        assert "2 actors of 1 open feedline pipeline in this process (2 CPUs)" in message, message
+        assert "pipe.close()" in message
+    # Closing the first frees the CPUs: the second now starts and runs.
+    with second:
+        assert sorted(indices(list(second))) == list(range(120))
+
+
+def test_object_store_bytes_stay_under_the_budget_with_large_batches_and_a_slow_consumer(ray_clean):
+    from ray._private.internal_api import memory_summary  # Ray's own count of object-store bytes (no public API without the dashboard)
+
+    capacity = ray.cluster_resources()["object_store_memory"]
+
+    def needed_mib() -> float:
+        """MiB of the store that Ray must keep (finished batches, batches in use); only these are ever spilled."""
+        summary = memory_summary(address=ray.get_runtime_context().gcs_address, stats_only=True)  # ours: other Ray instances may run
+        line = next(x for x in summary.splitlines() if x.startswith("Plasma memory usage"))
+        return float(re.search(r"([0-9.]+)% needed", line).group(1)) / 100 * capacity / 2**20
+
+    def image(i):
+        return np.full((512, 512, 3), int(i) % 251, np.uint8)  # 768 KiB
+
+    budget = 20 << 20  # a batch of 8 is 6 MiB: the budget holds 3 of them
+    peaks = {}
+    for limit in (budget, None):
+        pipe = fl.from_arrays(np.arange(96)).map(image, backend=fl.Ray(max_bytes_in_flight=limit), workers=2).batch(8).prefetch(16)
+        seen, usage = [], []
+        with pipe:
+            for batch in pipe:
+                time.sleep(0.05)  # a slow trainer: without the byte bound, 16 batches (96 MiB) pile up
+                usage.append(needed_mib())
+                seen += [int(v) for v in batch[:, 0, 0, 0]]
+            peaks[limit] = (testing.executor(pipe).budget.peak, max(usage))
+        assert seen == [i % 251 for i in range(96)]
+    (counted, measured), (unbounded_counted, unbounded_measured) = peaks[budget], peaks[None]
+    assert counted <= budget, f"feedline counted {counted} bytes in flight, over the budget {budget}"
+    assert measured <= budget / 2**20 + 1, f"Ray's object store needed {measured:.1f} MiB, over the {budget >> 20} MiB budget"
+    # Without the byte bound the same window holds far more: the bound above is what kept it small.
+    assert unbounded_measured > budget / 2**20 + 1 and unbounded_counted > budget, peaks
+
+
+def test_batches_larger_than_the_byte_budget_and_kept_by_the_consumer_still_make_the_whole_epoch(ray_clean):
+    def row(i):
+        return np.full(20_000, int(i), np.int64)  # 160 KB: a batch of 8 (1.25 MB) lives in the object store
+
+    pipe = fl.from_arrays(np.arange(64)).map(row, backend=fl.Ray(max_bytes_in_flight=1), workers=2).batch(8).prefetch(8)
+    with pipe:
+        kept = list(pipe)  # every batch stays referenced: all of them count against the 1-byte budget
+        budget = testing.executor(pipe).budget
+        assert budget.held >= 64 * 20_000 * 8, "the kept batches should still be counted"
+    assert [int(v) for b in kept for v in b[:, 0]] == list(range(64)), "one task at a time, but every sample once, in order"
+    del kept
 
 
 def run_python(code: str, timeout=90) -> subprocess.CompletedProcess:
@@ -422,7 +485,7 @@ def test_backend_ray_without_ray_init_starts_a_local_instance_and_says_so():
     assert "OUT [[0, 2, 4, 6, 8, 10, 12, 14, 16, 18], [20, 22, 24, 26, 28, 30, 32, 34, 36, 38]]" in result.stdout
     assert "feedline started a local Ray instance" in result.stderr
     pids = eval(result.stdout.split("PIDS", 1)[1].strip())
-    assert wait_for(lambda: not any(pid_alive(p) for p in pids)), "actors outlived the interpreter that started Ray"
+    assert wait_for(lambda: not any(pid_alive(p) for p in pids), 15), "actors outlived the interpreter that started Ray"
 
 
 # ------------------------------------------------------------- Ray Data

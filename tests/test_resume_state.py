@@ -154,7 +154,7 @@ def test_generator_positions_are_validated(no_leaks):
         streams = state["streams"]
         assert state["task"] == 0 and state["offset"] == 0 and streams["positions"]
         refused(pipe, {**state, "task": 2}, "task", "always has 0")
-        refused(pipe, {**state, "offset": 1}, "offset", "whole tasks")
+        refused(pipe, {**state, "offset": 3}, "offset", "at most 3 items")
         refused(pipe, {**state, "chunk": 2}, "chunk", "indexed source")
         refused(pipe, {**state, "streams": None}, "streams", "'positions', 'exhausted' and 'cursor'")
         refused(pipe, {**state, "streams": {**streams, "cursor": 3}}, "streams", "['cursor']")

@@ -105,6 +105,32 @@ def test_convert_takes_labels_from_a_csv(image_folder, tmp_path, no_leaks):
     assert summary.skipped == [("missing.png", "listed in the labels CSV but not found (or not an image/audio file)")]
 
 
+def test_convert_keeps_class_labels_and_lists_stray_images_beside_the_class_folders(image_folder, tmp_path, capsys, no_leaks):
+    root, originals = image_folder
+    PIL.fromarray(picture(16, 16, seed=90)).save(root / "cover.jpg")  # real files, directly in the root
+    PIL.fromarray(picture(16, 16, seed=91)).save(root / "thumb.png")
+    assert run_cli("convert", root, tmp_path / "s", "--size", "16x16", "--backend", "serial", "--no-progress") == 0
+    out = capsys.readouterr().out
+    assert "20 image samples" in out and "2 classes: cat, dog" in out
+    assert "left out 2 files that lie directly in the source folder, outside the class folders" in out
+    assert "\n    cover.jpg\n    thumb.png\n" in out
+    store = open_store(tmp_path / "s")
+    assert sorted(store.fields) == ["image", "label"] and store.meta["classes"] == ["cat", "dog"]
+    assert [int(store[i]["label"]) for i in range(20)] == [0 if f.startswith("cat") else 1 for f in sorted(originals)]
+    assert store.meta["outside_classes"] == ["cover.jpg", "thumb.png"] and store.meta["files"] == 23
+
+
+def test_convert_refuses_a_folder_whose_loose_images_outnumber_its_class_folders(tmp_path, no_leaks):
+    root = tmp_path / "flat"
+    (root / "extra").mkdir(parents=True)
+    for i in range(3):
+        PIL.fromarray(picture(12, 12, seed=i)).save(root / f"{i}.png")
+    PIL.fromarray(picture(12, 12, seed=9)).save(root / "extra" / "x.jpg")
+    with pytest.raises(StoreError, match=r"3 files directly in it \(0.png, 1.png, 2.png\) and 1 in sub-folders \(extra\).*--labels"):
+        convert(root, tmp_path / "s", progress=False)
+    assert not (tmp_path / "s").exists()
+
+
 def test_convert_an_audio_folder(tmp_path, no_leaks):
     soundfile = pytest.importorskip("soundfile")
     root = tmp_path / "clips"

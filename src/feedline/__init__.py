@@ -27,6 +27,8 @@ _WHERE = {
     "SampleError": "._errors",
     "Stats": ".engine",
     "WorkerError": "._errors",
+    "concatenate": ".sources",
+    "from_array_record": ".sources",
     "from_arrays": ".sources",
     "from_files": ".sources",
     "from_generator": ".sources",
@@ -36,6 +38,9 @@ _WHERE = {
     "from_ray_dataset": ".sources._ray",
     "from_sequence": ".sources",
     "from_store": ".store",
+    "from_tfrecord": ".sources",
+    "from_webdataset": ".sources",
+    "mix": ".sources",
 }
 
 if TYPE_CHECKING:  # for type checkers and IDEs; at run time see __getattr__
@@ -49,7 +54,8 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time see __getattr__
     from .adapters.keras import from_keras_sequence
     from .engine import EpochIterator, Stats
     from .pipeline import Pipeline, Ray
-    from .sources import from_arrays, from_files, from_generator, from_sequence
+    from .sources import from_array_record, from_arrays, from_files, from_generator, from_sequence, from_tfrecord, from_webdataset
+    from .sources._compose import concatenate, mix
     from .sources._ray import from_ray_dataset
     from .store import from_hf_dataset, from_parquet, from_store
 
@@ -79,6 +85,8 @@ __all__ = [
     "SampleError",
     "Stats",
     "WorkerError",
+    "concatenate",
+    "from_array_record",
     "from_arrays",
     "from_files",
     "from_generator",
@@ -88,6 +96,9 @@ __all__ = [
     "from_ray_dataset",
     "from_sequence",
     "from_store",
+    "from_tfrecord",
+    "from_webdataset",
+    "mix",
 ]
 
 if sorted(__all__) != sorted(_WHERE):  # pragma: no cover - a name added to one list only

@@ -185,6 +185,19 @@ def _numpy_alloc(specs: list) -> list:
     return [np.empty(shape, dtype) for shape, dtype in specs]
 
 
+def _refuse_arrays_among_numbers(col: list, indices: Sequence) -> None:
+    """Raise `SampleError` for the first array in a column that starts with a number (shape ())."""
+    for leaf, index in zip(col, indices):
+        if (isinstance(leaf, np.ndarray) and leaf.dtype != object) or _is_foreign_tensor(leaf):
+            raise SampleError(
+                f"cannot batch sample {index}: an array of shape {np.shape(leaf)} where sample {indices[0]} has a "
+                f"number ({type(col[0]).__name__}, shape ()); return the same kind of value from map() for every "
+                "sample, or pass collate= to batch()",
+                index=index,
+                stage="batch",
+            )
+
+
 def collate_into(samples: Sequence, indices: Sequence, alloc: Allocator = _numpy_alloc):
     """Stack a list of samples into one batch, writing arrays where ``alloc`` says.
 
@@ -223,6 +236,8 @@ def collate_into(samples: Sequence, indices: Sequence, alloc: Allocator = _numpy
             specs.append(((len(col),), np.asarray(col).dtype))
             kinds.append("number")
         else:
+            if _is_numeric(head):  # a number, then an array: a shape change, not a column of objects (found by fuzzing)
+                _refuse_arrays_among_numbers(col, indices)
             kinds.append("list")
     outs = iter(alloc(specs))
     leaves = []

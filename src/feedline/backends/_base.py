@@ -73,5 +73,9 @@ class Executor:
         """Block until every worker can take tasks; False on timeout (benchmarks and tests)."""
         return True
 
+    def grow(self, workers: int) -> bool:
+        """Run ``workers`` workers from now on (more than now); False if this backend cannot add workers."""
+        return False
+
     def close(self) -> None:
         """Stop the workers and release every resource; idempotent."""

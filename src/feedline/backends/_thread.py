@@ -59,15 +59,31 @@ class ThreadExecutor(Executor):
         self.load = [0] * workers
         self.pending = 0
         self.cancelled: set[int] = set()
+        self._pinned = False  # a stream shard was pinned to a thread: the count must not change
         self.running: list[_Running | None] = [None] * workers
         self.returned: list = []  # (key, _Returned): abandoned tasks, for `take_returned`
         self._abandon_before = 0.0  # tasks started before this are given back at their next sample
         self.threads = []
-        pool = next(_names)
+        self._pool = next(_names)
         for n, inbox in enumerate(self.inboxes):
-            thread = threading.Thread(target=self._work, args=(n, inbox), name=f"feedline-{pool}-thread-{n}", daemon=True)
-            thread.start()
-            self.threads.append(thread)
+            self._start_thread(n, inbox)
+
+    def _start_thread(self, n: int, inbox) -> None:
+        thread = threading.Thread(target=self._work, args=(n, inbox), name=f"feedline-{self._pool}-thread-{n}", daemon=True)
+        thread.start()
+        self.threads.append(thread)
+
+    def grow(self, workers: int) -> bool:
+        """Add threads up to ``workers`` (tasks pinned to a stream shard keep their thread: affinity is modulo the count)."""
+        if workers <= self.workers or self._pinned:
+            return False
+        for n in range(self.workers, workers):
+            self.inboxes.append(queue.SimpleQueue())
+            self.load.append(0)
+            self.running.append(None)
+            self._start_thread(n, self.inboxes[n])
+        self.workers = workers
+        return True
 
     def _work(self, n, inbox):
         streams: dict = {}
@@ -95,6 +111,8 @@ class ThreadExecutor(Executor):
             self.results.put((n, key, result))
 
     def submit(self, key, task, affinity=None):
+        if affinity is not None:
+            self._pinned = True
         n = affinity % self.workers if affinity is not None else min(range(self.workers), key=self.load.__getitem__)
         self.load[n] += 1
         self.pending += 1

@@ -27,9 +27,11 @@ import warnings
 from .._errors import FeedlineError, SampleError
 from .._tree import slice_rows
 from ..worker import Task
+from ._buckets import Buckets
 from ._recut import Recut
 from ._state import OLD_CHUNK, STATE_VERSION, seal, task_grid
 from ._stats import Stats
+from ._window import WindowShuffle
 
 __all__ = ["EpochIterator", "STATE_VERSION"]
 
@@ -58,7 +60,9 @@ class EpochIterator:
         self._last_rows = 0
         # A collate that passes whole batches through (a Keras Sequence's) counts the samples in each.
         self._rows_of = getattr(plan.part.collate, "rows_of", None)
-        self._recut = None if plan.part.aligned or self._unbatched else Recut(self._size, plan.drop_remainder, plan.part.source.where)
+        self._recut = None if plan.part.aligned or self._unbatched or plan.window else _recut_for(plan, state)
+        self._shuffler = _window_for(plan, epoch, state)  # shuffle(window=N): rows of a stream shuffled here
+        self._window_done = False
         self._in_flight = 0
         self._finished = False
         self._superseded = False
@@ -80,6 +84,10 @@ class EpochIterator:
         self._point = {"task": start_task, "offset": self._skip_rows}
         if state is not None and plan.streaming:
             self._point["streams"] = state["streams"]
+        if state is not None and "buckets" in state:
+            self._point["buckets"] = state["buckets"]
+        if plan.window is not None:  # shuffle(window=N): rows delivered and the oldest row held (none yet at the start)
+            self._point["window"] = state["window"] if state is not None else {"delivered": 0, "first": 0}
         if plan.streaming:
             self._init_streams(state)
         else:
@@ -174,15 +182,14 @@ class EpochIterator:
             if result.exhausted:
                 self._exhausted.add(shard)
             point = {"task": number + 1, "streams": {"positions": dict(self._positions), "exhausted": sorted(self._exhausted), "cursor": cursor}}
-            if result.rows and not (self._plan.drop_remainder and not self._unbatched and result.rows < self._size):
+            if self._shuffler is not None:
+                self._window_rows(result, number, before)
+            elif self._recut is not None:  # batched: rows are re-cut across shards, so only the epoch's last batch is short
+                self._recut_rows(result, number, before, point["streams"])
+            elif result.rows:
                 self._emit_rows(result, point, number, before)
             return
-        payload, rows, indices = result.payload, result.rows, result.indices
-        skip, self._skip_rows = self._skip_rows, 0
-        if skip and rows:
-            payload = payload[skip:] if self._unbatched else slice_rows(payload, skip, rows, rows=rows)
-            indices = indices[skip:] if indices is not None else None
-            rows -= skip
+        payload, rows, indices, skip = self._undelivered(result)
         if self._unbatched:
             for j, item in enumerate(payload or []):
                 last = j == len(payload) - 1
@@ -195,6 +202,48 @@ class EpochIterator:
         if rows:
             self._recut.add(payload, rows, number, result.rows, indices)
         self._cut(final=False)
+
+    def _undelivered(self, result, cut=slice_rows):
+        """``(payload, rows, indices, skip)`` of a result, less the ``skip`` rows a resumed first task already delivered."""
+        payload, rows, indices = result.payload, result.rows, result.indices
+        skip, self._skip_rows = self._skip_rows, 0
+        if skip and rows:
+            payload = payload[skip:] if self._unbatched else cut(payload, skip, rows, rows=rows)
+            indices = indices[skip:] if indices is not None else None
+            rows -= skip
+        return payload, rows, indices, skip
+
+    def _recut_rows(self, result, number: int, before: dict, after: dict) -> None:
+        """A generator task's rows join the re-cut; a resumed first task drops the rows already delivered."""
+        payload, rows, indices, _ = self._undelivered(result, self._recut.slice)
+        if rows:
+            self._recut.add(payload, rows, number, result.rows, indices, before=before, after=after)
+        self._cut(final=False)
+
+    def _window_rows(self, result, number: int, before: dict) -> None:
+        """A generator task's rows go through the shuffle window; a resumed first task drops the rows already read."""
+        payload, rows, indices, skip = self._undelivered(result)
+        if rows:
+            self._window_call(self._shuffler.add, payload, rows, indices, number, before, self._unbatched, dropped=skip)
+
+    def _window_call(self, method, *args, **kwargs) -> None:
+        """Run the window, timed; queue what it cuts, or its error (rows that do not batch together) in order."""
+        t0 = time.perf_counter()
+        try:
+            cut = method(*args, **kwargs)
+        except SampleError as exc:
+            self._error = exc
+            self._out.append((_ERROR, exc, 0))
+            return
+        finally:
+            self.stats_.consumer_seconds["shuffle window"] += time.perf_counter() - t0
+        for item, point, rows in cut:
+            self._out.append((item if self._unbatched else self._consumer_batch_steps(item), point, rows))
+
+    @property
+    def window_peak(self) -> int:
+        """The most rows ``shuffle(window=N)`` held at once in this epoch (0 without a window): never above N."""
+        return self._shuffler.peak if self._shuffler is not None else 0
 
     def _cut(self, final: bool) -> None:
         try:
@@ -277,6 +326,11 @@ class EpochIterator:
             self._depth = self._runtime.depth
             stats.depth = self._depth
             stats.decisions.append(decision)
+        decision = self._runtime.observe_workers(stats)
+        if decision is not None:  # more workers (they wait on I/O): a deeper window for them
+            self._depth = stats.depth = self._runtime.depth
+            stats.workers = self._runtime.workers
+            stats.decisions.append(decision)
         return item
 
     def _next_item(self):
@@ -290,6 +344,11 @@ class EpochIterator:
             self._submit_more()
             if self._in_flight == 0:
                 # Nothing running and nothing left to submit: every result is taken.
+                if self._shuffler is not None and not self._window_done and not self._error:
+                    self._window_done = True
+                    self._window_call(self._shuffler.finish)
+                    if self._out:
+                        continue
                 if self._recut is not None and self._recut.rows:
                     self._cut(final=True)
                     if self._out:
@@ -366,6 +425,10 @@ class EpochIterator:
             state.update(task=self._point["task"], offset=self._point["offset"])
             if self._unbatched:
                 state["chunk"] = self._step  # samples per task: the grid "task" counts in
+        if "buckets" in self._point:
+            state["buckets"] = self._point["buckets"]  # bucket_by_length: rows of each bucket handed out since "task"
+        if "window" in self._point:
+            state["window"] = self._point["window"]  # shuffle(window=N): rows delivered, and the oldest row held
         return seal(state)
 
     def stats(self) -> Stats:
@@ -381,6 +444,24 @@ class EpochIterator:
 
 
 _ERROR = object()
+
+
+def _recut_for(plan, state):
+    """The re-cut of a plan whose tasks may not be whole batches: one carry of rows, or buckets."""
+    padder = plan.padder
+    if padder is None:
+        return Recut(plan.part.batch_size, plan.drop_remainder, plan.part.source.where)
+    if padder.buckets is None:
+        return Recut(plan.part.batch_size, plan.drop_remainder, plan.part.source.where, join=padder.join, cut=padder.cut)
+    return Buckets(padder.buckets, plan.drop_remainder, padder.join, padder.cut, (state or {}).get("buckets"))
+
+
+def _window_for(plan, epoch: int, state):
+    """The shuffle window of a stream with ``shuffle(window=N)``, resumed from ``state["window"]`` if given."""
+    if plan.window is None:
+        return None
+    return WindowShuffle(plan.window.window, plan.window.seed, epoch, plan.part.batch_size, plan.drop_remainder,
+                         (state or {}).get("window"), plan.part.source.where)
 
 
 def _user_stacklevel() -> int:

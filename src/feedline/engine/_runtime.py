@@ -21,7 +21,8 @@ import cloudpickle
 
 from .._errors import FeedlineError
 from ..backends import PartNotPicklable, make_executor, warm_up
-from ._autotune import DepthTuner
+from ._autotune import DepthTuner, WorkerTuner
+from ._bulk_trial import SerialOrThreads
 from ._choice import choose, default_workers
 from ._trial import BackendTrial
 
@@ -50,6 +51,9 @@ class Runtime:
         backend, workers, self.reason = choose(plan)
         if backend == "auto":
             self.executor = _auto_executor(plan, workers, self)
+        elif backend == "serial-or-thread":
+            self.executor = SerialOrThreads(make_executor("serial", plan.part, 1, cores=default_workers()),
+                                            make_executor("thread", plan.part, workers, cores=default_workers()))
         else:
             try:
                 self.executor = make_executor(backend, plan.part, workers, cores=default_workers(), ray=plan.ray)
@@ -59,6 +63,7 @@ class Runtime:
         self.cores = self.executor.cores
         self.depth = plan.depth or max(2, 2 * self.workers)  # two tasks per worker: one running, one queued
         self.tuner = DepthTuner(self.depth, self.workers, enabled=plan.depth is None and self.executor.prefetches)
+        self.worker_tuner = WorkerTuner(self.workers, self.cores, enabled=plan.workers is None and backend in ("auto", "thread", "process", "serial-or-thread"))
         self.set_depth(self.depth)
         self._generations = itertools.count()
         self._active = None  # weakref to the current iterator
@@ -80,12 +85,28 @@ class Runtime:
     @property
     def trial(self) -> dict:
         """Samples/s each backend delivered in the automatic choice's trial (empty if none ran)."""
-        return dict(self.executor.rates) if isinstance(self.executor, BackendTrial) else {}
+        return dict(self.executor.rates) if isinstance(self.executor, (BackendTrial, SerialOrThreads)) else {}
 
     def set_depth(self, depth: int) -> None:
         """Change the prefetch depth; each worker may hold its share of it."""
         self.depth = depth
         self.executor.set_window_share(max(1, -(-depth // self.workers)))
+
+    def observe_workers(self, stats) -> str | None:
+        """Let the worker tuner see the epoch's counters after a batch; add workers if it asks and the executor can.
+
+        Returns the decision (text) when the worker count changed.
+        """
+        wanted = self.worker_tuner.observe(stats, self.tuner.batch_bytes)
+        if wanted is None or not self.executor.grow(wanted):
+            if wanted is not None:
+                self.worker_tuner.workers = self.workers  # this backend cannot add workers (yet): ask again later
+            return None
+        old, self.workers = self.workers, self.executor.workers
+        self.tuner.workers = self.workers
+        self.set_depth(max(self.depth, 2 * self.workers))
+        self.tuner.depth = self.depth
+        return f"workers {old} -> {self.workers}: {self.worker_tuner.last_reason}"
 
     def begin(self, iterator, on_superseded: Callable[[], None]) -> int:
         """Make ``iterator`` the active one (superseding the previous); return its generation."""

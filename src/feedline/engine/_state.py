@@ -28,7 +28,8 @@ __all__ = ["STATE_VERSION", "StateRefused", "check", "check_fields", "digest", "
 
 STATE_VERSION = 1
 OLD_CHUNK = 64  # samples per task of an unbatched epoch in states that do not name their grid
-FIELDS = ("version", "epoch", "batches", "skipped", "fingerprint", "task", "offset", "chunk", "streams", "seeds", "digest")
+FIELDS = ("version", "epoch", "batches", "skipped", "fingerprint", "task", "offset", "chunk", "streams", "seeds", "digest",
+          "buckets", "window")
 _ADVICE = ("use the state it.state() returned, unchanged (json.dump and json.load keep it), "
            "or start the epoch over with pipe.epoch(k)")
 
@@ -131,6 +132,11 @@ def check_fields(state) -> dict:
         seeds = state["seeds"]
         if not isinstance(seeds, list) or any(isinstance(s, bool) or not isinstance(s, numbers.Integral) or s < 0 for s in seeds):
             raise StateRefused("seeds", f"must be a list of the shuffle seeds (integers >= 0), got {seeds!r:.80}")
+    if "buckets" in state:
+        buckets = state["buckets"]
+        if not isinstance(buckets, list) or any(isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 0 for n in buckets):
+            raise StateRefused("buckets", f"must be a list of row counts (integers >= 0), one per bucket, got {buckets!r:.80}")
+        out["buckets"] = [int(n) for n in buckets]
     skipped = state["skipped"]
     if not isinstance(skipped, list):
         raise StateRefused("skipped", f"must be a list of [index, reason] pairs, got a {type(skipped).__name__}")
@@ -176,13 +182,70 @@ def check(state, plan, fingerprint: str) -> dict:
     out = check_fields(state)
     if state["fingerprint"] != fingerprint:
         raise StateRefused("fingerprint", "does not match this pipeline", "resume with the pipeline that saved it")
-    if plan.streaming:
-        _check_streams(state, out, plan)
-    else:
-        _check_indexed(state, out, plan)
+    try:
+        _check_buckets(state, out, plan)
+        _check_window(state, out, plan)
+        if plan.streaming:
+            _check_streams(state, out, plan)
+        else:
+            _check_indexed(state, out, plan)
+    except StateRefused as refusal:  # two fields disagree: the digest tells whether either was edited (found by fuzzing)
+        if "digest" in state and _edited(state):
+            refusal.args = (f"{refusal}. state['digest'] does not match the other fields either: the state was changed "
+                            "after it.state() wrote it, maybe in a field other than the one named here",)
+        raise
     if "digest" in state and digest(state) != state["digest"]:
         raise StateRefused("digest", "does not match the other fields: the state was changed after it.state() wrote it")
     return out
+
+
+def _edited(state: dict) -> bool:
+    """Whether the digest of ``state`` differs from the one it carries (or cannot be computed)."""
+    try:
+        return digest(state) != state["digest"]
+    except StateRefused:
+        return True
+
+
+def _check_window(state: dict, out: dict, plan) -> None:
+    """shuffle(window=N): rows delivered, and the oldest row the buffer held (where the resumed stream starts again)."""
+    if plan.window is None:
+        if "window" in state:
+            raise StateRefused("window", "is written only for pipelines with shuffle(window=...); this one has none",
+                               "resume with the pipeline that saved it")
+        return
+    window = state.get("window")
+    if window is None:
+        raise StateRefused("window", f"is missing: this pipeline has {plan.window.describe()}, whose resume needs it")
+    ok = isinstance(window, dict) and set(window) == {"delivered", "first"} and all(
+        isinstance(v, numbers.Integral) and not isinstance(v, bool) and v >= 0 for v in window.values())
+    if not ok:
+        raise StateRefused("window", f"must be a dict of 'delivered' and 'first' (integers >= 0), got {window!r:.100}")
+    if window["first"] >= window["delivered"] + plan.window.window:
+        raise StateRefused("window", f"names row {window['first']} as the oldest held, but after {window['delivered']} "
+                           f"rows delivered a window of {plan.window.window} holds none newer than "
+                           f"{window['delivered'] + plan.window.window - 1}")
+    out["window"] = {"delivered": int(window["delivered"]), "first": int(window["first"])}
+
+
+def _bucketed(plan) -> bool:
+    return plan.padder is not None and plan.padder.buckets is not None
+
+
+def _check_buckets(state: dict, out: dict, plan) -> None:
+    """bucket_by_length: one count per bucket; its point is the oldest task with rows waiting, so ``batches`` may exceed it."""
+    if not _bucketed(plan):
+        if "buckets" in state:
+            raise StateRefused("buckets", "is written only for pipelines with bucket_by_length(); this one has none",
+                               "resume with the pipeline that saved it")
+        return
+    count = len(plan.padder.buckets)
+    if len(out.setdefault("buckets", [0] * count)) != count:
+        raise StateRefused("buckets", f"has {len(out['buckets'])} counts, but this pipeline has {count} buckets",
+                           "resume with the pipeline that saved it")
+    if out["offset"]:
+        raise StateRefused("offset", f"is {out['offset']}, but a state of bucket_by_length() always has offset 0 "
+                           "(state['buckets'] counts the rows handed out)")
 
 
 def _check_indexed(state: dict, out: dict, plan) -> None:
@@ -209,7 +272,7 @@ def _check_indexed(state: dict, out: dict, plan) -> None:
         raise StateRefused("offset", f"is {offset}, but task {task} holds only {rows} samples (the offset counts "
                            "those already delivered, fewer than the task holds)")
     consumed = min(count, task * step)
-    if out["batches"] > consumed + offset:
+    if out["batches"] > consumed + offset and not _bucketed(plan):
         raise StateRefused("batches", f"is {out['batches']}, more than the {consumed + offset} samples delivered before "
                            f"task {task}, offset {offset}")
     if plan.part.aligned and out["batches"] != (consumed + offset if unbatched else task):
@@ -240,12 +303,11 @@ def _check_streams(state: dict, out: dict, plan) -> None:
     if out["task"]:
         raise StateRefused("task", f"is {out['task']}, but the state of a generator source keeps its place in "
                            "state['streams'] and always has 0 here")
-    offset, unbatched = out["offset"], plan.part.batch_size is None
-    if offset and not unbatched:
-        raise StateRefused("offset", f"is {offset}, but a generator source's batches are whole tasks, so its offset is always 0")
-    if offset >= plan.part.stream_chunk:
+    offset = out["offset"]
+    size = plan.part.batch_size or plan.part.stream_chunk  # items a task reads (batches are re-cut across shards)
+    if offset >= size:
         raise StateRefused("offset", f"is {offset}, but a task of this generator source reads at most "
-                           f"{plan.part.stream_chunk} items (the offset counts those already delivered, fewer)")
+                           f"{size} items (the offset counts those already delivered, fewer)")
     streams = state.get("streams")
     if not isinstance(streams, dict) or set(streams) != {"positions", "exhausted", "cursor"}:
         raise StateRefused("streams", f"must be a dict with 'positions', 'exhausted' and 'cursor', got {streams!r:.100}")
@@ -278,7 +340,7 @@ def _check_streams(state: dict, out: dict, plan) -> None:
     if offset and shards[cursor] in done:
         raise StateRefused("offset", f"is {offset}, items of a task of shard {shards[cursor]}, which state['streams'] lists as exhausted")
     out["streams"] = {"positions": clean, "exhausted": sorted(done), "cursor": int(cursor)}
-    if out["batches"] > sum(clean.values()) + offset:
+    if out["batches"] > sum(clean.values()) + offset and not _bucketed(plan) and plan.window is None:
         raise StateRefused("batches", f"is {out['batches']}, more than the {sum(clean.values()) + offset} items read from the shards")
     skipped = out["skipped"] = [list(item) for item in state["skipped"]]
     for k, (index, _) in enumerate(skipped):

@@ -201,6 +201,13 @@ class BackendTrial(Executor):
     def wait_ready(self, timeout: float | None = None) -> bool:
         return all(e.wait_ready(timeout) for e in self._live())
 
+    def grow(self, workers: int) -> bool:
+        """Only once the trial is over: the winner adds workers (the measurements compare equal worker counts)."""
+        if self.winner is None or not self._winning().grow(workers):
+            return False
+        self.workers = workers
+        return True
+
     def close(self) -> None:
         self._restore_switch()
         for executor in (self.threads, self.processes):

@@ -9,17 +9,20 @@ the description is pickled (see `__getstate__`).
 from __future__ import annotations
 
 import hashlib
+import numbers
 import time
 import warnings
 import weakref
 from typing import TYPE_CHECKING
 
 from .._errors import FeedlineError
+from .._padding import Padder
+from ..sources._composed import ComposedSource
 from ._cache import CacheSource
 from ._environment import rank_from_environment
-from ._plan import compile_plan, new_seed
+from ._plan import OrderedSource, compile_plan, new_seed
 from ._settings import Ray
-from ._steps import Batch, Filter, Map, MapBatch, Prefetch, Shard, Shuffle
+from ._steps import Batch, Filter, Map, MapBatch, PaddedBatch, Prefetch, Shard, Shuffle, Skip, Take
 
 if TYPE_CHECKING:
     from ..engine import EpochIterator
@@ -53,7 +56,8 @@ class Pipeline:
 
     def _seed(self) -> int:
         """The first shuffle's seed (0 without one): it also seeds the ``rng`` of ``map`` functions."""
-        return next((step.seed for step in self._steps if isinstance(step, Shuffle)), 0)
+        own = self._source.seed if isinstance(self._source, OrderedSource) else 0  # mix's seed, or the repeated pipeline's
+        return next((step.seed for step in self._steps if isinstance(step, Shuffle)), own)
 
     @property
     def source(self):
@@ -78,7 +82,7 @@ class Pipeline:
         self.__init__(state["source"], state["steps"])
         self._next_epoch = state["next_epoch"]
 
-    def shuffle(self, seed: int | None = None) -> "Pipeline":
+    def shuffle(self, seed: int | None = None, *, window: int | None = None) -> "Pipeline":
         """Visit samples in a new order each epoch, a permutation from ``(seed, epoch)``.
 
         Only indices are permuted (never a buffer of decoded samples), so the
@@ -86,12 +90,25 @@ class Pipeline:
         it is shown by ``print(pipe)`` and kept in checkpoints. The seed also
         seeds the ``rng`` given to ``map`` functions. For a generator source,
         the order of shards is shuffled.
+
+        ``window=N`` (generator sources only; tf.data's ``shuffle(buffer_size)``,
+        Grain's window shuffle) also mixes samples within and across shards:
+        the consumer keeps a buffer of N samples and hands out one drawn from
+        ``(seed, epoch)`` as each new one arrives. The order is the same on
+        every backend and worker count, and ``it.state()`` resumes it exactly.
+        It sits where samples reach the consumer, after ``map``/``filter``;
+        memory is N samples. Indexed sources refuse it: ``shuffle(seed)``
+        already permutes their whole epoch.
+
+        Raises:
+            ValueError: ``seed`` or ``window`` is not a valid integer; ``window``
+                on an indexed source (naming the fix).
         """
-        return self._with(Shuffle(new_seed() if seed is None else seed))
+        return self._with(Shuffle(new_seed() if seed is None else seed, window))
 
     def map(
         self, fn, *, workers: int | None = None, backend: str | Ray | None = None, on_error="raise", ordered: bool = True,
-        ray_address: str | None = None, ray_options: dict | None = None,
+        timeout: float | None = None, ray_address: str | None = None, ray_options: dict | None = None,
     ) -> "Pipeline":
         """Apply ``fn(sample)`` or ``fn(sample, rng)`` to every sample, in parallel.
 
@@ -110,6 +127,15 @@ class Pipeline:
                 ``(index, error) -> replacement sample``.
             ordered: False lets batches arrive in completion order (faster
                 when sample costs vary; not resumable mid-epoch).
+            timeout: seconds one sample's read and per-sample steps may take
+                (None: no limit). A sample still running after that is
+                stopped by killing its worker process, a new worker takes
+                over, and the sample follows ``on_error`` as a `TimeoutError`
+                (``"raise"``: a `SampleError` naming the sample, its file and
+                the limit, at its batch). Runs the map in processes (a
+                thread cannot be stopped): ``backend="thread"``/``"serial"``
+                are refused, ``"ray"`` is not supported yet. The smallest
+                limit of several maps applies.
             ray_address, ray_options: deprecated spelling of
                 ``backend=fl.Ray(address=..., **options)``.
         """
@@ -123,7 +149,7 @@ class Pipeline:
                 DeprecationWarning, stacklevel=2,
             )
             ray = Ray.from_options(ray_address, ray_options)
-        return self._with(Map(fn, workers=workers, backend=backend, on_error=on_error, ordered=ordered, ray=ray))
+        return self._with(Map(fn, workers=workers, backend=backend, on_error=on_error, ordered=ordered, ray=ray, timeout=timeout))
 
     def filter(self, pred) -> "Pipeline":
         """Keep the samples for which ``pred(sample)`` is true."""
@@ -137,6 +163,149 @@ class Pipeline:
         ``collate(list_of_samples)`` replaces it.
         """
         return self._with(Batch(size, drop_remainder, collate))
+
+    def padded_batch(
+        self, size: int, pad_value=0, *, pad_to=None, pad_multiple: int | None = None, axis: int = 0,
+        lengths: bool = False, mask: bool = False, drop_remainder: bool = False,
+    ) -> "Pipeline":
+        """Batch samples of different lengths (audio clips, token lists), padding them to a common length.
+
+        tf.data's ``padded_batch``, or a DataLoader ``collate_fn`` calling
+        ``pad_sequence``. Every array or list field of the sample (a dict's
+        values, a tuple's items, or the sample itself) is padded along
+        ``axis`` with ``pad_value``: to the longest sample of the batch, to
+        ``pad_to``, then up to a multiple of ``pad_multiple``; other fields
+        are batched as ``batch()`` does. See docs/variable_length.md.
+
+        Args:
+            size: samples per batch.
+            pad_value: a number for every field, or ``{field: value}``: only
+                those fields are padded (dict keys, or a tuple's positions).
+            pad_to: a fixed length (int, or ``{field: int}``); a longer
+                sample is an error naming it. None: the batch's longest.
+            pad_multiple: round the padded length up to a multiple of this.
+            axis: the axis of each sample that varies (0: the first).
+            lengths, mask: add each padded field's lengths (int64) and/or
+                mask (bool, True on real items): ``"<field>_lengths"`` and
+                ``"<field>_mask"`` keys for a dict sample, appended to a
+                tuple sample, ``(padded, lengths, mask)`` for a bare one.
+            drop_remainder: drop the epoch's last batch if it is short.
+
+        >>> import feedline as fl
+        >>> pipe = fl.from_sequence([[1, 2, 3], [4], [5, 6]]).padded_batch(3, lengths=True)
+        >>> [(x.tolist(), n.tolist()) for x, n in pipe]
+        [([[1, 2, 3], [4, 0, 0], [5, 6, 0]], [3, 1, 2])]
+        """
+        padder = Padder(pad_value, pad_to, pad_multiple, axis, lengths, mask)
+        return self._with(PaddedBatch(size, drop_remainder, None, padder))
+
+    def bucket_by_length(
+        self, length_fn, boundaries, batch_sizes, *, pad_value=0, pad_to_boundary: bool = False,
+        pad_multiple: int | None = None, axis: int = 0, lengths: bool = False, mask: bool = False,
+        drop_remainder: bool = False,
+    ) -> "Pipeline":
+        """Batch samples of similar length together, each bucket with its own batch size, padded.
+
+        tf.data's ``bucket_by_sequence_length``. ``length_fn(sample)`` puts
+        a sample in bucket ``b`` when ``boundaries[b-1] <= length <
+        boundaries[b]`` (bucket 0 below the first boundary, the last one
+        from the last boundary up); a bucket's batch is handed out as soon
+        as it holds ``batch_sizes[b]`` samples, and what is left in each
+        bucket at the end of the epoch comes last, bucket by bucket (unless
+        ``drop_remainder``). Which batches come out, in which order, is a
+        function of the epoch's sample order only: the same for any backend
+        and worker count, and ``state()``/``resume()`` are exact (a resume
+        re-reads from the oldest sample still waiting in a bucket).
+        Padding is as in `padded_batch`; ``pad_to_boundary=True`` pads
+        bucket ``b`` to ``boundaries[b] - 1`` (the last bucket to its
+        longest). See docs/variable_length.md.
+
+        >>> import feedline as fl
+        >>> clips = [[1] * n for n in (1, 5, 2, 6, 1, 7)]
+        >>> pipe = fl.from_sequence(clips).bucket_by_length(len, [4], [2, 2])
+        >>> [b.shape for b in pipe]
+        [(2, 2), (2, 6), (1, 1), (1, 7)]
+        """
+        if isinstance(boundaries, (str, bytes)) or not hasattr(boundaries, "__len__"):
+            raise ValueError(f"bucket_by_length(boundaries=...) must be a list of integers, got {boundaries!r}")
+        if isinstance(batch_sizes, (str, bytes)) or not hasattr(batch_sizes, "__len__"):
+            raise ValueError(f"bucket_by_length(batch_sizes=...) must be a list of integers, got {batch_sizes!r}")
+        padder = Padder(pad_value, None, pad_multiple, axis, lengths, mask, length_fn, tuple(boundaries),
+                        tuple(batch_sizes), pad_to_boundary)
+        return self._with(PaddedBatch(max(padder.batch_sizes), drop_remainder, None, padder))
+
+    def take(self, n: int) -> "Pipeline":
+        """Keep the first ``n`` samples of every epoch (``n`` batches, when placed after ``batch()``).
+
+        After ``shuffle()`` that is a new random subset each epoch; before
+        it, the same ``n`` samples in a new order. See docs/vocabulary.md.
+
+        >>> import numpy as np, feedline as fl
+        >>> [int(x) for x in fl.from_arrays(np.arange(10)).skip(2).take(3)]
+        [2, 3, 4]
+        """
+        step = Take(n)
+        samples = self._endless_take(step.count)
+        if samples is not None:  # repeat().take(n): epochs of n samples (or batches), from as many passes as that takes
+            s = self._source
+            return Pipeline(ComposedSource("repeat", s.children, seed=s.seed, count=None, limit=samples), self._steps)
+        return self._with(step)
+
+    def _endless_take(self, n: int) -> int | None:
+        """Samples per epoch for ``take(n)`` after an endless ``repeat()`` (None: not that case)."""
+        if not self._endless():
+            return None
+        batch = next((s for s in self._steps if isinstance(s, Batch)), None)
+        if batch is None:
+            return n if all(isinstance(s, (Map, Filter, Prefetch)) for s in self._steps) else None
+        whole = (batch.padder is None or batch.padder.buckets is None) and not any(
+            isinstance(s, Filter) or (isinstance(s, Map) and s.skips) for s in self._steps)
+        return n * batch.size if whole and all(isinstance(s, (Map, Prefetch, Batch, MapBatch)) for s in self._steps) else None
+
+    def skip(self, n: int) -> "Pipeline":
+        """Leave out the first ``n`` samples of every epoch (``n`` batches, when placed after ``batch()``)."""
+        return self._with(Skip(n))
+
+    def repeat(self, count: int | None = None) -> "Pipeline":
+        """One epoch becomes ``count`` passes over the pipeline so far.
+
+        Pass ``p`` of epoch ``e`` is epoch ``e * count + p`` of the pipeline
+        before ``repeat``: each pass has its own ``shuffle`` order and its own
+        ``rng`` draws, and ``len()`` is ``count`` times as large.
+        ``set_epoch``, ``state()`` and ``resume`` count epochs of the
+        repeated pipeline.
+
+        ``count=None`` repeats without end: ``iter(pipe)`` runs pass after
+        pass and never stops (stop your loop, or give Keras
+        ``steps_per_epoch``); batches run across passes, all full;
+        ``it.state()`` and ``resume`` work as for any epoch.
+        ``repeat().take(n)`` makes epochs of ``n`` samples out of as many
+        passes as that needs. See docs/vocabulary.md.
+
+        >>> import numpy as np, feedline as fl
+        >>> [int(x) for x in fl.from_arrays(np.arange(3)).repeat(2)]
+        [0, 1, 2, 0, 1, 2]
+        """
+        if count is not None and (isinstance(count, bool) or not isinstance(count, numbers.Integral) or count < 1):
+            raise ValueError(f"repeat(count={count!r}) must be an integer >= 1, or None for an endless epoch")
+        if self._source.streaming:
+            raise ValueError("repeat(count) needs a random-access source; a generator source has no sample order to "
+                             "replay. Iterate the pipeline count times instead (each iter(pipe) is an epoch)")
+        # Index steps stay with the repeated pipeline (each pass has its own order);
+        # per-sample steps run after the repeat, with each pass's own rng.
+        kept, moved = [], []
+        for step in self._steps:
+            if isinstance(step, (Batch, MapBatch)):
+                raise ValueError(f"repeat() after {step.describe()}: repeat the samples, then batch; put repeat() before batch()")
+            (moved if isinstance(step, (Map, Filter, Prefetch)) else kept).append(step)
+        if self._endless():
+            raise ValueError("repeat() of a pipeline that already repeats without end; give the first repeat() a count")
+        inner = Pipeline(self._source, tuple(kept))
+        count = None if count is None else int(count)
+        return Pipeline(ComposedSource("repeat", [inner], seed=inner._seed(), count=count), tuple(moved))
+
+    def _endless(self) -> bool:
+        return isinstance(self._source, OrderedSource) and self._source.endless
 
     def map_batch(self, fn) -> "Pipeline":
         """Apply ``fn(batch)`` to each batch (vectorised work, after `batch`)."""
@@ -167,7 +336,7 @@ class Pipeline:
             index, count = rank_from_environment()
         elif index is None or count is None:
             raise ValueError("shard() takes both index and count, or neither (to read them from the environment)")
-        if even == "auto":
+        if isinstance(even, str) and even == "auto":
             even = "drop" if from_environment else None
         return self._with(Shard(index, count, even))
 
@@ -211,6 +380,9 @@ class Pipeline:
         >>> [b.tolist() for b in pipe]
         [[0, 10, 20], [30, 40, 50]]
         """
+        if isinstance(self._source, OrderedSource):
+            raise ValueError("cache() after fl.mix(), fl.concatenate() or repeat(): their order and draws change every "
+                             "epoch; cache each input before combining them, e.g. fl.mix([a.cache(path_a), b.cache(path_b)])")
         for step in self._steps:
             conflict = step.cache_conflict()
             if conflict:
@@ -244,12 +416,25 @@ class Pipeline:
         return self._iterator(epoch, created=created)
 
     def _iterator(self, epoch: int, state: dict | None = None, created: float | None = None) -> EpochIterator:
+        iterator = self._epoch_iterator(epoch, state, created)
+        if self._endless():
+            from ..engine._endless import EndlessIterator  # start-up cost, as in _ensure_runtime
+
+            return EndlessIterator(iterator, self._next_pass)
+        return iterator
+
+    def _epoch_iterator(self, epoch: int, state: dict | None = None, created: float | None = None) -> EpochIterator:
         from ..engine import EpochIterator  # start-up cost, as in _ensure_runtime
 
         return EpochIterator(
             self._ensure_runtime(), epoch, fingerprint=self._fingerprint(), source_kind=type(self._source).__name__,
             state=state, created=created, owner=self,
         )
+
+    def _next_pass(self, k: int) -> EpochIterator:
+        """Pass ``k`` of an endless ``repeat()``: the endless iterator's next epoch."""
+        self._next_epoch = k + 1
+        return self._epoch_iterator(k)
 
     def epoch(self, k: int) -> EpochIterator:
         """An iterator over epoch ``k``; the next ``iter(pipe)`` is epoch ``k + 1``."""
@@ -293,7 +478,7 @@ class Pipeline:
             def fingerprint_with(seeds) -> str:
                 steps = list(self._steps)
                 for k, seed in zip(shuffles, seeds):
-                    steps[k] = Shuffle(int(seed))
+                    steps[k] = Shuffle(int(seed), steps[k].window)
                 return Pipeline(self._source, tuple(steps))._fingerprint()
 
             raise _state.fingerprint_refused(fields, [self._steps[k].seed for k in shuffles], fingerprint_with)
@@ -303,6 +488,8 @@ class Pipeline:
 
     def __len__(self) -> int:
         """Batches per epoch (samples, if the pipeline does not batch)."""
+        if self._endless():
+            raise TypeError("len() is unknown for repeat() without a count: its epoch never ends")
         self._prepare_source()
         return self._plan.num_batches()
 
@@ -359,6 +546,8 @@ class Pipeline:
         except TypeError:
             length = getattr(self._source, "num_shards", -1)
         parts = [type(self._source).__name__, str(length)]
+        if isinstance(self._source, OrderedSource):
+            parts.append(self._source.order_fingerprint())
         parts += [p for p in (step.fingerprint() for step in self._steps) if p is not None]
         return hashlib.sha256("|".join(parts).encode()).hexdigest()[:16]
 

@@ -19,9 +19,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .._padding import Finish
 from ._settings import Ray
 
-__all__ = ["Plan", "WorkerPart", "compile_plan", "new_seed"]
+__all__ = ["OrderedSource", "Plan", "WorkerPart", "compile_plan", "new_seed"]
 
 CHUNK_UNBATCHED = 64  # most samples per task of an unbatched pipeline: amortises messaging for cheap samples
 TASKS_UNBATCHED = 256  # an unbatched epoch is cut into at least this many tasks: work for 128 workers x 2
@@ -40,6 +41,8 @@ class WorkerPart:
     aligned: bool
     skip_read: bool = False  # a failed read (or filter) is skipped: the first map's on_error is "skip"
     stream_chunk: int = CHUNK_UNBATCHED  # samples per task of an unbatched stream
+    timeout: float | None = None  # seconds one sample's read and maps may take (map(timeout=...))
+    timeout_stage: int | None = None  # the per-sample step whose on_error a timed-out sample follows
 
     @property
     def bulk_read(self) -> bool:
@@ -72,6 +75,8 @@ class Plan:
     depth: int | None
     ray: Ray | None = None
     filtered: bool = False  # a filter() makes the number of samples per epoch unknown in advance
+    padder: object = None  # padded_batch / bucket_by_length (`feedline._padding.Padder`): how re-cut pieces join
+    window: object = None  # the Shuffle step with window=N: a stream's rows shuffled in the consumer (engine/_window.py)
 
     @property
     def streaming(self) -> bool:
@@ -95,8 +100,9 @@ class Plan:
     def runs_user_code(self) -> bool:
         """Per-sample Python work exists (steps, or a source that calls user code to read).
 
-        (A pipeline whose only Python is ``map_batch`` still runs serially: its
-        batches are bulk reads; running map_batch in workers is issue 15's to do.)
+        (A pipeline whose only Python is ``map_batch`` reads in bulk: the
+        calling thread and a thread pool are tried on it, see
+        `feedline.engine._bulk_trial`.)
         """
         return bool(self.part.ops) or self.part.source.user_code
 
@@ -109,7 +115,13 @@ class Plan:
 
     def epoch_indices(self, epoch: int) -> np.ndarray:
         """The epoch's sample indices in delivery order (indexed sources)."""
-        return self.epoch_order(len(self.part.source), epoch)
+        source = self.part.source
+        if isinstance(source, OrderedSource):  # a composite (mix, concatenate, repeat) starts from its own order
+            order = source.first_order(epoch)
+            for step in self.index_steps:
+                order = step.reorder(order, epoch)
+            return order
+        return self.epoch_order(len(source), epoch)
 
     def epoch_shards(self, epoch: int) -> list[int]:
         """The epoch's generator shards in delivery order (streaming sources)."""
@@ -119,6 +131,8 @@ class Plan:
         """Batches per epoch; TypeError when it cannot be known in advance."""
         if self.streaming:
             raise TypeError("len() is unknown for a generator source: the number of samples is not known in advance")
+        if self.padder is not None and self.padder.buckets is not None:
+            raise TypeError("len() is unknown after bucket_by_length(): how many batches each bucket fills depends on the data")
         if self.filtered:
             raise TypeError("len() is unknown after filter(): the number of samples kept is not known in advance")
         n = len(self.epoch_indices(0))
@@ -136,6 +150,29 @@ class PlanBuilder:
         self.batch = None
         self.depth = None
         self.filtered = False
+        self.positional = []  # take()/skip(): they count samples, which a generator's shards are not
+        self.window = None  # shuffle(window=N)
+
+    def add_positions(self, step, verb: str) -> None:
+        """take()/skip(): an index step; after batch() it counts batches, when every batch is full."""
+        self.positional.append(verb)
+        if self.batch is None:
+            self.index_steps.append(step)
+            return
+        if self.filtered or any(m.skips for m in self.maps):
+            raise ValueError(f"{verb}() after batch() counts batches, but a filter() or map(on_error='skip') before it "
+                             f"makes batches come out of re-cut samples; put {verb}() before batch() to count samples")
+        if self.batch.padder is not None and self.batch.padder.buckets is not None:
+            raise ValueError(f"{verb}() after bucket_by_length() would count batches of different sizes; put {verb}() "
+                             "before it to count samples")
+        self.index_steps.append(step.per_sample(self.batch.size))
+
+    def add_window(self, step) -> None:
+        """shuffle(window=N): one stream shuffle per pipeline, before batch() (checked by add_index_step)."""
+        if self.window is not None:
+            raise ValueError(f"shuffle(window=...) appears twice ({self.window.describe()} and {step.describe()}); "
+                             "one window shuffles the stream, give it the window you want")
+        self.window = step
 
     def add_index_step(self, step, verb: str) -> None:
         if self.batch is not None:
@@ -166,33 +203,70 @@ def compile_plan(source, steps, seed: int) -> Plan:
     builder = PlanBuilder()
     for step in steps:
         step.place(builder)
+    if source.streaming and builder.positional:
+        verb = builder.positional[0]
+        raise ValueError(f"{verb}() needs a random-access source; a generator source streams its shards, so it has no "
+                         f"sample positions to count. Give from_generator(samples_per_epoch=...) for a fixed epoch length, "
+                         f"or stop your loop after n batches")
+    if isinstance(source, OrderedSource) and source.endless and builder.index_steps:
+        step = builder.index_steps[0].describe()
+        raise ValueError(f"{step} after repeat() without a count would need the whole endless stream; put it before "
+                         "repeat() (every pass gets its own order), or give repeat(count)")
+    _check_window(source, builder.window, builder.batch)
     maps = builder.maps
     backend, workers, ray = _executor_settings(maps)
-    aligned = source.streaming or not (builder.filtered or any(m.skips for m in maps))
-    # (a stream task always fills its batch from one shard, so streams are aligned too)
+    timeout, timeout_stage = _timeout_settings(builder.ops, maps, source, backend, workers)
+    if timeout is not None:
+        backend = "process"  # only a process can be stopped in the middle of a sample
     batch = builder.batch
+    if isinstance(source, OrderedSource) and source.endless and batch is not None:
+        source = source.for_batches(batch.size)  # an endless repeat's batches run across passes, all full
+    # A generator's batches are re-cut across shards (a shard's last task is short), so batched streams never align.
+    aligned = not ((source.streaming and batch is not None) or builder.filtered or any(m.skips for m in maps))
+    padder = batch.padder if batch else None  # padded_batch / bucket_by_length
+    if padder is not None and padder.buckets is not None:
+        aligned = False  # buckets gather rows from many tasks
+    collate = padder.collate(aligned) if padder is not None else (batch.collate if batch else None)
+    finish = [Finish(padder)] if padder is not None and not aligned else []  # the consumer fits re-cut pieces
     part = WorkerPart(
         source=source,
         ops=builder.ops,
         batch_size=batch.size if batch else None,
-        collate=batch.collate if batch else None,
+        collate=collate,
         batch_ops=builder.batch_ops if aligned else [],
         seed=seed,
         aligned=aligned,
         skip_read=bool(maps) and maps[0].skips,
+        timeout=timeout,
+        timeout_stage=timeout_stage,
     )
     return Plan(
         part=part,
         index_steps=builder.index_steps,
         drop_remainder=bool(batch and batch.drop_remainder),
-        consumer_batch_ops=[] if aligned else builder.batch_ops,
+        consumer_batch_ops=[] if aligned else finish + builder.batch_ops,
         backend=backend,
         workers=workers,
         ordered=all(m.ordered for m in maps),
         depth=builder.depth,
         ray=ray,
         filtered=builder.filtered,
+        padder=padder,
+        window=builder.window,
     )
+
+
+def _check_window(source, window, batch) -> None:
+    """shuffle(window=N) shuffles a stream's rows: refused where it cannot, or need not, work."""
+    if window is None:
+        return
+    if not source.streaming:
+        raise ValueError(f"{window.describe()}: window= is for generator sources, which stream; this source is read by "
+                         f"index, so shuffle(seed={window.seed}) already permutes the whole epoch (any sample can land "
+                         "anywhere, no buffer needed). Drop window=")
+    if batch is not None and batch.padder is not None:
+        raise ValueError(f"{window.describe()} with padded_batch() or bucket_by_length() is not supported yet; "
+                         "use batch(), or pad in map() to a fixed length")
 
 
 def _executor_settings(maps):
@@ -211,6 +285,60 @@ def _executor_settings(maps):
     backend = backends.pop() if backends else None
     ray = (given[0] if given else Ray()) if backend == "ray" else None
     return backend, (counts.pop() if counts else None), ray
+
+
+def _timeout_settings(ops, maps, source, backend, workers):
+    """The per-sample time limit and the step whose ``on_error`` it follows: (None, None) without one.
+
+    The smallest ``map(timeout=...)`` applies to the whole of a sample's
+    per-sample work. Only a process worker can be stopped while it is stuck
+    (a thread cannot be killed, and abandoning it would leave it holding its
+    file and memory), so the limit needs the process backend.
+    """
+    timed = [m for m in maps if m.timeout is not None]
+    limits = [(op.timeout, stage) for stage, op in enumerate(ops) if any(op is m for m in timed)]
+    if not limits:
+        return None, None
+    timeout, stage = min(limits)
+    if backend in ("serial", "thread"):
+        where = "the calling thread" if backend == "serial" else "a thread worker"
+        raise ValueError(f"map(timeout={timeout!r}) with backend={backend!r}: a sample stuck in {where} cannot be "
+                         "stopped (Python cannot kill a thread); use backend='process' or leave backend unset")
+    if backend == "ray":
+        raise ValueError(f"map(timeout={timeout!r}) is not supported yet with backend='ray'; use backend='process', "
+                         "or Ray's own task timeouts inside your function")
+    if workers == 0:
+        raise ValueError(f"map(timeout={timeout!r}) with workers=0: the limit stops a stuck worker process, so it needs "
+                         "at least one; give workers=None or a count")
+    if source.streaming or source.needs_ray:
+        kind = "a generator source" if source.streaming else "a Ray Dataset source"
+        raise ValueError(f"map(timeout={timeout!r}) is not supported with {kind}: a stuck sample is left out by its "
+                         "index, which needs a random-access source read by process workers")
+    return float(timeout), stage
+
+
+class OrderedSource:
+    """A source whose epoch starts from an order of its own, not ``arange(len(source))``.
+
+    Composites (``fl.mix``, ``fl.concatenate``, ``repeat``) implement it: the
+    order is computed by the consumer from ``(seed, epoch)`` before the epoch
+    starts, so the plan's index steps, the tasks and resumption work unchanged.
+    """
+
+    seed = 0  # seeds the rng of map() functions placed after the composite (no shuffle() after it)
+    endless = False  # repeat() without a count: the iterator runs epoch after epoch as one stream
+
+    def first_order(self, epoch: int) -> np.ndarray:
+        """The epoch's sample indices, before the index steps placed after the composite."""
+        raise NotImplementedError
+
+    def order_fingerprint(self) -> str:
+        """What a saved ``it.state()`` must match: the children and how they are combined."""
+        raise NotImplementedError
+
+    def for_batches(self, size: int) -> "OrderedSource":
+        """The source to read when batches hold ``size`` samples (an endless repeat groups passes to fill them)."""
+        return self
 
 
 def new_seed() -> int:

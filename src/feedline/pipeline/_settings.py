@@ -28,6 +28,16 @@ class Ray:
             to 1: one actor runs one task at a time). feedline sets the rest
             (one call at a time, no restarts by Ray: it redoes lost work
             itself, exactly once).
+        max_bytes_in_flight: the most bytes of batches the pipeline keeps in
+            Ray's object store at once (finished, fetched but not yet used,
+            or being made), besides the prefetch depth's count; default a
+            quarter of the object store of the training process's node, so
+            a slow trainer never makes Ray spill batches to disk. At least
+            one task always runs, so a batch larger than this still passes.
+        start_timeout: seconds to wait for room for the first actor when
+            the cluster has no free CPUs (or other resources) for one;
+            default 5, then `fl.WorkerError` says what is free and what holds
+            it. Raise it on an autoscaling cluster, where nodes join on demand.
 
     >>> import feedline as fl
     >>> fl.Ray(num_cpus=2).actor_options()
@@ -42,6 +52,8 @@ class Ray:
     runtime_env: dict | None = None
     scheduling_strategy: object = None
     accelerator_type: str | None = None
+    max_bytes_in_flight: int | None = None
+    start_timeout: float | None = None
 
     OPTIONS = ("accelerator_type", "memory", "num_cpus", "num_gpus", "resources", "runtime_env", "scheduling_strategy")
 
@@ -54,6 +66,14 @@ class Ray:
                 raise ValueError(f"fl.Ray({key}={value!r}): must be a number >= 0")
         if self.memory is not None and (isinstance(self.memory, bool) or not isinstance(self.memory, numbers.Integral) or self.memory < 1):
             raise ValueError(f"fl.Ray(memory={self.memory!r}): bytes of memory reserved per actor, an integer >= 1")
+        if self.max_bytes_in_flight is not None and (
+            isinstance(self.max_bytes_in_flight, bool) or not isinstance(self.max_bytes_in_flight, numbers.Integral) or self.max_bytes_in_flight < 1
+        ):
+            raise ValueError(f"fl.Ray(max_bytes_in_flight={self.max_bytes_in_flight!r}): bytes of batches in Ray's object store, an integer >= 1")
+        if self.start_timeout is not None and (
+            isinstance(self.start_timeout, bool) or not isinstance(self.start_timeout, numbers.Real) or not self.start_timeout >= 0
+        ):
+            raise ValueError(f"fl.Ray(start_timeout={self.start_timeout!r}): seconds to wait for room on the cluster, a number >= 0")
         if self.resources is not None and not isinstance(self.resources, dict):
             raise TypeError("fl.Ray(resources=...) must be a dict of custom resource name -> amount")
 
@@ -74,4 +94,5 @@ class Ray:
     def describe(self) -> str:
         shown = [f"address={self.address!r}"] if self.address is not None else []
         shown += [f"{k}={v!r}" for k, v in self.actor_options().items()]
+        shown += [f"{k}={getattr(self, k)!r}" for k in ("max_bytes_in_flight", "start_timeout") if getattr(self, k) is not None]
         return f"Ray({', '.join(shown)})"

@@ -21,7 +21,7 @@ import numpy as np
 
 from ._settings import BACKENDS, Ray
 
-__all__ = ["Batch", "Filter", "Map", "MapBatch", "Prefetch", "Shard", "Shuffle", "Step", "fn_name", "takes_rng"]
+__all__ = ["Batch", "Filter", "Map", "MapBatch", "PaddedBatch", "Prefetch", "Shard", "Shuffle", "Skip", "Step", "Take", "fn_name", "takes_rng"]
 
 ON_ERROR = ("raise", "skip")
 
@@ -65,6 +65,13 @@ def _check_count(value, what: str, minimum: int) -> None:
         raise ValueError(f"{what} must be an integer >= {minimum}, got {value!r}")
 
 
+def _check_timeout(value) -> None:
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not (0 < value < float("inf")):
+        raise ValueError(f"map(timeout={value!r}): give the seconds one sample may take (a number > 0), or None for no limit")
+
+
 class Step:
     """What every step knows about itself (the defaults suit a step that changes no data)."""
 
@@ -101,16 +108,23 @@ def _order_conflict(name: str) -> str:
 
 @dataclass(frozen=True)
 class Shuffle(Step):
-    """Permute the sample indices of each epoch, from ``(seed, epoch)``."""
+    """Permute the sample indices of each epoch, from ``(seed, epoch)``; with ``window``, also a stream's rows."""
 
     seed: int
+    window: int | None = None  # rows held by the stream shuffle (`feedline.engine._window`); None: indices only
 
     def __post_init__(self):
         if isinstance(self.seed, bool) or not isinstance(self.seed, numbers.Integral) or self.seed < 0:
             raise ValueError(f"shuffle(seed=...) must be a non-negative integer or None, got {self.seed!r}")
+        if self.window is not None:
+            if isinstance(self.window, bool) or not isinstance(self.window, numbers.Integral) or self.window < 1:
+                raise ValueError(f"shuffle(window=...) must be an integer >= 1 (rows held in the shuffle buffer) "
+                                 f"or None, got {self.window!r}")
 
     def place(self, plan) -> None:
         plan.add_index_step(self, "shuffle")
+        if self.window is not None:
+            plan.add_window(self)
 
     def reorder(self, order: np.ndarray, epoch: int) -> np.ndarray:
         """This epoch's permutation of ``order``."""
@@ -118,10 +132,12 @@ class Shuffle(Step):
         return order[rng.permutation(len(order))]
 
     def describe(self) -> str:
-        return f"shuffle(seed={self.seed})"
+        return f"shuffle(seed={self.seed}{'' if self.window is None else f', window={self.window}'})"
 
     def fingerprint(self) -> str:
-        return _index_fingerprint(self, seed=self.seed)
+        if self.window is None:
+            return _index_fingerprint(self, seed=self.seed)
+        return repr((_index_fingerprint(self, seed=self.seed), "window", self.window))
 
     def cache_conflict(self) -> str:
         return _order_conflict("shuffle")
@@ -136,7 +152,7 @@ class Shard(Step):
     even: str | None = None  # None: exact partition; "drop" / "pad": equal share on every rank
 
     def __post_init__(self):
-        if self.even not in (None, "drop", "pad"):
+        if self.even is not None and not (isinstance(self.even, str) and self.even in ("drop", "pad")):  # an array: no `in`
             raise ValueError(f"shard(even={self.even!r}): use None (exact partition), 'drop' or 'pad'")
         _check_count(self.count, "shard(count=...)", 1)
         _check_count(self.index, "shard(index=...)", 0)
@@ -187,20 +203,22 @@ class Map(Step):
     ray: Ray | None = None
     name: str = field(default="")
     rng: bool = False
+    timeout: float | None = None  # seconds one sample's read and maps may take (process workers only)
 
     def __post_init__(self):
         _check_callable(self.fn, "map")
+        _check_timeout(self.timeout)
         if isinstance(self.backend, Ray):
             object.__setattr__(self, "ray", self.backend)
             object.__setattr__(self, "backend", "ray")
-        if self.backend is not None and self.backend not in BACKENDS:
+        if self.backend is not None and not (isinstance(self.backend, str) and self.backend in BACKENDS):  # an array: no `in`
             raise ValueError(f"map(backend={self.backend!r}): choose one of {', '.join(BACKENDS)}, fl.Ray(...), or None to let feedline pick")
         if self.ray is not None and self.backend != "ray":
             raise ValueError(f"map(ray_address=..., ray_options=...) apply to backend='ray' only; got backend={self.backend!r}")
         if self.backend == "ray" and self.ray is None:
             object.__setattr__(self, "ray", Ray())
         _check_count(self.workers, f"map(workers=...) with backend={self.backend!r}", 0 if self.backend in (None, "serial") else 1)
-        if not callable(self.on_error) and self.on_error not in ON_ERROR:
+        if not callable(self.on_error) and not (isinstance(self.on_error, str) and self.on_error in ON_ERROR):
             raise ValueError(f"map(on_error={self.on_error!r}): use 'raise', 'skip', or a function (index, error) -> replacement sample")
         object.__setattr__(self, "name", self.name or fn_name(self.fn))
         object.__setattr__(self, "rng", takes_rng(self.fn))
@@ -220,9 +238,13 @@ class Map(Step):
         try:
             return (self.fn(sample, rng) if self.rng else self.fn(sample)), True
         except Exception as exc:
-            if not callable(self.on_error):
-                raise
-            return self.on_error(index, exc), True
+            return self.recover(index, exc), True
+
+    def recover(self, index, error: Exception):
+        """What sample ``index`` becomes after ``error``: a callable ``on_error``'s replacement, else ``error`` raised."""
+        if not callable(self.on_error):
+            raise error
+        return self.on_error(index, error)
 
     def place(self, plan) -> None:
         plan.add_map(self)
@@ -237,6 +259,8 @@ class Map(Step):
             extras.append(f"on_error={getattr(self.on_error, '__name__', self.on_error)!r}")
         if not self.ordered:
             extras.append("ordered=False")
+        if self.timeout is not None:
+            extras.append(f"timeout={self.timeout!r}")
         return f"map({', '.join([self.name + (' (rng)' if self.rng else '')] + extras)})"
 
     def fingerprint(self) -> str:
@@ -292,6 +316,8 @@ class Batch(Step):
         if self.size is None:
             raise ValueError("batch(size=...) must be an integer >= 1, got None; leave out batch() for single samples")
         _check_count(self.size, "batch(size=...)", 1)
+        if not isinstance(self.drop_remainder, (bool, np.bool_)):  # "no" or [0] is truthy: it would drop batches
+            raise TypeError(f"batch(drop_remainder=...) must be True or False, got {self.drop_remainder!r:.80}")
         if self.collate is not None:
             _check_callable(self.collate, "batch(collate=...)")
 
@@ -309,6 +335,33 @@ class Batch(Step):
 
     def cache_conflict(self) -> str:
         return "cache() after batch(): the cache stores samples; put batch() (and map_batch()) after .cache()"
+
+    @property
+    def padder(self):
+        """How samples of different lengths are padded and bucketed (`feedline._padding.Padder`); None: stacked."""
+        return None
+
+
+@dataclass(frozen=True)
+class PaddedBatch(Batch):
+    """``padded_batch`` / ``bucket_by_length``: a batch whose variable-length fields are padded (and bucketed)."""
+
+    padding: Any = None  # a feedline._padding.Padder
+
+    @property
+    def padder(self):
+        return self.padding
+
+    def describe(self) -> str:
+        pad = self.padding
+        extras = ", ".join(filter(None, [pad.describe(), "drop_remainder=True" if self.drop_remainder else ""]))
+        if pad.buckets is None:
+            return f"padded_batch({self.size}{', ' + extras if extras else ''})"
+        return (f"bucket_by_length({fn_name(pad.length_fn)}, boundaries={list(pad.boundaries)}, "
+                f"batch_sizes={list(pad.batch_sizes)}{', ' + extras if extras else ''})")
+
+    def fingerprint(self) -> str:
+        return repr((_index_fingerprint(self, size=self.size, drop_remainder=self.drop_remainder), self.padding.identity()))
 
 
 @dataclass(frozen=True)
@@ -352,3 +405,47 @@ class Prefetch(Step):
 
     def describe(self) -> str:
         return f"prefetch({self.depth if self.depth is not None else ''})"
+
+
+@dataclass(frozen=True)
+class Take(Step):
+    """Keep the first ``count`` positions of each epoch's order (batches, when placed after ``batch``)."""
+
+    count: int
+    unit: int = 1  # samples per counted item: 1, or the batch size once placed after batch()
+
+    verb = "take"
+
+    def __post_init__(self):
+        if self.count is None:  # _check_count lets None through (an optional count); n is required here
+            raise ValueError(f"{self.verb}(n) must be an integer >= 0, got None")
+        _check_count(self.count, f"{self.verb}(n)", 0)
+
+    def place(self, plan) -> None:
+        plan.add_positions(self, self.verb)
+
+    def per_sample(self, size: int) -> "Take":
+        """The same step counting samples, for a step placed after ``batch(size)``."""
+        return type(self)(self.count, size)
+
+    def reorder(self, order: np.ndarray, epoch: int) -> np.ndarray:
+        return order[: self.count * self.unit]
+
+    def describe(self) -> str:
+        return f"{self.verb}({self.count})"
+
+    def fingerprint(self) -> str:
+        return repr((type(self).__name__, self.count))
+
+    def cache_conflict(self) -> str:
+        return _order_conflict(self.verb)
+
+
+@dataclass(frozen=True)
+class Skip(Take):
+    """Leave out the first ``count`` positions of each epoch's order (batches, when placed after ``batch``)."""
+
+    verb = "skip"
+
+    def reorder(self, order: np.ndarray, epoch: int) -> np.ndarray:
+        return order[self.count * self.unit :]

@@ -9,10 +9,15 @@ import importlib
 
 _WHERE = {
     "ArraySource": "._arrays", "from_arrays": "._arrays",
+    "ComposedSource": "._composed", "concatenate": "._compose", "mix": "._compose",
     "FileSource": "._files", "from_files": "._files",
     "GeneratorSource": "._generator", "from_generator": "._generator",
     "SequenceSource": "._sequence", "from_sequence": "._sequence",
     "Source": "._base",
+    "ShardFormatError": "._shard_files",
+    "TFRecordSource": "._tfrecord", "from_tfrecord": "._tfrecord",
+    "WebDatasetSource": "._webdataset", "from_webdataset": "._webdataset",
+    "ArrayRecordSource": "._array_record", "from_array_record": "._array_record",
 }
 
 __all__ = sorted(_WHERE)

@@ -16,10 +16,12 @@ class GeneratorSource(Source):
     """``factory(shard, num_shards)`` yields the samples of one shard.
 
     Each shard is read by exactly one worker per epoch, so nothing is
-    duplicated whatever the worker count. Batches never mix shards; the
-    consumer takes them round-robin in shard order, which makes the output
-    the same for any number of workers. With ``samples_per_epoch``, shard
-    ``s`` stops after its share (`shard_length`).
+    duplicated whatever the worker count. A task reads the next batch's
+    worth of one shard; the consumer takes tasks round-robin in shard order
+    and re-cuts their rows into batches across shards
+    (`feedline.engine._recut`), so only the epoch's last batch is short and
+    the output is the same for any number of workers. With
+    ``samples_per_epoch``, shard ``s`` stops after its share (`shard_length`).
     """
 
     streaming = True
@@ -80,10 +82,16 @@ def from_generator(factory, num_shards: int = 1, *, samples_per_epoch: int | Non
     each shard (as ``dataset.take(n)`` does in tf.data): a factory that
     should give new data each epoch draws it from its own random source,
     or let ``map(fn, rng)`` augment (its ``rng`` changes with the epoch).
-    Keras's ``steps_per_epoch`` counts batches, this counts samples; since
-    batches never mix shards, every batch is full when each shard's share
-    is a multiple of the batch size, e.g. ``samples_per_epoch = steps *
-    batch_size`` with ``steps`` a multiple of ``num_shards``.
+    Keras's ``steps_per_epoch`` counts batches, this counts samples:
+    ``samples_per_epoch = steps * batch_size`` gives ``steps`` full batches.
+
+    Batching: each task reads up to a batch of one shard, shards taken in
+    turn (in shuffled order after ``shuffle()``), and the rows are cut into
+    batches across shards, so every batch is full but the epoch's last, and
+    ``drop_remainder=True`` drops fewer than one batch per epoch. Once a
+    shard has ended with a short task, later batches straddle two tasks,
+    so they hold samples of two shards. See docs/variable_length.md
+    ("Generator sources").
 
     Args:
         factory: ``factory(shard, num_shards)`` returns an iterable of the

@@ -27,6 +27,7 @@ from ._foreign import from_hf_dataset, from_parquet
 from ._format import FORMAT_VERSION
 from ._images import EncodedImage
 from ._reader import Store, from_store, open_store
+from ._verify import VerifyReport, verify_store
 from ._writer import StoreWriter
 
 __all__ = [
@@ -36,8 +37,10 @@ __all__ = [
     "Store",
     "StoreError",
     "StoreWriter",
+    "VerifyReport",
     "from_hf_dataset",
     "from_parquet",
     "from_store",
     "open_store",
+    "verify_store",
 ]

@@ -34,13 +34,15 @@ def add_commands(commands) -> None:
 
     run = commands.add_parser(
         "convert",
-        help="decode a folder of images or audio once into a store (Arrow files), on every core",
+        help="decode a folder of images or audio, or WebDataset/TFRecord/ArrayRecord shards, once into a store (Arrow files), on every core",
         description="Decodes every image (JPEG, PNG) or audio file (WAV, FLAC) under SRC once, in parallel, into a "
         "feedline store at DST (read it with fl.from_store(DST)). Labels come from sub-folder names "
-        "(train/cat/1.jpg is class 'cat') or from --labels. Unreadable files (truncated, damaged, not an image) are skipped "
+        "(train/cat/1.jpg is class 'cat') or from --labels. SRC may also be WebDataset tar shards, TFRecord or "
+        "ArrayRecord files (files, a glob pattern, or a folder of them): their samples become rows, JPEG/PNG fields "
+        "decoded. Unreadable files or records (truncated, damaged, not an image) are skipped "
         "and listed. Ctrl-C stops it with exit status 130 and leaves DST as it was.",
     )
-    run.add_argument("src", help="folder of images or audio files (searched recursively)")
+    run.add_argument("src", help="folder of images or audio files (searched recursively), or shard files (.tar, .tfrecord, .array_record)")
     run.add_argument("dst", help="the store to create (a directory)")
     run.add_argument("--size", default=None, metavar="HxW", help="make every image HxW (default: keep each image's size)")
     fit = run.add_mutually_exclusive_group()
@@ -64,8 +66,14 @@ def add_commands(commands) -> None:
     run.add_argument("--no-progress", action="store_true", help="no progress bar")
     run.set_defaults(handler=run_convert)
 
-    run = commands.add_parser("inspect", help="describe a store: fields, sizes, meta and the first samples")
+    run = commands.add_parser("inspect", help="describe a store: fields, sizes, meta and the first samples; --verify checks it",
+                              description="Describes a store from its manifest and first samples. --verify first reads every "
+                              "file and checks it against the checksums written with the store, lists each damaged file "
+                              "with the rows it holds, and exits with status 1 if anything is damaged (or the store has no "
+                              "checksums to check).")
     run.add_argument("store", help="the store directory")
+    run.add_argument("--verify", action="store_true",
+                     help="check every byte against the store's checksums; exit status 1 if anything is damaged")
     run.add_argument("--samples", type=int, default=3, help="how many samples to show (default 3)")
     run.add_argument("--json", action="store_true", help="print the manifest as JSON")
     run.set_defaults(handler=run_inspect)

@@ -13,7 +13,10 @@ frames) float32 or int16, "label": int}`` for audio; without labels the
 ``label`` field is left out. Labels come from a CSV (``path,label``; the
 names are sorted and numbered unless they are all integers) or from the
 sub-folder of each file (the ImageFolder convention: ``train/cat/1.jpg``
-is class ``cat``); their names are kept in ``meta["classes"]``.
+is class ``cat``); their names are kept in ``meta["classes"]``. Files lying
+directly in the folder, beside the class folders, have no class: they are
+left out and listed (summary, ``meta["outside_classes"]``), unless they
+outnumber the files in class folders, which is refused as ambiguous.
 
 Restarting: a crash or Ctrl-C leaves only the writer's temporary directory,
 which the next run removes (see `feedline.store._writer`); nothing that
@@ -35,7 +38,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .._errors import DecodeError
-from .._folders import AUDIO_EXTENSIONS, IMAGE_EXTENSIONS
+from .._folders import AUDIO_EXTENSIONS, IMAGE_EXTENSIONS, outside_class_folders
 from .._folders import labels_from_folders as _labels_from_folders
 from .._folders import numbered as _numbered
 from ._errors import StoreError
@@ -89,6 +92,7 @@ class ConvertSummary:
     seconds: float
     skipped: list = field(default_factory=list)  # [(path, reason)]
     classes: list | None = None
+    outside_classes: list = field(default_factory=list)  # files beside the class folders, left out (no class)
 
     def __str__(self) -> str:
         per = self.bytes / self.samples if self.samples else 0
@@ -100,6 +104,13 @@ class ConvertSummary:
         if self.classes:
             shown = ", ".join(self.classes[:10]) + (" ..." if len(self.classes) > 10 else "")
             lines.append(f"  {len(self.classes)} classes: {shown}")
+        if self.outside_classes:
+            lines.append(f"  left out {len(self.outside_classes)} files that lie directly in the source folder, outside the "
+                         "class folders (they have no class; move them into a class folder to convert them):")
+            for path in self.outside_classes[:20]:
+                lines.append(f"    {path}")
+            if len(self.outside_classes) > 20:
+                lines.append(f"    ... and {len(self.outside_classes) - 20} more (all in the store's meta['outside_classes'])")
         if self.skipped:
             lines.append(f"  skipped {len(self.skipped)} files that could not be read:")
             for path, reason in self.skipped[:20]:
@@ -151,6 +162,31 @@ def _labels_from_csv(src: str, csv_path: str, files: list[str]) -> tuple[list[st
     rows = [r for r in rows if r[0] in available]
     labels, classes = _numbered([label for _, label in rows])
     return [rel for rel, _ in rows], labels, classes, missing
+
+
+def _class_members(src: str, files: list[str]) -> tuple[list[str], list[str]]:
+    """(files in class folders, files directly in ``src``) when both exist; otherwise (files, []).
+
+    A few files beside the class folders (a stray cover image) do not undo
+    the classes: they are left out and listed. When they are as many as the
+    files in class folders, the layout is not clearly ImageFolder, and a
+    guess either way would be wrong for someone: refuse and name them.
+    """
+    outside = outside_class_folders(files)
+    if not outside or len(outside) == len(files):
+        return files, []
+    stray = set(outside)
+    inside = [f for f in files if f not in stray]
+    if len(outside) >= len(inside):
+        shown = ", ".join(outside[:5]) + (f" and {len(outside) - 5} more" if len(outside) > 5 else "")
+        folders = sorted({f.replace(os.sep, "/").split("/")[0] for f in inside})
+        raise StoreError(
+            f"{src!r} holds {len(outside)} files directly in it ({shown}) and {len(inside)} in sub-folders "
+            f"({', '.join(folders[:5])}{' ...' if len(folders) > 5 else ''}), so it is unclear whether the sub-folders are "
+            "classes. For labels from folders, move every file into a class folder (SRC/<class>/<file>); for a store "
+            "without labels, put every file directly in SRC; or give the labels in a CSV (--labels; labels_csv= in Python)"
+        )
+    return inside, outside
 
 
 # ------------------------------------------------------------ decoding (in workers)
@@ -256,6 +292,14 @@ def convert(src, dst, *, size=None, fit: str = "resize", encodings: dict | None 
     """
     import feedline as fl
 
+    from ._convert_shards import convert_shards, is_shard_source, shard_format  # here, not on top: it builds on this module
+
+    if is_shard_source(src):  # WebDataset, TFRecord or ArrayRecord files (store/_convert_shards.py)
+        if labels_csv is not None:
+            raise StoreError("a labels CSV names the files of a folder; shard files carry their labels in their samples")
+        return convert_shards(src, dst, shard_format(src), size=size if size is None or isinstance(size, tuple) else parse_size(str(size)),
+                              fit=fit, encodings=encodings, workers=workers, backend=backend, overwrite=overwrite,
+                              rows_per_file=rows_per_file, progress=progress, strict=strict)
     src, dst = os.path.abspath(os.fspath(src)), os.path.abspath(os.fspath(dst))
     if not os.path.isdir(src):
         raise StoreError(f"{src!r} is not a folder (convert reads a folder of images or audio files)")
@@ -266,10 +310,12 @@ def convert(src, dst, *, size=None, fit: str = "resize", encodings: dict | None 
     started = time.perf_counter()
     kind, files = _list_files(src)
     skipped: list = []
+    outside: list = []
     if labels_csv is not None:
         files, labels, classes, skipped = _labels_from_csv(src, os.fspath(labels_csv), files)
         label_source = "csv"
     else:
+        files, outside = _class_members(src, files)
         labels, classes = _labels_from_folders(files)
         label_source = "folders" if labels is not None else None
     if not files:
@@ -280,12 +326,13 @@ def convert(src, dst, *, size=None, fit: str = "resize", encodings: dict | None 
         "made_by": "feedline convert",
         "source": src,
         "kind": kind,
-        "files": len(files) + len(skipped),
+        "files": len(files) + len(skipped) + len(outside),
         "label_source": label_source,
         "classes": classes,
         "size": list(size) if size and kind == "image" else None,
         "fit": fit if size and kind == "image" else None,
         "skipped": [],
+        "outside_classes": outside,
     }
     decode = Decode(kind, size if kind == "image" else None, fit, encodings.get(field_name, "raw"), audio_dtype, sample_rate,
                     labels is not None, strict)
@@ -322,7 +369,7 @@ def convert(src, dst, *, size=None, fit: str = "resize", encodings: dict | None 
         writer.meta["skipped"] = [list(s) for s in skipped]
         samples = writer.rows
     total = sum(os.path.getsize(os.path.join(root, f)) for root, _, names in os.walk(dst) for f in names)
-    return ConvertSummary(src, dst, kind, samples, total, time.perf_counter() - started, skipped, classes)
+    return ConvertSummary(src, dst, kind, samples, total, time.perf_counter() - started, skipped, classes, outside)
 
 
 class _closing:
@@ -371,9 +418,14 @@ def run_convert(args) -> int:
             raise SystemExit(f"feedline convert: --encoding takes FIELD=ENCODING (e.g. image=jpeg:90), got {item!r}")
         encodings[name] = enc
     src, dst = os.path.abspath(args.src), os.path.abspath(args.dst)
-    if not os.path.isdir(src):
+    from ._convert_shards import is_shard_source  # here, not on top: it builds on this module
+
+    if is_shard_source(args.src):  # shard files: convert() reads them with their source
+        src = args.src
+    elif not os.path.isdir(src):
         what = "does not exist" if not os.path.exists(src) else "is not a folder"
-        raise SystemExit(f"feedline convert: SRC {args.src!r} {what}; give the folder of images or audio files to convert")
+        raise SystemExit(f"feedline convert: SRC {args.src!r} {what}; give the folder of images or audio files to convert "
+                         "(or WebDataset .tar, TFRecord or ArrayRecord files)")
     if args.labels is not None and not os.path.isfile(args.labels):
         raise SystemExit(f"feedline convert: --labels {args.labels!r} is not a file; give a CSV of path,label lines")
     if args.workers == 0 and args.backend not in (None, "serial"):

@@ -4,8 +4,10 @@ A store is a directory of Arrow IPC files, one folder per compression group
 (``raw``, ``zstd``, ``lz4``) with the same parts and record-batch cuts, and
 ``manifest.json``, written last (its presence means "complete"). This module
 holds the format's names, encodings and field kinds, and reads and checks
-the manifest. `FORMAT_VERSION` is bumped when a reader of the previous
-version could misread a new store.
+the manifest. `FORMAT_VERSION` is bumped when the format changes; a reader
+refuses a newer version and reads every older one. Version 2 added
+checksums (per record batch, and of the manifest); version 1 stores are
+read without them.
 The format in full: docs/store.md, "The format".
 """
 
@@ -32,7 +34,7 @@ __all__ = [
 ]
 
 FORMAT_NAME = "feedline-store"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: checksums (feedline.store._checksum); 1: none
 MANIFEST = "manifest.json"
 SHAPE_SUFFIX = ".shape"  # column holding the per-row shapes of a ragged field
 CODECS = {"raw": None, "zstd": "zstd", "lz4": "lz4"}  # encoding -> Arrow IPC codec (file group)

@@ -4,7 +4,9 @@ Files are memory-mapped lazily in the process that reads (descriptors
 closed at once); uncompressed fields are read-only NumPy views, compressed
 ones are decompressed per record batch, images decoded per sample. A
 `Store` pickles as its path and manifest. Thread safety: caches are filled
-under a lock and read without one. Details: docs/store.md, "Reading a store".
+under a lock and read without one. ``verify=True`` checks each record batch
+against its checksum the first time this process reads it (and each file's
+header and footer when it is opened). Details: docs/store.md, "Reading a store".
 """
 
 from __future__ import annotations
@@ -17,10 +19,12 @@ import numpy as np
 
 from ..pipeline._pipeline import Pipeline
 from ..sources._base import Source
+from ._checksum import Region, bad_ends, batch_matches, has_checksums, manifest_digest, row_ranges
 from ._deps import pyarrow, pyarrow_ipc
 from ._errors import StoreError
 from ._fields import Column, FieldSpec
 from ._format import read_manifest
+from ._remote_fs import is_url
 from ._structure import describe, rebuild, skeleton_of
 
 __all__ = ["Store", "from_store", "open_store"]
@@ -45,13 +49,17 @@ class Store(Source):
         manifest: the parsed ``manifest.json``.
         fields: ``{name: FieldSpec}`` in storage order.
         meta: the ``meta`` dict given to the writer.
+        verify: whether reads are checked against the store's checksums.
     """
 
-    def __init__(self, path, manifest: dict | None = None, *, check_files: bool = True):
+    def __init__(self, path, manifest: dict | None = None, *, check_files: bool = True, verify: bool = False):
         self.path = os.path.abspath(os.fspath(path))
         self.manifest = manifest if manifest is not None else read_manifest(self.path)
+        self.verify = bool(verify)
         self._setup()
         pyarrow()  # a missing pyarrow is reported here, not in a worker
+        if self.verify:
+            self._check_verifiable()
         if check_files:
             self.check_files()
 
@@ -76,14 +84,39 @@ class Store(Source):
         self._lock = threading.Lock()
         self._readers: dict = {}  # (part, group) -> RecordBatchFileReader over the mapped file
         self._columns: dict = {}  # (chunk, group) -> [Column] of the group's fields
+        self._mapped: dict = {}  # (part, group) -> the mapped file's bytes, kept to check checksums (verify=True)
+        self._verified: set = set()  # (part, group, batch) checked in this process (survives the column cache)
 
     # ------------------------------------------------------------ pickling
     def __getstate__(self) -> dict:
-        return {"path": self.path, "manifest": self.manifest}
+        return {"path": self.path, "manifest": self.manifest, "verify": self.verify}
 
     def __setstate__(self, state: dict) -> None:
         self.path, self.manifest = state["path"], state["manifest"]
+        self.verify = state.get("verify", False)
         self._setup()
+
+    # ------------------------------------------------------------ checksums
+    def _check_verifiable(self) -> None:
+        """For ``verify=True``: the store has checksums, and its manifest matches its own."""
+        if not has_checksums(self.manifest):
+            raise StoreError(
+                f"the store {self.path!r} has no checksums (format version {self.manifest['format_version']}, written "
+                "before feedline recorded them), so verify=True cannot check it; write the store again to add them, "
+                "or read it without verify"
+            )
+        if self.manifest.get("manifest_checksum") != manifest_digest(self.manifest):
+            raise StoreError(
+                f"the manifest of the store {self.path!r} does not match its checksum: it was edited or damaged after "
+                "the store was written, so the store cannot be trusted; copy the store again from a good copy, or write it again"
+            )
+
+    def _damaged(self, region: Region) -> StoreError:
+        return StoreError(
+            f"the store {self.path!r} is damaged: {region.describe()} does not match the checksum written with it, "
+            f"so these samples cannot be trusted. Copy the store again from a good copy, or write it again; "
+            f"`feedline inspect --verify {self.path}` lists every damaged file"
+        )
 
     # ------------------------------------------------------------ files
     def _file(self, part: int, group: str) -> tuple[str, int]:
@@ -112,17 +145,31 @@ class Store(Source):
                 "completely, or write it again"
             )
 
+    def _local_file(self, part: int, group: str) -> str:
+        """The local path of a part's file, checked for size (a remote store fetches it into its cache here)."""
+        path, size = self._file(part, group)
+        self._check_file(path, size)
+        return path
+
     def _reader(self, part: int, group: str):
         key = (part, group)
         reader = self._readers.get(key)
         if reader is not None:
             return reader
         pa, ipc = pyarrow(), pyarrow_ipc()
-        path, size = self._file(part, group)
-        self._check_file(path, size)
+        path = self._local_file(part, group)
         try:
             with pa.memory_map(path) as mapped:
                 whole = mapped.read_buffer()  # zero-copy; the mapping outlives the descriptor
+        except (OSError, pa.ArrowException) as e:
+            raise StoreError(f"cannot read {path!r} as an Arrow IPC file ({e}); the store is damaged, write it again") from e
+        if self.verify:  # before parsing: a damaged footer must not reach the IPC reader
+            entry = self.manifest["files"][part]
+            bad = bad_ends(whole, entry["files"][group]["checksums"])
+            if bad:
+                raise self._damaged(Region(entry["files"][group]["name"], bad[0], tuple(entry["rows"])))
+            self._mapped[key] = whole
+        try:
             reader = ipc.open_file(pa.BufferReader(whole), options=ipc.IpcReadOptions(use_threads=False))
         except (OSError, pa.ArrowException) as e:
             raise StoreError(f"cannot read {path!r} as an Arrow IPC file ({e}); the store is damaged, write it again") from e
@@ -145,6 +192,11 @@ class Store(Source):
             part, batch = self._where[chunk]
             reader = self._reader(part, group)
             path = self._file(part, group)[0]
+            if self.verify and (part, group, batch) not in self._verified:
+                entry = self.manifest["files"][part]
+                if not batch_matches(self._mapped[(part, group)], entry["files"][group]["checksums"], batch):
+                    raise self._damaged(Region(entry["files"][group]["name"], f"record batch {batch}", row_ranges(entry)[batch]))
+                self._verified.add((part, group, batch))
             try:
                 record_batch = reader.get_batch(batch)
             except (OSError, pyarrow().ArrowException) as e:
@@ -246,35 +298,62 @@ class Store(Source):
 
     def describe(self) -> str:
         fields = ", ".join(f"{spec.name}: {spec.describe()}" for spec in self._specs)
-        return f"from_store({self.path!r}, {self._length} samples; {fields})"
+        checked = ", verify=True" if self.verify else ""
+        return f"from_store({self.path!r}{checked}, {self._length} samples; {fields})"
 
     def close(self) -> None:
         """Drop cached readers and columns (mappings go once no array points into them)."""
         with self._lock:
             self._readers.clear()
             self._columns.clear()
+            self._mapped.clear()
 
     def __repr__(self) -> str:
         structure = describe(self.manifest["structure"]) if self.manifest["structure"] else "empty"
         return f"Store({self.path!r}, {self._length} samples, {structure})"
 
 
-def open_store(path) -> Store:
-    """Open the store at ``path`` for random access.
+def open_store(path, *, verify: bool = False, storage_options: dict | None = None, cache_dir=None,
+               cache_limit=None, **remote) -> Store:
+    """Open the store at ``path`` (a directory, or a URL: see `from_store`) for random access.
 
     Checks the manifest and that every file is present with its recorded
     size (a `stat` per file; no data is read).
 
+    Args:
+        path: the store directory.
+        verify: check every record batch against the checksum its writer
+            recorded, the first time this process reads from it (and each
+            file's header and footer when it is opened): about the cost of
+            reading the batch once more (docs/store.md, "Checksums").
+
     Raises:
         StoreError: no store there, an incomplete store (no manifest: the
             writer was interrupted), a newer format version, or a missing
-            or truncated file; the message says what to do.
+            or truncated file; with ``verify``, a store without checksums, and
+            (when read) a record batch that does not match its checksum,
+            naming the file and the rows. The message says what to do.
         ImportError: pyarrow is missing (``pip install 'feedline[store]'``).
     """
-    return Store(path)
+    return _open(path, verify, dict(remote, storage_options=storage_options, cache_dir=cache_dir, cache_limit=cache_limit))
 
 
-def from_store(path) -> Pipeline:
+def _open(path, verify: bool, remote: dict) -> Store:
+    """A `Store` for a local path, a `RemoteStore` for a URL."""
+    if is_url(path):
+        # _remote subclasses Store (it imports this module), so it can only be imported here, on first use.
+        from ._remote import RemoteStore
+
+        return RemoteStore(path, verify=verify, **remote)
+    given = sorted(k for k, v in remote.items() if v is not None)
+    if given:
+        raise TypeError(f"{', '.join(given)} apply only to a remote store (a URL such as 's3://bucket/train.store'); "
+                        f"{path!r} is a local path: drop them")
+    return Store(path, verify=verify)
+
+
+def from_store(path, *, verify: bool = False, storage_options: dict | None = None, cache_dir=None,
+               cache_limit=None, **remote) -> Pipeline:
     """A pipeline over the samples of a store written by ``feedline convert`` or `StoreWriter`.
 
     Samples come in the structure they were written (e.g. ``{"image": ...,
@@ -282,10 +361,32 @@ def from_store(path) -> Pipeline:
     bulk straight into the batch (shared memory in process workers); with
     ``map``, each worker reads its samples from its own memory map. The
     pipeline pickles as the store's path and manifest, so it works with
-    every backend, ``shuffle`` and ``shard``.
+    every backend, ``shuffle`` and ``shard``. ``verify=True`` checks what
+    each worker reads against the store's checksums (see `open_store`); a
+    damaged record batch stops the epoch with an error naming the file
+    and its rows.
+
+    A URL (``s3://``, ``gs://``, ``az://``, ``http(s)://``, any fsspec
+    protocol; ``pip install 'feedline[remote]'``) is read through a local
+    cache of its files, fetched ahead in the epoch's order
+    (docs/store.md, "Remote stores").
+
+    Args:
+        path: the store directory, or its URL.
+        verify: check reads against the store's checksums.
+        storage_options: for a URL: fsspec filesystem options (credentials,
+            ``endpoint_url``...); they travel to workers with the pipeline,
+            while credentials from the environment are read by each worker.
+        cache_dir: for a URL: the local cache (default
+            ``$FEEDLINE_CACHE_DIR`` or ``~/.cache/feedline/stores``).
+        cache_limit: for a URL: bytes (or ``"20GiB"``) the cache may take (default 50 GiB).
+        **remote: for a URL: ``concurrency`` (downloads in flight, 8),
+            ``retries`` (per download, 4), ``read_ahead`` (True).
 
     Raises:
-        StoreError: see `open_store`.
+        StoreError: see `open_store`; for a URL also a download that failed
+            after its retries, naming the file (and, in a pipeline, the sample).
+        TypeError: remote options given with a local path.
 
     >>> import numpy as np, tempfile, os, feedline as fl
     >>> from feedline.store import StoreWriter
@@ -295,4 +396,5 @@ def from_store(path) -> Pipeline:
     >>> [b[1].tolist() for b in fl.from_store(path).batch(2)]
     [[0, 1], [2, 3], [4]]
     """
-    return Pipeline(Store(path))
+    return Pipeline(_open(path, verify, dict(remote, storage_options=storage_options, cache_dir=cache_dir,
+                                             cache_limit=cache_limit)))

@@ -14,9 +14,13 @@ Protocol (one writer process; readers never see a partial store):
   directory without a manifest, so a crash at any point leaves nothing that
   reads as a store. ``overwrite=True`` renames the old store away, renames
   the new one in, then deletes the old one.
+- Every byte written is hashed on its way to disk, one checksum per record
+  batch of each file (`feedline.store._checksum`), recorded in the manifest.
 - `abort` (and an exception inside ``with StoreWriter(...)``) removes the
   temporary directory. A write that fails (disk full) aborts at once and
-  raises `StoreError` naming the file.
+  raises `StoreError` naming the store, the file and what to do; closing
+  the part files on a full disk drops their unwritten buffers, so the
+  clean-up itself cannot fail with another disk-full error.
 - A temporary directory left by a writer that died (its pid no longer
   runs) is removed by the next writer of the same path.
 """
@@ -24,6 +28,7 @@ Protocol (one writer process; readers never see a partial store):
 from __future__ import annotations
 
 import datetime
+import errno
 import io
 import json
 import os
@@ -34,6 +39,7 @@ import warnings
 
 import numpy as np
 
+from ._checksum import ALGORITHM, RunningChecksum, manifest_digest
 from ._deps import pyarrow, pyarrow_ipc
 from ._errors import StoreError
 from ._fields import FieldSpec, arrow_fields, buffered_bytes, infer, normalize, to_arrow
@@ -93,19 +99,27 @@ def _fsync_dir(path: str) -> None:
 class _FileSink:
     """The file pyarrow writes a part into: a Python object, so every write passes through `write`.
 
-    (Which also makes a failing disk simulable in tests: the ENOSPC test
-    replaces `write`.) `close` flushes and fsyncs before closing.
+    `write` hashes the bytes for the part's checksums (`cut` ends a region).
+    (Being Python also makes a failing disk simulable in tests: the ENOSPC
+    test replaces `write`.) `close` flushes and fsyncs before closing;
+    `discard` closes without raising, dropping what a full disk refused.
     """
 
     def __init__(self, path: str):
         self.path = path
         self.file = io.BufferedWriter(io.FileIO(path, "wb"), buffer_size=1 << 20)
         self.bytes = 0
+        self.checksum = RunningChecksum()
 
     def write(self, data) -> int:
         written = self.file.write(data)
+        self.checksum.update(data)
         self.bytes += written
         return written
+
+    def cut(self) -> None:
+        """End a checksum region: after the IPC header, after each record batch, after the footer."""
+        self.checksum.cut()
 
     def flush(self) -> None:
         self.file.flush()
@@ -124,7 +138,17 @@ class _FileSink:
             self.file.close()
 
     def discard(self) -> None:
-        self.file.close()
+        """Close the file of a part that is being thrown away, whatever the disk says.
+
+        Closing flushes the buffer first; on a full disk that flush fails
+        again. `BufferedWriter.close` closes the file even then (and
+        re-raises), so the error is dropped here: the write that failed
+        first is the one reported, and the file is deleted next.
+        """
+        try:
+            self.file.close()
+        except OSError:  # the same disk error as the one being reported; the descriptor is closed regardless
+            pass
 
 
 class StoreWriter:
@@ -190,12 +214,17 @@ class StoreWriter:
         if os.path.exists(self.path) and not self.overwrite:
             raise StoreError(f"{self.path!r} already exists; pass overwrite=True to replace it, or choose another path")
         pyarrow()  # fail now, not at the first flush, if pyarrow is missing
+        RunningChecksum()  # ... or xxhash (the checksums)
         parent = os.path.dirname(self.path)
-        os.makedirs(parent, exist_ok=True)
         for stale in leftovers(self.path):
             shutil.rmtree(stale, ignore_errors=True)
         self.tmp = f"{self.path}.tmp-{os.getpid()}-{secrets.token_hex(4)}"
-        os.mkdir(self.tmp)
+        try:
+            os.makedirs(parent, exist_ok=True)
+            os.mkdir(self.tmp)
+        except OSError as e:
+            raise StoreError(f"cannot create the store {self.path!r}: making {self.tmp!r} failed: {e}; "
+                             f"{_advice(e)}") from e
         self.state = "open"
         self._rows_per_file = rows_per_file
         self._rows_per_batch = None
@@ -354,6 +383,7 @@ class StoreWriter:
                 writer.write_batch(batch)
             except OSError as e:
                 self._fail(sink.path, e)
+            sink.cut()
         self._written += count
         self._part_rows += count
         self._part_batches.append(count)
@@ -365,13 +395,18 @@ class StoreWriter:
         number = len(self._parts)
         for group in self._groups:
             path = os.path.join(self.tmp, *file_name(number, group).split("/"))
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            sink = _FileSink(path)
             options = ipc.IpcWriteOptions(compression=CODECS[group], use_threads=False)
+            try:
+                os.makedirs(os.path.dirname(path), exist_ok=True)
+                sink = _FileSink(path)
+            except OSError as e:
+                self._fail(path, e)
             try:
                 writer = ipc.new_file(pa.PythonFile(sink, mode="w"), self._schemas[group], options=options)
             except OSError as e:
+                sink.discard()
                 self._fail(path, e)
+            sink.cut()  # the head: whatever the IPC writer put before the first record batch
             self._sinks[group] = (sink, writer)
 
     def _close_part(self) -> None:
@@ -379,19 +414,23 @@ class StoreWriter:
         for group, (sink, writer) in self._sinks.items():
             try:
                 writer.close()
+                sink.cut()  # the tail: the footer
                 sink.close()
             except OSError as e:
                 self._fail(sink.path, e)
-            files[group] = {"name": file_name(len(self._parts), group), "bytes": os.path.getsize(sink.path)}
+            files[group] = {"name": file_name(len(self._parts), group), "bytes": os.path.getsize(sink.path),
+                            "checksums": sink.checksum.entry()}
         start = self._written - self._part_rows
         self._parts.append({"rows": [start, self._written], "batches": self._part_batches, "files": files})
         self._sinks, self._part_rows, self._part_batches = {}, 0, []
 
     def _fail(self, path: str, error: OSError):
         self.abort()
+        left = ("its temporary directory is removed" if not os.path.exists(self.tmp)
+                else f"delete its temporary directory {self.tmp!r} by hand")
         raise StoreError(
-            f"writing {path!r} failed: {error}. The store at {self.path!r} was not written (its temporary "
-            "directory is removed); free disk space, or write to another disk, and write it again."
+            f"writing {path!r} failed: {error}. The store at {self.path!r} was not written ({left}); "
+            f"{_advice(error)}"
         ) from error
 
     # ------------------------------------------------------------ ending
@@ -432,7 +471,7 @@ class StoreWriter:
     def _manifest(self) -> dict:
         from .. import __version__
 
-        return {
+        manifest = {
             "format": FORMAT_NAME,
             "format_version": FORMAT_VERSION,
             "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
@@ -442,8 +481,11 @@ class StoreWriter:
             "fields": [spec.to_json() for spec in self._specs or []],
             "groups": self._groups,
             "files": self._parts,
+            "checksum": ALGORITHM,
             "meta": self.meta,
         }
+        manifest["manifest_checksum"] = manifest_digest(manifest)
+        return manifest
 
     def abort(self) -> None:
         """Drop everything written so far (the temporary directory); ``path`` is left as it was."""
@@ -484,6 +526,13 @@ class StoreWriter:
 
     def __repr__(self) -> str:
         return f"StoreWriter({self.path!r}, {self._seen} rows, {self.state})"
+
+
+def _advice(error: OSError) -> str:
+    """What to do after a failed write: a full disk (or quota) needs space; anything else, the error's own fix."""
+    if error.errno in (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)):
+        return "the disk is full: free disk space, or choose a path on another disk, and write the store again."
+    return "fix the cause above (or choose another path) and write the store again."
 
 
 def _rebuild_batch(structure, columns):

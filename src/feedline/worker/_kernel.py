@@ -77,12 +77,18 @@ def _run(part, task: Task, alloc, progress, streams) -> Result:
         stage = None  # None: reading the sample; else the position of the failing step
         t0 = time.perf_counter()
         try:
-            sample = source.read(index) if task.indices is not None else streamed
+            first = 0
+            if index in task.timed_out:  # it got stuck before: what on_error makes of a TimeoutError, unread
+                stage = first = part.timeout_stage
+                sample = part.ops[stage].recover(index, _timed_out(part.timeout))
+                first += 1
+            else:
+                sample = source.read(index) if task.indices is not None else streamed
             if isinstance(sample, _ReadFailure):
                 raise sample.error
             read_time += time.perf_counter() - t0
             keep = True
-            for stage, op in enumerate(part.ops):
+            for stage, op in enumerate(part.ops[first:], first):
                 t0 = time.perf_counter()
                 rng = sample_rng(part.seed, task.epoch, index, stage) if op.rng else None
                 sample, keep = op.apply(sample, index, rng)
@@ -99,6 +105,8 @@ def _run(part, task: Task, alloc, progress, streams) -> Result:
         if keep:
             samples.append(sample)
             kept.append(index)
+    if progress is not None and part.timeout is not None:
+        progress(None)  # collating is not a sample's time
     times["read"] = read_time
     for op, spent in zip(part.ops, op_times):
         times[op.name] = times.get(op.name, 0.0) + spent
@@ -118,7 +126,8 @@ def _run(part, task: Task, alloc, progress, streams) -> Result:
             direct = alloc if (alloc is not None and not part.batch_ops) else _default_alloc
             batch = collate_into(samples, kept, direct)
     except Exception as exc:
-        index = getattr(exc, "index", kept[0])
+        row = getattr(exc, "row", None)  # a collate that names the row it failed on (padded_batch)
+        index = kept[row] if isinstance(row, int) and 0 <= row < len(kept) else getattr(exc, "index", kept[0])
         result.error = TaskError.from_exception(exc, index, source.where(index) if not isinstance(index, tuple) else None, "batch")
         return result
     times["batch"] = time.perf_counter() - t0
@@ -127,6 +136,11 @@ def _run(part, task: Task, alloc, progress, streams) -> Result:
     except Exception as exc:
         result.error = TaskError.from_exception(exc, kept[0], None, "map_batch")
     return result
+
+
+def _timed_out(limit: float) -> TimeoutError:
+    return TimeoutError(f"still running after {limit:g} s, the limit set by map(timeout={limit:g}); "
+                        "its worker process was stopped and a new one started")
 
 
 def _batch_steps(part, batch, times):

@@ -30,6 +30,7 @@ class Task:
     indices: np.ndarray | None = None
     shard: int | None = None
     start: int | None = None  # streaming: raw position to (re)start the shard from
+    timed_out: tuple = ()  # indices that ran past map(timeout=...) before: they fail with TimeoutError, unread
 
 
 @dataclass

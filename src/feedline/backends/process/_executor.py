@@ -11,6 +11,10 @@ is in docs/architecture.md, "Protocols"):
   window; each batch comes back in a shared-memory slot, released later.
 - Death: EOF on a worker's pipe; its tasks go to a replacement, the one it
   was running counts an attempt (`MAX_ATTEMPTS`), nothing is lost or doubled.
+- Time limit (``map(timeout=...)``): while the consumer waits, it reads each
+  busy worker's status words (sample, start time); a worker past the limit
+  is killed and handled as a death, except that its task runs again with the
+  stuck sample marked (`Task.timed_out`) instead of counting an attempt.
 - Shutdown: `Stop`, a grace period, terminate, kill; nothing of ours waits
   without a bound, and workers exit by themselves if the consumer dies.
 """
@@ -42,7 +46,7 @@ from ...worker._protocol import Done, PartError, Ready, Release, RunTask, SendPa
 from .._base import Event, Executor, PartNotPicklable
 from .._pool import MAX_ATTEMPTS, TaskPool
 from ._forkserver import forkserver
-from ._main import BLAS_VARS
+from ._main import BLAS_VARS, STATUS_WORDS
 
 __all__ = ["MAX_ATTEMPTS", "ProcessExecutor"]
 
@@ -85,6 +89,19 @@ class _Worker:
             return -1
         return int(np.ndarray((2,), np.int64, buffer=self.status.buf)[1])
 
+    def current_sample(self) -> tuple[int, int, int] | None:
+        """``(task number, sample index, monotonic_ns when it began)`` of the sample running now, or None.
+
+        The worker writes the start time before the index; reading the time on
+        both sides of the index and requiring it unchanged never pairs a new
+        index with the previous sample's start.
+        """
+        if self.status is None:
+            return None
+        words = np.ndarray((STATUS_WORDS,), np.int64, buffer=self.status.buf)
+        began, index, number, again = int(words[2]), int(words[1]), int(words[0]), int(words[2])
+        return (number, index, began) if index >= 0 and began == again else None
+
 
 class ProcessExecutor(Executor):
     name = "process"
@@ -99,6 +116,7 @@ class ProcessExecutor(Executor):
         self.tasks = TaskPool()  # backlog, late binding, attempts, cancelled generations
         self.workers = workers
         self.describe_index = part.source.where
+        self.timeout = part.timeout  # seconds a sample may run (map(timeout=...)), or None
         self.prefix = segment_prefix()
         self.authkey = os.urandom(32)
         # Backlog: every worker may be connecting at once (a backlog of 1 made
@@ -110,6 +128,7 @@ class ProcessExecutor(Executor):
         self.released: collections.deque = collections.deque()
         self.pool: list[_Worker | None] = [None] * workers
         self.by_id: dict[int, _Worker] = {}
+        self._pinned = False  # a stream shard was pinned to a worker: the count must not change
         self.restarts = 0  # workers replaced after dying with work in hand
         self.start_failures = 0  # workers that died before becoming ready
         self.acceptor = threading.Thread(target=self._accept_loop, name="feedline-accept", daemon=True)
@@ -217,8 +236,20 @@ class ProcessExecutor(Executor):
 
     # ------------------------------------------------------------- dispatch
     def submit(self, key, task, affinity=None):
+        if affinity is not None:
+            self._pinned = True
         self.tasks.add(key, task, affinity)
         self._dispatch()
+
+    def grow(self, workers: int) -> bool:
+        """Start workers up to ``workers``; they take tasks once ready (not for stream shards pinned to workers)."""
+        if workers <= self.workers or self._pinned or self.closing:
+            return False
+        self.pool.extend([None] * (workers - self.workers))
+        for position in range(self.workers, workers):
+            self._spawn(position)
+        self.workers = workers
+        return True
 
     def _dispatch(self) -> None:
         self._send_releases()
@@ -266,6 +297,9 @@ class ProcessExecutor(Executor):
             step = remaining
             if starting:
                 step = 0.05 if step is None else min(step, 0.05)
+            if self.timeout is not None:  # look at running samples a few times per limit
+                poll = min(0.5, max(0.01, self.timeout / 4))
+                step = poll if step is None else min(step, poll)
             ready = wait_connections(list(conns) + [self.wake_r], timeout=step)
             for conn in ready:
                 if conn is self.wake_r:
@@ -287,6 +321,8 @@ class ProcessExecutor(Executor):
                     self._on_death(worker)
                 elif time.monotonic() - worker.started > START_TIMEOUT and worker.conn is None:
                     raise WorkerError(f"a process worker did not start within {START_TIMEOUT:.0f} s; is the machine overloaded?")
+            if self.timeout is not None:
+                self._stop_stuck()
             events.extend(self.tasks.take_held())
             self._dispatch()
             if events or (deadline is not None and time.monotonic() >= deadline):
@@ -319,7 +355,20 @@ class ProcessExecutor(Executor):
             return []
         return [Event(key, result)]
 
-    def _on_death(self, worker: _Worker) -> None:
+    def _stop_stuck(self) -> None:
+        """Kill each worker whose sample has run past the limit; its task runs again without that sample."""
+        now, limit = time.monotonic_ns(), int(self.timeout * 1e9)
+        for worker in list(self.pool):
+            if worker is None or not worker.outstanding:
+                continue
+            current = worker.current_sample()
+            if current is None or now - current[2] <= limit:
+                continue
+            worker.proc.kill()  # SIGKILL: a sample stuck in a system call would not run a SIGTERM handler
+            self._on_death(worker, stuck=current)
+
+    def _on_death(self, worker: _Worker, stuck: tuple | None = None) -> None:
+        """A worker's pipe reached EOF (or ``stuck``: it was killed on ``(task number, index, start)``)."""
         if self.pool[worker.position] is not worker:
             return
         if worker.conn is not None:
@@ -346,7 +395,9 @@ class ProcessExecutor(Executor):
             return
         self.restarts += 1
         redo = list(worker.outstanding.items())
-        if redo:
+        if stuck is not None:
+            _leave_out(redo, *stuck[:2])  # no attempt counted: the stuck sample is not run again
+        elif redo:
             first_key, first_task = redo[0]
             if self.tasks.blame(first_key) >= MAX_ATTEMPTS:
                 redo = redo[1:]
@@ -416,6 +467,13 @@ class ProcessExecutor(Executor):
         self.pool = [None] * self.workers
         self.by_id.clear()
         self.shared.close()
+
+
+def _leave_out(redo, number: int, index: int) -> None:
+    """Mark ``index`` as timed out in the task that holds it (task ``number`` if it does), so its rerun skips it."""
+    holding = [task for _, task in redo if task.indices is not None and index in task.indices]
+    for task in sorted(holding, key=lambda task: task.number != number)[:1]:
+        task.timed_out = task.timed_out + (index,)
 
 
 FIXED_VARS = BLAS_VARS + tuple(_MALLOC_VARS)  # read once by native libraries when they load

@@ -40,6 +40,9 @@ BLAS_VARS = (
 )
 
 
+STATUS_WORDS = 3  # int64 words of a worker's status segment: task number, sample index, sample start (ns)
+
+
 def _parent_alive(parent_pid: int) -> bool:
     if sys.platform == "win32":
         from ..._winproc import windows_process_alive  # Windows only
@@ -106,8 +109,9 @@ def run(boot: dict) -> None:
     if posix_term:
         signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
     writer = SlotWriter(f"{prefix}w{wid}_")
-    status_seg = Segment.create(f"{prefix}w{wid}_status", 16)
-    status = np.ndarray((2,), np.int64, buffer=status_seg.buf)
+    # Status words: [task number, sample index (-1: none), monotonic_ns when that sample began].
+    status_seg = Segment.create(f"{prefix}w{wid}_status", STATUS_WORDS * 8)
+    status = np.ndarray((STATUS_WORDS,), np.int64, buffer=status_seg.buf)
     status[:] = -1
 
     def cleanup(parent_gone: bool) -> None:
@@ -156,6 +160,9 @@ def run(boot: dict) -> None:
         conn.send_bytes(cloudpickle.dumps(message))
 
     def progress(index) -> None:
+        # The start time is written before the index, so a reader that sees the same
+        # time before and after reading the index never pairs a new index with an old time.
+        status[2] = time.monotonic_ns()
         status[1] = index if isinstance(index, int) else -1
 
     try:

@@ -7,7 +7,13 @@ The training process stays the consumer (index lists, tasks, order); only
   one (logged); the part goes once into the object store; only actors that
   answered ``ready`` get tasks.
 - Work: one actor call per task, late binding (`TaskPool`); batches are
-  read-only object-store views owned by the consumer.
+  read-only object-store views owned by the consumer. Besides the window's
+  count, the bytes of batches in the object store are bounded
+  (`_budget.ByteBudget`), so a slow trainer never makes Ray spill.
+- Room: an actor needs its resources free; with none free for the first
+  one, start fails within seconds with what holds them (`_room`). With the
+  worker count unset, actors are added when a node joins (the cluster's
+  CPUs grow), checked at each epoch's start and every few seconds.
 - Death: an actor-death error; finished results are kept, the first
   unfinished call counts an attempt, the rest go to a replacement. A task
   blamed ``MAX_ATTEMPTS - 1`` times runs isolated, one sample per call, so
@@ -31,11 +37,14 @@ from ...worker import Result, TaskError
 from .._base import Event, Executor, PartNotPicklable
 from .._pool import MAX_ATTEMPTS, TaskPool
 from ._actor import RayWorker, dumps_part
+from ._budget import DEFAULT_SHARE, ByteBudget
+from ._room import DEFAULT_START_TIMEOUT, forget, register, request_of, wait_for_room
 
 __all__ = ["RayExecutor", "connect", "import_ray", "plan_actors"]
 
 START_TIMEOUT = 120.0  # seconds without any ready actor (while work waits) before giving up
 CLOSE_TIMEOUT = 5.0  # seconds close() waits for Ray to report the actors dead
+GROW_INTERVAL = 2.0  # seconds between looks for free CPUs to add actors on (worker count unset)
 DEFAULT_NUM_CPUS = 1  # one core per actor: an actor runs one task at a time (Ray's actor default, 0, would pack any number on a node)
 _log = logging.getLogger("feedline")
 _READY = object()
@@ -103,8 +112,9 @@ def plan_actors(workers: int | None, options: dict, address: str | None) -> tupl
     if short:
         _log.warning(
             "feedline: each Ray actor asks for %s, which no node of the cluster has; the actors wait "
-            "until such a node joins (WorkerError after %.0f s). Lower the fl.Ray(...) resources or add nodes.",
-            ", ".join(short), START_TIMEOUT,
+            "until such a node joins (WorkerError after fl.Ray(start_timeout=...), default %g s). Lower the "
+            "fl.Ray(...) resources or add nodes.",
+            ", ".join(short), DEFAULT_START_TIMEOUT,
         )
     return workers, why
 
@@ -143,13 +153,16 @@ class RayExecutor(Executor):
 
     def __init__(self, part, workers: int | None, settings=None):
         options = settings.actor_options() if settings is not None else {}  # None: Ray chosen by feedline, defaults
+        self.grows = workers is None  # one actor per CPU: more when the cluster gains CPUs
         workers, self.note = plan_actors(workers, options, settings.address if settings is not None else None)  # connects to Ray
         ray = self.ray = import_ray()
-        self.cores = max(1, int(ray.cluster_resources().get("CPU", 1)))  # the report's "cores available" is the cluster's
+        self.cluster_cpus = ray.cluster_resources().get("CPU", 0.0)  # the actors were planned for this many (see _grow)
+        self.cores = max(1, int(self.cluster_cpus))  # the report's "cores available" is the cluster's
         self.workers = workers
+        self.stream_workers = workers  # a stream shard's actor is ``affinity % this``, fixed even if the pool grows
+        self.closing = False
         self.tasks = TaskPool()  # backlog, late binding, attempts, cancelled generations
         self.describe_index = part.source.where
-        self.closing = False
         self.isolate: dict = {}  # task key -> next sample position to probe (see "Death")
         self.refs: dict = {}  # object ref -> (actor, call key or _READY)
         self.restarts = 0
@@ -168,11 +181,20 @@ class RayExecutor(Executor):
             "num_cpus": DEFAULT_NUM_CPUS, **(options or {}),
             "max_restarts": 0, "max_task_retries": 0, "max_concurrency": 1,  # see the module docstring
         }
+        self.request = request_of(self.actor_options)
+        if not _in_placement_group(ray, self.actor_options):  # a placement group's bundles hold the room, not the free pool
+            wait_for_room(ray, self.request, DEFAULT_START_TIMEOUT if settings is None or settings.start_timeout is None else settings.start_timeout)
+        limit = settings.max_bytes_in_flight if settings is not None else None
+        self.budget = ByteBudget(limit or DEFAULT_SHARE * _object_store_bytes(ray, self.node))
+        self.generation = None  # of the last task submitted
+        self.starving = False  # set only while wait() dispatches with no result to return
+        self.next_grow = time.monotonic() + GROW_INTERVAL
         try:
             shipped = dumps_part(part, ray.ObjectRef)
         except Exception as e:  # the runtime names the function that cannot travel
             raise PartNotPicklable(str(e)) from e
         self.part_ref = ray.put(shipped)
+        register(self)
         for position in range(workers):
             self._spawn(position)
 
@@ -216,6 +238,9 @@ class RayExecutor(Executor):
 
     # ------------------------------------------------------------- dispatch
     def submit(self, key, task, affinity=None):
+        if key[0] != self.generation:  # a new epoch: look for room for more actors now
+            self.generation, self.next_grow = key[0], 0.0
+            self._grow()
         self.tasks.add(key, task, affinity)
         self._dispatch()
 
@@ -223,10 +248,13 @@ class RayExecutor(Executor):
         self.tasks.dispatch(self._pick, self._send)
 
     def _pick(self, key, task, affinity) -> _Actor | None:
+        ready = [a for a in self.pool if a is not None and a.ready]
+        if not self.budget.admits(sum(len(a.outstanding) for a in ready), len(ready), self.starving):
+            return None
         if key in self.isolate:  # an isolated task gets an idle actor to itself
             return next((a for a in self.pool if a is not None and a.ready and not a.outstanding), None)
         if affinity is not None:
-            actor = self.pool[affinity % self.workers]
+            actor = self.pool[affinity % self.stream_workers]
             return actor if actor is not None and actor.ready and not actor.isolating else None
         return self.tasks.least_loaded(self.pool, lambda a: a.ready and not a.isolating, _tasks)
 
@@ -244,6 +272,11 @@ class RayExecutor(Executor):
     def _call(self, actor: _Actor, call_key, task, ref, probe) -> None:
         actor.outstanding[call_key] = _Call(call_key, task, ref, probe)
         self.refs[ref] = (actor, call_key)
+        self.budget.note(self._pending())
+
+    def _pending(self) -> int:
+        """Calls sent and not yet fetched (their batches are, or will be, in the object store)."""
+        return sum(len(a.outstanding) for a in self.pool if a is not None)
 
     # ------------------------------------------------------------- collect
     def wait(self, timeout):
@@ -264,8 +297,11 @@ class RayExecutor(Executor):
             elif deadline is not None:
                 time.sleep(max(0.0, min(0.05, deadline - time.monotonic())))
             self._check_start()
+            self._grow()
             events.extend(self.tasks.take_held())
+            self.starving = not events  # the consumer waits with nothing in hand: the byte budget lets one task through
             self._dispatch()
+            self.starving = False
             if events or (deadline is not None and time.monotonic() >= deadline) or not (self.refs or len(self.tasks)):
                 return events
 
@@ -298,6 +334,9 @@ class RayExecutor(Executor):
         self.isolate.pop(call.key, None)
         result.worker = actor.position
         result.transport = transport
+        if result.payload is not None:
+            self.budget.track(result.payload)
+            self.budget.note(self._pending())
         if actor.offset:
             result.span = (result.span[0] + actor.offset, result.span[1] + actor.offset)
         if not self.tasks.live(call.key):
@@ -316,6 +355,31 @@ class RayExecutor(Executor):
                 f"no Ray actor for backend='ray' started within {START_TIMEOUT:.0f} s; the cluster has "
                 f"{cpus:g} CPUs ({free:g} free). Lower fl.Ray(num_cpus=..., memory=...), free the cluster, or add nodes."
             )
+
+    def _grow(self) -> None:
+        """Worker count unset: add actors for the CPUs a node that joined brought, if they are free.
+
+        Only the cluster's growth counts, never CPUs that other work merely
+        released: taking those would leave the next pipeline (a validation
+        pipeline made each epoch, say) with no room.
+        """
+        if not self.grows or self.closing or time.monotonic() < self.next_grow:
+            return
+        self.next_grow = time.monotonic() + GROW_INTERVAL
+        if any(a is None or not a.ready for a in self.pool):  # a replacement waits for room: a joining node goes to it first
+            return
+        per = self.request.get("CPU", 0)
+        total = self.ray.cluster_resources().get("CPU", 0.0)
+        gained, self.cluster_cpus = total - self.cluster_cpus, total
+        if not per or gained < per:
+            return
+        free = self.ray.available_resources()
+        room = min((free.get(key, 0.0) // amount for key, amount in self.request.items()), default=0)
+        for _ in range(int(min(room, gained // per))):
+            self.pool.append(None)
+            self.workers += 1
+            self._spawn(len(self.pool) - 1)
+        _log.info("feedline: the Ray cluster grew to %g CPUs; %d actors now", total, self.workers)
 
     # ---------------------------------------------------------------- death
     def _on_death(self, actor: _Actor, error: Exception) -> list:
@@ -430,6 +494,14 @@ class RayExecutor(Executor):
         """Process ids of the ready actors (on their own nodes)."""
         return [a.pid for a in self.pool if a is not None and a.ready]
 
+    def actor_nodes(self) -> dict[int, str]:
+        """Ray node id of each ready actor, by its position in the pool (``Result.worker``, the stats' worker)."""
+        return {a.position: a.node for a in self.pool if a is not None and a.ready}
+
+    def live_actors(self) -> int:
+        """Actors started and holding their resources on the cluster."""
+        return sum(1 for a in self.pool if a is not None and a.ready)
+
     def actor_names(self) -> list[str]:
         """Ray names of the live actors of this executor."""
         return [self._name(a.id) for a in self.pool if a is not None]
@@ -442,6 +514,7 @@ class RayExecutor(Executor):
         if self.closing:
             return
         self.closing = True
+        forget(self)
         actors = [a for a in self.pool if a is not None]
         if not self.ray.is_initialized():  # Ray already shut down (at exit): its actors went with it
             actors = []
@@ -459,6 +532,22 @@ class RayExecutor(Executor):
         self.refs.clear()
         self.tasks.backlog.clear()
         self.part_ref = None
+
+
+def _in_placement_group(ray, options: dict) -> bool:
+    """Whether the actors go into a placement group (given, or captured from the calling task)."""
+    strategy = options.get("scheduling_strategy")
+    if strategy is not None and not isinstance(strategy, str):  # e.g. PlacementGroupSchedulingStrategy
+        return True
+    return ray.util.get_current_placement_group() is not None
+
+
+def _object_store_bytes(ray, node_id: str) -> float:
+    """The object store size of node ``node_id`` (where this process's batches land)."""
+    for node in ray.nodes():
+        if node.get("NodeID") == node_id and node.get("Alive"):
+            return float(node.get("Resources", {}).get("object_store_memory", 0.0)) or float(2 << 30)
+    return float(2 << 30)  # not listed (should not happen): 2 GiB, Ray's smallest default store is larger
 
 
 def _tasks(actor: _Actor) -> int:

@@ -1,0 +1,93 @@
+"""Read-ahead: fetch a remote store's files into the cache in the order the epoch will read them.
+
+Protocol: `ReadAhead` is given the files in first-use order (from the
+epoch's index list, or file order) and runs ``concurrency`` threads
+(``feedline-readahead``) that take the next file, fetch it through the
+cache (which skips files already there and waits for one another process
+is fetching), and mark it prefetched. Back-pressure: a thread waits while
+``ahead`` files it fetched are still unread (their mtime still says
+prefetched, so reads in any process count), which bounds both the requests
+in flight and the disk the read-ahead takes. A failed prefetch is counted
+and left for the reader, which retries it and reports it with its sample.
+`stop()` ends the threads after their current request; they also end when
+every file is fetched.
+"""
+
+from __future__ import annotations
+
+import threading
+
+__all__ = ["ReadAhead"]
+
+_POLL = 0.02  # seconds between checks of how many fetched files are still unread
+
+
+class ReadAhead:
+    """Fetch ``files`` in order, at most ``concurrency`` at once and ``ahead`` unread.
+
+    Args:
+        files: file ids in the order they will first be read.
+        fetch: ``fetch(file_id)`` downloads one file into the cache, marked unread.
+        unread: ``unread(file_id)`` is True while no reader has used the file.
+        concurrency: requests in flight at most.
+        ahead: fetched-but-unread files at most.
+    """
+
+    def __init__(self, files, fetch, unread, *, concurrency: int, ahead: int):
+        self._files = list(files)
+        self._fetch, self._unread = fetch, unread
+        self._ahead = max(1, int(ahead))
+        self._next = 0
+        self._pending: list = []  # fetched by us, not yet seen read
+        self._in_flight = 0
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self.fetched = 0
+        self.failed: list = []  # (file id, error) of prefetches that failed; readers retry them
+        self._threads = [threading.Thread(target=self._run, name=f"feedline-readahead-{k}", daemon=True)
+                         for k in range(max(1, int(concurrency)))]
+        for thread in self._threads:
+            thread.start()
+
+    def _take(self):
+        """The next file to fetch, once fewer than ``ahead`` are unread; None when done or stopped."""
+        while not self._stop.is_set():
+            with self._lock:
+                if self._next >= len(self._files):
+                    return None
+                self._pending = [f for f in self._pending if self._unread(f)]
+                if len(self._pending) + self._in_flight < self._ahead:
+                    file = self._files[self._next]
+                    self._next += 1
+                    self._in_flight += 1
+                    return file
+            self._stop.wait(_POLL)
+        return None
+
+    def _run(self) -> None:
+        while True:
+            file = self._take()
+            if file is None:
+                return
+            try:
+                self._fetch(file)
+            except Exception as e:  # counted here, retried and reported by the reader that needs it
+                with self._lock:
+                    self._in_flight -= 1
+                    self.failed.append((file, e))
+            else:
+                with self._lock:
+                    self._in_flight -= 1
+                    self._pending.append(file)
+                    self.fetched += 1
+
+    @property
+    def done(self) -> bool:
+        """Every thread has ended."""
+        return not any(t.is_alive() for t in self._threads)
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """Stop taking files and wait (up to ``timeout`` s) for requests in flight."""
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(timeout)

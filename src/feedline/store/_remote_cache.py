@@ -1,0 +1,263 @@
+"""A local cache of a remote store's files: bounded, least-recently-used, atomic, shared by processes.
+
+Protocol (every process and thread on the machine follows it, so workers
+and DDP ranks can share one cache directory):
+- A file is downloaded under its own lock (``<file>.lock``, an OS file lock
+  that dies with its holder) to ``<file>.tmp-<pid>-<random>``, checked
+  (size, and checksum when the manifest has one), then renamed into place:
+  the final name only ever holds a complete file. A holder of the lock that
+  finds ``.tmp-`` files deletes them: their writer died mid-download.
+- A second process that wants the same file waits on the lock, then finds
+  it present: each file is downloaded once.
+- Use is recorded in the file's mtime: a reader sets it to now; the
+  read-ahead sets it to `PREFETCHED` (downloaded, not read yet).
+- After each download, under the cache-wide lock (``.cache.lock``), files
+  are evicted until the total fits ``limit``: read files first, oldest use
+  first, then prefetched ones; a file whose lock is held (being written or
+  opened) is passed over. A reader maps a file while holding its lock, so
+  eviction never removes a file between "found" and "mapped"; on POSIX a
+  mapped file that is evicted later stays readable through its mapping.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import secrets
+import threading
+import zlib
+
+from .._optional import require
+from ._errors import StoreError
+
+__all__ = ["PREFETCHED", "ShardCache", "default_cache_dir", "parse_size"]
+
+PREFETCHED = 1.0  # mtime of a file the read-ahead fetched and no reader has used yet
+_GLOBAL_LOCK = ".cache.lock"
+_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
+          "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
+
+
+def parse_size(value, name: str = "cache_limit") -> int:
+    """Bytes from an int or a string such as ``"20GiB"`` or ``"500 MB"``.
+
+    >>> parse_size("2 GiB"), parse_size(1000), parse_size("1.5kb")
+    (2147483648, 1000, 1500)
+    """
+    if isinstance(value, bool):
+        raise TypeError(f"{name} must be a number of bytes or a string such as '20GiB', got {value!r}")
+    if isinstance(value, int):
+        number = value
+    elif isinstance(value, str):
+        text = value.strip().lower().replace(" ", "")
+        digits = text.rstrip("abcdefghijklmnopqrstuvwxyz")
+        unit = text[len(digits):]
+        if unit not in _UNITS or not digits:
+            raise ValueError(f"{name}={value!r} is not a size; write bytes or e.g. '20GiB', '500MB'")
+        number = int(float(digits) * _UNITS[unit])
+    else:
+        raise TypeError(f"{name} must be a number of bytes or a string such as '20GiB', got {type(value).__name__}")
+    if number <= 0:
+        raise ValueError(f"{name} must be positive, got {value!r}")
+    return number
+
+
+def default_cache_dir() -> str:
+    """``$FEEDLINE_CACHE_DIR``, else ``$XDG_CACHE_HOME/feedline/stores``, else ``~/.cache/feedline/stores``."""
+    if os.environ.get("FEEDLINE_CACHE_DIR"):
+        return os.environ["FEEDLINE_CACHE_DIR"]
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "feedline", "stores")
+
+
+def _filelock():
+    return require("filelock", "remote", "the cache of a remote store")
+
+
+def verify_checksum(path: str, checksum) -> str | None:
+    """None if ``path`` matches ``checksum`` (``"sha256:<hex>"``, ``"crc32:<hex>"``), else what differs.
+
+    A checksum in a form this version does not know is not checked (the size still is).
+    """
+    if not isinstance(checksum, str) or ":" not in checksum:
+        return None
+    kind, expected = checksum.split(":", 1)
+    kind = kind.lower()
+    if kind == "sha256":
+        digest = hashlib.sha256()
+        update = digest.update
+    elif kind == "crc32":
+        state = [0]
+
+        def update(block):
+            state[0] = zlib.crc32(block, state[0])
+    else:
+        return None
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            update(block)
+    actual = digest.hexdigest() if kind == "sha256" else f"{state[0]:08x}"
+    return None if actual == expected.lower() else f"{kind} {actual} where the manifest says {expected}"
+
+
+class ShardCache:
+    """Files of remote stores under ``root``, at most ``limit`` bytes in all.
+
+    Args:
+        root: the cache directory (created); several stores share it.
+        limit: the most bytes its files may take.
+    """
+
+    def __init__(self, root: str, limit: int):
+        self.root = os.path.abspath(os.fspath(root))
+        self.limit = int(limit)
+        os.makedirs(self.root, exist_ok=True)
+        self._counts = {"hits": 0, "downloads": 0, "bytes": 0, "retries": 0, "failures": 0, "evicted": 0}
+        self._counts_lock = threading.Lock()
+
+    def __getstate__(self) -> dict:
+        return {"root": self.root, "limit": self.limit}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__(state["root"], state["limit"])
+
+    def __repr__(self) -> str:
+        return f"ShardCache({self.root!r}, limit={self.limit})"
+
+    def counts(self) -> dict:
+        """This process's counters: hits, downloads, bytes, retries, failures, evicted."""
+        with self._counts_lock:
+            return dict(self._counts)
+
+    def _count(self, key: str, n: int = 1) -> None:
+        with self._counts_lock:
+            self._counts[key] += n
+
+    # ------------------------------------------------------------ one file
+    def path(self, key: str) -> str:
+        """The local path of ``key`` (``<store>/raw/part-00000.arrow``)."""
+        return os.path.join(self.root, *key.split("/"))
+
+    def _lock(self, path: str):
+        return _filelock().FileLock(path + ".lock")
+
+    def get(self, key: str, size: int, download, *, checksum=None, opener=None, prefetch: bool = False):
+        """Make ``key`` present and complete; return ``opener(path)`` (default: the path).
+
+        Args:
+            key: where the file goes, relative to the cache root.
+            size: its size in bytes (from the manifest).
+            download: ``download(tmp_path)`` writes the file (raises `StoreError` when it cannot).
+            checksum: the manifest's checksum, if any (see `verify_checksum`).
+            opener: called with the path while the file's lock is held (a reader maps it here).
+            prefetch: fetched by the read-ahead: marked unread (`PREFETCHED`).
+        """
+        if size > self.limit:
+            raise StoreError(f"the file {key!r} has {size} bytes, more than the whole cache_limit of {self.limit}; "
+                             "raise cache_limit (e.g. cache_limit='50GiB')")
+        path = self.path(key)
+        if opener is None and prefetch and _complete(path, size):
+            return path
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with self._lock(path):
+            if _complete(path, size):
+                self._count("hits")
+            else:
+                self._fetch(key, path, size, download, checksum, prefetch)
+            if not prefetch:
+                os.utime(path)  # used now: last in the LRU order
+            return opener(path) if opener is not None else path
+
+    def _fetch(self, key, path, size, download, checksum, prefetch) -> None:
+        folder, name = os.path.split(path)
+        for entry in os.scandir(folder):
+            if entry.name.startswith(name + ".tmp-"):
+                os.remove(entry.path)  # left by a downloader that died: we hold the lock, nobody writes it
+        if os.path.exists(path):
+            os.remove(path)  # wrong size: not what the manifest lists
+        self._make_room(size, keep=path)
+        tmp = f"{path}.tmp-{os.getpid()}-{secrets.token_hex(4)}"
+        try:
+            download(tmp)
+            got = os.path.getsize(tmp)
+            if got != size:
+                raise StoreError(f"{key!r} arrived with {got} bytes where the manifest says {size}")
+            wrong = verify_checksum(tmp, checksum)
+            if wrong:
+                raise StoreError(f"{key!r} arrived damaged: {wrong}; the remote copy differs from the one "
+                                 "the manifest describes: copy the store again")
+            if prefetch:
+                os.utime(tmp, (PREFETCHED, PREFETCHED))
+            os.replace(tmp, path)
+        except BaseException:
+            self._count("failures")
+            if os.path.exists(tmp):
+                os.remove(tmp)
+            raise
+        self._count("downloads")
+        self._count("bytes", size)
+
+    def note_retry(self, name=None, error=None) -> None:
+        """Count one retried download (the `Location.download` ``on_retry`` hook)."""
+        self._count("retries")
+
+    # ------------------------------------------------------------ eviction
+    def files(self) -> list[tuple[float, int, str]]:
+        """``(mtime, size, path)`` of every complete file in the cache."""
+        out = []
+        for folder, _, names in os.walk(self.root):
+            for name in names:
+                if name.endswith(".lock") or ".tmp-" in name:
+                    continue
+                full = os.path.join(folder, name)
+                try:
+                    st = os.stat(full)
+                except FileNotFoundError:
+                    continue
+                out.append((st.st_mtime, st.st_size, full))
+        return out
+
+    def used_bytes(self) -> int:
+        """Bytes the cache's complete files take."""
+        return sum(size for _, size, _ in self.files())
+
+    def _make_room(self, size: int, keep: str) -> None:
+        with _filelock().FileLock(os.path.join(self.root, _GLOBAL_LOCK)):
+            files = self.files()
+            total = sum(s for _, s, _ in files) + size
+            if total <= self.limit:
+                return
+            # Read files, oldest use first; then the prefetched (unread) ones, which are about to be needed.
+            order = sorted(files, key=lambda f: (f[0] == PREFETCHED, f[0]))
+            for _, fsize, full in order:
+                if total <= self.limit:
+                    break
+                if full == keep:
+                    continue
+                lock = self._lock(full)
+                try:
+                    lock.acquire(blocking=False)
+                except _filelock().Timeout:
+                    continue  # being written or opened right now
+                try:
+                    os.remove(full)
+                except (FileNotFoundError, PermissionError):  # gone already; mapped on Windows
+                    continue
+                finally:
+                    lock.release()
+                total -= fsize
+                self._count("evicted")
+
+    def mark_read(self, path: str) -> None:
+        """Record that a reader used ``path`` (moves it to the recent end of the LRU order)."""
+        try:
+            os.utime(path)
+        except FileNotFoundError:
+            pass  # evicted since: its reader holds the mapping
+
+
+def _complete(path: str, size: int) -> bool:
+    try:
+        return os.path.getsize(path) == size
+    except FileNotFoundError:
+        return False

@@ -1,0 +1,64 @@
+"""Pipelines without per-sample Python: the calling thread and a thread pool are both tried, the output never changes."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import feedline as fl
+from feedline import testing
+
+
+def normalise(batch):
+    f = batch.astype(np.float32) / 255.0
+    return f[:, ::-1] - f.mean(axis=(1, 2), keepdims=True)
+
+
+@pytest.fixture
+def images():
+    return np.random.default_rng(0).integers(0, 255, (3000, 16, 16, 3), dtype=np.uint8)
+
+
+def _cores(pipe) -> int:
+    return testing.runtime(pipe).cores
+
+
+def test_bulk_pipeline_tries_both_and_delivers_the_serial_batches(images, no_leaks):
+    pipe = fl.from_arrays(images).shuffle(seed=4).batch(16).map_batch(normalise)
+    with pipe:
+        got = [b.copy() for b in pipe.epoch(0)]
+        stats = pipe.stats()
+        if _cores(pipe) < 2:
+            pytest.skip("one core: bulk reads stay in the calling thread")
+        again = [b.copy() for b in pipe.epoch(1)]  # on the winner
+    reference = fl.from_arrays(images).shuffle(seed=4).map(lambda s: s, backend="serial").batch(16).map_batch(normalise)
+    with reference:
+        want0 = list(reference.epoch(0))
+        want1 = list(reference.epoch(1))
+    assert len(got) == len(want0) and all(np.array_equal(a, b) for a, b in zip(got, want0))
+    assert all(np.array_equal(a, b) for a, b in zip(again, want1))
+    assert set(stats.trial) == {"serial", "thread"}, stats.decision
+    assert "tried the calling thread" in stats.decision
+    assert stats.backend == ("thread" if stats.trial["thread"] >= stats.trial["serial"] else "serial"), stats.decision
+
+
+def test_losing_threads_are_stopped_and_the_winner_keeps_the_work(images, no_leaks):
+    pipe = fl.from_arrays(images).batch(16).map_batch(normalise)  # long enough for the trial to end
+    with pipe:
+        for _ in pipe:
+            pass
+        stats = pipe.stats()
+        if _cores(pipe) < 2:
+            pytest.skip("one core: bulk reads stay in the calling thread")
+        executor = testing.runtime(pipe).executor
+        assert stats.backend in ("serial", "thread") and executor.winner == stats.backend
+        if stats.backend == "serial":
+            assert not any(t.is_alive() for t in executor.threads.threads), "the losing threads still run"
+
+
+def test_a_short_bulk_epoch_is_exact_whatever_the_trial_reached(images, no_leaks):
+    for batches in (1, 3, 7):
+        pipe = fl.from_arrays(images[: 8 * batches]).batch(8)
+        with pipe:
+            out = list(pipe)
+        assert [b.tolist() for b in out] == [images[k:k + 8].tolist() for k in range(0, 8 * batches, 8)]

@@ -1,0 +1,256 @@
+"""Remote stores: read from real servers on localhost (moto S3, plain HTTP) through the shared cache."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import numpy as np
+import pytest
+
+pytest.importorskip("pyarrow")
+pytest.importorskip("s3fs")
+pytest.importorskip("filelock")
+
+import remote_servers  # noqa: E402
+from conftest import snapshot, wait_for  # noqa: E402
+from remote_servers import Faults  # noqa: E402
+
+import feedline as fl  # noqa: E402
+from feedline.store import StoreError, StoreWriter, open_store  # noqa: E402
+from feedline.store._remote_cache import ShardCache  # noqa: E402
+
+s3_server, http_server = remote_servers.s3_server, remote_servers.http_server  # fixtures
+
+ROWS, PER_FILE = 320, 40  # 8 parts, each a raw and a zstd file
+
+
+@pytest.fixture(scope="module")
+def local_store(tmp_path_factory):
+    """A store of 8 parts (16 files) on local disk: images raw, labels zstd."""
+    root = tmp_path_factory.mktemp("remote")
+    path = str(root / "train.store")
+    rng = np.random.default_rng(0)
+    with StoreWriter(path, encodings={"label": "zstd"}, rows_per_file=PER_FILE) as w:
+        w.write({"image": rng.integers(0, 255, (ROWS, 12, 12, 3), dtype=np.uint8), "label": np.arange(ROWS)})
+    return path
+
+
+def _epoch(pipe):
+    with pipe:
+        return [snapshot(b) for b in pipe]
+
+
+def _steps(pipe, backend=None):
+    if backend is not None:
+        pipe = pipe.map(lambda s: s, backend=backend, workers=2)
+    return pipe.shuffle(seed=3).batch(24)
+
+
+def _cache_files(cache_dir) -> list[str]:
+    return sorted(os.path.basename(path) for _, _, path in ShardCache(str(cache_dir), 1 << 40).files())
+
+
+def test_epoch_from_s3_equals_local_store(local_store, s3_server, backend, tmp_path, no_leaks):
+    url = s3_server.upload("feedline", f"epoch-{backend}/train.store", local_store)
+    remote = fl.from_store(url, storage_options=s3_server.storage_options, cache_dir=tmp_path / "cache")
+    assert _epoch(_steps(remote, backend)) == _epoch(_steps(fl.from_store(local_store), backend))
+
+
+def test_epoch_from_http_equals_local_store(local_store, http_server, backend, tmp_path, no_leaks):
+    web = http_server(os.path.dirname(local_store), latency=0.005)
+    remote = fl.from_store(web.url("train.store"), cache_dir=tmp_path / "cache")
+    assert _epoch(_steps(remote, backend)) == _epoch(_steps(fl.from_store(local_store), backend))
+    assert all(n == 1 for path, n in web.gets.items() if path.endswith(".arrow")), web.gets  # each file fetched once
+
+
+def test_bulk_epoch_from_s3_equals_local_store(local_store, s3_server, tmp_path, no_leaks):
+    url = s3_server.upload("feedline", "bulk/train.store", local_store)
+    remote = fl.from_store(url, storage_options=s3_server.storage_options, cache_dir=tmp_path / "cache")
+    assert _epoch(remote.shuffle(seed=1).batch(32)) == _epoch(fl.from_store(local_store).shuffle(seed=1).batch(32))
+
+
+def test_cache_evicts_least_recently_used_file(tmp_path):
+    source = tmp_path / "source"
+    source.mkdir()
+    for name in "abcd":
+        (source / name).write_bytes(name.encode() * 1000)
+    cache = ShardCache(str(tmp_path / "cache"), limit=3000)
+
+    def get(name):
+        time.sleep(0.01)  # distinct mtimes on coarse clocks
+        return cache.get(f"s/{name}", 1000, lambda tmp: _copy(source / name, tmp))
+
+    for name in "abc":
+        get(name)
+    get("a")  # a is now more recent than b
+    get("d")  # needs room: b goes
+    assert _cache_files(tmp_path / "cache") == ["a", "c", "d"]
+    assert cache.used_bytes() <= 3000
+    assert open(cache.path("s/a"), "rb").read() == b"a" * 1000
+    assert cache.counts()["evicted"] == 1 and cache.counts()["downloads"] == 4 and cache.counts()["hits"] == 1
+
+
+def _copy(src, dst):
+    with open(src, "rb") as f, open(dst, "wb") as out:
+        out.write(f.read())
+
+
+def test_epoch_through_a_small_cache_stays_within_its_limit(local_store, http_server, tmp_path, no_leaks):
+    web = http_server(os.path.dirname(local_store))
+    sizes = [os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(local_store) for f in fs if f.endswith(".arrow")]
+    limit = 5 * max(sizes)  # 5 of 16 files
+    pipe = fl.from_store(web.url("train.store"), cache_dir=tmp_path / "cache", cache_limit=limit).batch(16)
+    cache = ShardCache(str(tmp_path / "cache"), limit)
+    got = []
+    with pipe:
+        for batch in pipe:
+            got.append(snapshot(batch))
+            assert cache.used_bytes() <= limit
+    assert got == _epoch(fl.from_store(local_store).batch(16))
+    assert len(_cache_files(tmp_path / "cache")) < 16 and cache.used_bytes() <= limit  # files were evicted
+    assert sum(n for path, n in web.gets.items() if path.endswith(".arrow")) >= 16
+
+
+def test_processes_share_the_cache_and_fetch_each_file_once(local_store, http_server, tmp_path):
+    web = http_server(os.path.dirname(local_store), latency=0.02)
+    script = textwrap.dedent(f"""
+        import hashlib, feedline as fl
+        pipe = fl.from_store({web.url('train.store')!r}, cache_dir={str(tmp_path / 'cache')!r}).shuffle(seed=5).batch(32)
+        digest = hashlib.sha256()
+        for batch in pipe:
+            digest.update(batch["image"].tobytes()); digest.update(batch["label"].tobytes())
+        print(digest.hexdigest())
+    """)
+    procs = [subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for _ in range(3)]
+    outputs = [p.communicate(timeout=120) for p in procs]
+    assert all(p.returncode == 0 for p in procs), [err[-2000:] for _, err in outputs]
+    digests = {out.strip() for out, _ in outputs}
+    local = fl.from_store(local_store).shuffle(seed=5).batch(32)
+    import hashlib
+
+    expected = hashlib.sha256()
+    for batch in local:
+        expected.update(batch["image"].tobytes())
+        expected.update(batch["label"].tobytes())
+    assert digests == {expected.hexdigest()}
+    arrow = {path: n for path, n in web.gets.items() if path.endswith(".arrow")}
+    assert len(arrow) == 16 and set(arrow.values()) == {1}, arrow  # 3 processes, every file downloaded once
+
+
+def test_killed_downloader_leaves_no_partial_file(local_store, http_server, tmp_path):
+    web = http_server(os.path.dirname(local_store), faults=Faults(kinds=("stall",), every=1, only="part-00000", stall=60))
+    cache_dir = tmp_path / "cache"
+    script = (f"import feedline.store as s; s.open_store({web.url('train.store')!r}, cache_dir={str(cache_dir)!r}, "
+              "read_ahead=False)[0]")
+    proc = subprocess.Popen([sys.executable, "-c", script], stderr=subprocess.DEVNULL)
+    try:
+        def partial():
+            return [os.path.join(d, f) for d, _, fs in os.walk(cache_dir) for f in fs if ".tmp-" in f and os.path.getsize(os.path.join(d, f))]
+
+        assert wait_for(lambda: bool(partial()), timeout=60), "the downloader never started writing"
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert partial() and not any(f.endswith(".arrow") for f in _cache_files(cache_dir))  # half a file, never under its name
+    web.faults = None
+    store = open_store(web.url("train.store"), cache_dir=cache_dir, read_ahead=False)
+    assert snapshot(store[0]) == snapshot(open_store(local_store)[0])
+    assert not partial()  # the next holder of the file's lock removed the dead download
+    store.close()
+
+
+def test_injected_failures_still_deliver_every_sample_once(local_store, http_server, tmp_path, no_leaks):
+    web = http_server(os.path.dirname(local_store), faults=Faults(every=4, seed=2))  # 25 % of GETs fail
+    pipe = fl.from_store(web.url("train.store"), cache_dir=tmp_path / "cache", read_ahead=False)
+    seen = []
+    with pipe.map(lambda s: s, backend="thread", workers=2).batch(20) as run:
+        for batch in run:
+            seen.extend(batch["label"].tolist())
+    assert sorted(seen) == list(range(ROWS)) and seen == list(range(ROWS))
+    assert {kind for _, kind in web.injected} == {"500", "reset", "truncate"}
+    assert pipe._source.counts()["retries"] >= 1  # (aiohttp itself retries some resets on a reused connection)
+
+
+def test_download_that_keeps_failing_names_file_and_sample(local_store, http_server, tmp_path, no_leaks):
+    web = http_server(os.path.dirname(local_store), faults=Faults(rate=1.0, kinds=("500",), only="raw/part-00002"))
+    store = fl.from_store(web.url("train.store"), cache_dir=tmp_path / "cache", retries=1, read_ahead=False)
+    with store.map(lambda s: s, backend="serial").batch(PER_FILE) as pipe, pytest.raises(fl.SampleError) as info:
+        list(pipe)
+    text = str(info.value)
+    assert "sample 80" in text and "raw/part-00002.arrow" in text and "2 attempts" in text
+    skipping = store.map(lambda s: s, backend="serial", on_error="skip").batch(PER_FILE)
+    with skipping, pytest.warns(RuntimeWarning, match="skipped 40 samples"):
+        labels = [int(x) for b in skipping for x in b["label"]]
+        skipped = sorted(i for i, _ in skipping.stats().skipped)
+    assert skipped == list(range(80, 120)) and labels == [i for i in range(ROWS) if not 80 <= i < 120]
+
+
+def test_read_ahead_fetches_files_in_plan_order_and_stays_bounded(local_store, http_server, tmp_path):
+    web = http_server(os.path.dirname(local_store))
+    store = open_store(web.url("train.store"), cache_dir=tmp_path / "cache", concurrency=1)  # 2 files unread at most
+    order = np.random.default_rng(7).permutation(ROWS)
+    store.read_ahead(order)
+
+    def fetched():
+        return [p for p in web.order if p.endswith(".arrow")]
+
+    assert wait_for(lambda: len(fetched()) == 2, timeout=30)
+    time.sleep(0.3)
+    assert len(fetched()) == 2  # nothing read yet: the read-ahead waits
+    assert [int(store[int(i)]["label"]) for i in order] == order.tolist()
+    assert wait_for(lambda: store._ahead.done, timeout=30)
+    parts = list(dict.fromkeys(int(i) // PER_FILE for i in order))
+    assert fetched() == [f"/train.store/{g}/part-{p:05d}.arrow" for p in parts for g in ("raw", "zstd")]
+    store.close()
+
+
+def test_credentials_stay_out_of_reprs_and_errors(local_store, s3_server, http_server, tmp_path):
+    url = s3_server.upload("feedline", "secret/train.store", local_store)
+    secret = s3_server.storage_options["secret"]
+    pipe = fl.from_store(url, storage_options=s3_server.storage_options, cache_dir=tmp_path / "cache").batch(8)
+    shown = [repr(pipe), str(pipe), repr(pipe._source), pipe._source.describe(), repr(pipe._source.location)]
+    assert not any(secret in s or s3_server.storage_options["key"] in s for s in shown), shown
+    with pytest.raises(StoreError) as info:
+        fl.from_store(url.replace("secret/", "absent/"), storage_options=s3_server.storage_options, retries=0,
+                      cache_dir=tmp_path / "cache")
+    assert "absent/train.store" in str(info.value) and secret not in str(info.value)
+    web = http_server(os.path.dirname(local_store))
+    with pytest.raises(StoreError) as info:
+        fl.from_store(web.url("nothing.store").replace("http://", "http://user:hunter22@"), retries=0)
+    assert "hunter22" not in str(info.value) and "***@" in str(info.value)
+    clone = pickle.loads(pickle.dumps(pipe._source))  # explicit options travel to workers
+    assert clone.location.options == s3_server.storage_options and len(clone) == ROWS
+
+
+def test_remote_options_with_a_local_path_are_refused(local_store):
+    with pytest.raises(TypeError, match="cache_limit apply only to a remote store"):
+        fl.from_store(local_store, cache_limit="1GiB")
+    with pytest.raises(ValueError, match="cache_limit='lots' is not a size"):
+        fl.from_store("s3://bucket/x.store", cache_limit="lots")
+
+
+def test_verify_catches_a_remote_file_damaged_in_place(local_store, http_server, tmp_path, no_leaks):
+    import shutil
+
+    copy = tmp_path / "served" / "train.store"
+    shutil.copytree(local_store, copy)
+    target = copy / "raw" / "part-00001.arrow"
+    data = bytearray(target.read_bytes())
+    middle = len(data) // 2
+    data[middle:middle + 64] = bytes(255 - b for b in data[middle:middle + 64])  # same size: only checksums see it
+    target.write_bytes(bytes(data))
+    web = http_server(str(tmp_path / "served"))
+    store = open_store(web.url("train.store"), cache_dir=tmp_path / "cache", verify=True, read_ahead=False)
+    assert snapshot(store[0]) == snapshot(open_store(local_store)[0])
+    with pytest.raises(StoreError, match="damaged"):
+        store[PER_FILE]
+    store.close()

@@ -1,0 +1,76 @@
+"""More workers than cores when tasks wait on I/O: the worker count grows only when it should, and nothing changes in the output."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+
+import feedline as fl
+from feedline import testing
+
+
+def waits_on_io(v):
+    time.sleep(0.004)  # a file or network read: off the CPU
+    return v
+
+
+def burns_cpu(v):
+    total = 0
+    for k in range(4000):
+        total += k % 3
+    return np.int64(v) + np.int64(total > 0)
+
+
+def _epoch(pipe):
+    with pipe:
+        out = [b.tolist() for b in pipe]
+        stats = pipe.stats()
+        stats.busy_windows = testing.runtime(pipe).worker_tuner.busy_windows
+        return out, stats
+
+
+def _skip_if_the_machine_was_busy(stats):
+    """Growth needs idle CPUs (tasks waiting for a CPU also use little of it): on a loaded machine it is held back."""
+    if stats.busy_windows and not [d for d in stats.decisions if d.startswith("workers ")]:
+        pytest.skip("other programs kept this machine's CPUs busy: the worker count was (rightly) held back")
+
+
+@pytest.mark.parametrize("backend", [None, "thread", "process"])
+def test_workers_waiting_on_io_grow_beyond_the_cores_and_deliver_every_sample_once(backend, no_leaks):
+    out, stats = _epoch(fl.from_arrays(np.arange(1200)).map(waits_on_io, backend=backend).batch(4))
+    if stats.backend == "serial":
+        pytest.skip("one core: the automatic choice runs serially")
+    assert out == [list(range(k, k + 4)) for k in range(0, 1200, 4)]
+    _skip_if_the_machine_was_busy(stats)
+    grown = [d for d in stats.decisions if d.startswith("workers ")]
+    assert grown, stats.decisions
+    assert stats.workers > stats.cores and "wait on I/O" in grown[0]
+    assert stats.workers <= 8 * stats.cores
+
+
+def test_workers_given_by_the_user_are_never_changed(no_leaks):
+    out, stats = _epoch(fl.from_arrays(np.arange(600)).map(waits_on_io, backend="thread", workers=2).batch(4))
+    assert len(out) == 150 and stats.workers == 2
+    assert not [d for d in stats.decisions if d.startswith("workers ")]
+
+
+def test_cpu_bound_workers_are_not_multiplied(no_leaks):
+    out, stats = _epoch(fl.from_arrays(np.arange(400)).map(burns_cpu, backend="process").batch(4))
+    assert out == [list(range(k + 1, k + 5)) for k in range(0, 400, 4)]
+    assert not [d for d in stats.decisions if d.startswith("workers ")], stats.decisions
+    assert stats.workers == stats.cores
+
+
+def test_grown_process_workers_are_all_closed(no_leaks):
+    pipe = fl.from_arrays(np.arange(1200)).map(waits_on_io, backend="process").batch(4)
+    with pipe:
+        for _ in pipe:
+            pass
+        grown = pipe.stats().workers
+        if testing.runtime(pipe).worker_tuner.busy_windows and grown <= 2:
+            pytest.skip("other programs kept this machine's CPUs busy: the worker count was (rightly) held back")
+        pids = testing.worker_pids(pipe)
+        assert len(pids) == grown > 2
+    # no_leaks checks that every one of them is gone and nothing is left in /dev/shm
