@@ -59,6 +59,9 @@ def test_workers_given_by_the_user_are_never_changed(no_leaks):
 def test_cpu_bound_workers_are_not_multiplied(no_leaks):
     out, stats = _epoch(fl.from_arrays(np.arange(400)).map(burns_cpu, backend="process").batch(4))
     assert out == [list(range(k + 1, k + 5)) for k in range(0, 400, 4)]
+    if stats.cpu_share is not None and stats.cpu_share < 0.6:
+        pytest.skip(f"other programs took the CPUs: CPU-bound tasks ran only {stats.cpu_share:.0%} of their time, "
+                    "which looks like waiting (run this on a quiet machine)")
     assert not [d for d in stats.decisions if d.startswith("workers ")], stats.decisions
     assert stats.workers == stats.cores
 

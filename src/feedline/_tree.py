@@ -494,8 +494,9 @@ def _between_batches_error(exc: _Mismatch, indices, where) -> SampleError:
     detail = exc.detail.replace("{first}", named(first) if first is not None else "an earlier sample")
     return SampleError(
         f"cannot batch {subject} with the samples before it: {_at(exc.path)} {detail}. "
-        "filter() or on_error='skip' dropped samples, so batches are re-cut from the rows of several "
-        "tasks, which must agree; resize or crop in map() so every sample has the same shape, "
+        "Batches here are re-cut from the rows of several tasks (after filter() or on_error='skip', across a "
+        "generator's shards, or through a shuffle window), which must agree; resize or crop in map() so every "
+        "sample has the same shape, "
         "or pass collate= to batch()",
         index=index,
         where=place(index),

@@ -48,6 +48,8 @@ def choose(plan) -> Choice:
         if backend == "ray":
             return Choice("ray", workers, "backend set by map()")
         count = 1 if backend == "serial" else (workers or cores)
+        if plan.backend_for_timeout:
+            return Choice(backend, count, f"map(timeout={plan.part.timeout:g}): only a process can be stopped in the middle of a sample")
         return Choice(backend, count, "backend set by map()")
     if workers == 0:
         return Choice("serial", 1, "workers=0")

@@ -111,6 +111,10 @@ class Runtime:
     def begin(self, iterator, on_superseded: Callable[[], None]) -> int:
         """Make ``iterator`` the active one (superseding the previous); return its generation."""
         self._check_open()
+        if self.executor.workers != self.workers:  # the executor added workers itself (Ray: a node joined)
+            self.workers = self.worker_tuner.workers = self.tuner.workers = self.executor.workers
+            self.set_depth(max(self.depth, 2 * self.workers))
+            self.tuner.depth = self.depth
         previous = self._supersede() if self._supersede is not None else None
         if previous is not None:
             previous()

@@ -103,6 +103,14 @@ class Pipeline:
         Raises:
             ValueError: ``seed`` or ``window`` is not a valid integer; ``window``
                 on an indexed source (naming the fix).
+
+        >>> import feedline as fl
+        >>> def count(shard, num_shards):
+        ...     yield from range(shard, 12, num_shards)
+        >>> pipe = fl.from_generator(count, 2).shuffle(seed=0, window=4).map(abs, backend="serial").batch(6)
+        >>> batches = [b.tolist() for b in pipe]
+        >>> sorted(batches[0] + batches[1]) == list(range(12)) and batches[0] != [0, 2, 4, 6, 8, 10]
+        True
         """
         return self._with(Shuffle(new_seed() if seed is None else seed, window))
 

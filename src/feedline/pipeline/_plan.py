@@ -77,6 +77,7 @@ class Plan:
     filtered: bool = False  # a filter() makes the number of samples per epoch unknown in advance
     padder: object = None  # padded_batch / bucket_by_length (`feedline._padding.Padder`): how re-cut pieces join
     window: object = None  # the Shuffle step with window=N: a stream's rows shuffled in the consumer (engine/_window.py)
+    backend_for_timeout: bool = False  # "process" was chosen because map(timeout=) needs it (no backend= given)
 
     @property
     def streaming(self) -> bool:
@@ -216,6 +217,7 @@ def compile_plan(source, steps, seed: int) -> Plan:
     maps = builder.maps
     backend, workers, ray = _executor_settings(maps)
     timeout, timeout_stage = _timeout_settings(builder.ops, maps, source, backend, workers)
+    backend_for_timeout = timeout is not None and backend is None
     if timeout is not None:
         backend = "process"  # only a process can be stopped in the middle of a sample
     batch = builder.batch
@@ -253,6 +255,7 @@ def compile_plan(source, steps, seed: int) -> Plan:
         filtered=builder.filtered,
         padder=padder,
         window=builder.window,
+        backend_for_timeout=backend_for_timeout,
     )
 
 

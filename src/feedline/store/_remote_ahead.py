@@ -16,10 +16,11 @@ every file is fetched.
 from __future__ import annotations
 
 import threading
+import time
 
 __all__ = ["ReadAhead"]
 
-_POLL = 0.02  # seconds between checks of how many fetched files are still unread
+_POLL = 0.05  # seconds between checks of which fetched files have been read (reacts well within one request)
 
 
 class ReadAhead:
@@ -41,6 +42,8 @@ class ReadAhead:
         self._pending: list = []  # fetched by us, not yet seen read
         self._in_flight = 0
         self._lock = threading.Lock()
+        self._wake = threading.Condition(self._lock)  # a finished fetch wakes one waiting thread
+        self._checked = 0.0  # when the pending files were last checked for reads
         self._stop = threading.Event()
         self.fetched = 0
         self.failed: list = []  # (file id, error) of prefetches that failed; readers retry them
@@ -51,17 +54,20 @@ class ReadAhead:
 
     def _take(self):
         """The next file to fetch, once fewer than ``ahead`` are unread; None when done or stopped."""
-        while not self._stop.is_set():
-            with self._lock:
+        with self._wake:
+            while not self._stop.is_set():
                 if self._next >= len(self._files):
                     return None
-                self._pending = [f for f in self._pending if self._unread(f)]
+                now = time.monotonic()
+                if now - self._checked >= _POLL:  # one thread looks (a stat per pending file), not every thread
+                    self._pending = [f for f in self._pending if self._unread(f)]
+                    self._checked = now
                 if len(self._pending) + self._in_flight < self._ahead:
                     file = self._files[self._next]
                     self._next += 1
                     self._in_flight += 1
                     return file
-            self._stop.wait(_POLL)
+                self._wake.wait(_POLL)
         return None
 
     def _run(self) -> None:
@@ -75,6 +81,7 @@ class ReadAhead:
                 with self._lock:
                     self._in_flight -= 1
                     self.failed.append((file, e))
+                    self._wake.notify()
             else:
                 with self._lock:
                     self._in_flight -= 1
@@ -89,5 +96,7 @@ class ReadAhead:
     def stop(self, timeout: float = 30.0) -> None:
         """Stop taking files and wait (up to ``timeout`` s) for requests in flight."""
         self._stop.set()
+        with self._wake:
+            self._wake.notify_all()
         for thread in self._threads:
             thread.join(timeout)
