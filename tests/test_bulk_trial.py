@@ -7,6 +7,7 @@ import pytest
 
 import feedline as fl
 from feedline import testing
+from feedline.engine._choice import default_workers
 
 
 def normalise(batch):
@@ -20,36 +21,43 @@ def images():
 
 
 def _cores(pipe) -> int:
-    return testing.runtime(pipe).cores
+    """Cores this process may use: the trial runs only with two or more."""
+    return default_workers()
+
+
+def _epochs_until_decided(pipe, reference, most=8):
+    """Run epochs (each checked against ``reference``'s) until the trial has decided; return the last stats."""
+    for epoch in range(most):
+        got = [b.copy() for b in pipe.epoch(epoch)]
+        want = list(reference.epoch(epoch))
+        assert len(got) == len(want) and all(np.array_equal(a, b) for a, b in zip(got, want)), f"epoch {epoch} differs"
+        stats = pipe.stats()
+        if stats.trial:
+            return stats
+    pytest.fail(f"the trial did not decide in {most} epochs: {stats.decision}")
 
 
 def test_bulk_pipeline_tries_both_and_delivers_the_serial_batches(images, no_leaks):
     pipe = fl.from_arrays(images).shuffle(seed=4).batch(16).map_batch(normalise)
-    with pipe:
-        got = [b.copy() for b in pipe.epoch(0)]
-        stats = pipe.stats()
+    reference = fl.from_arrays(images).shuffle(seed=4).map(lambda s: s, backend="serial").batch(16).map_batch(normalise)
+    with pipe, reference:
         if _cores(pipe) < 2:
             pytest.skip("one core: bulk reads stay in the calling thread")
-        again = [b.copy() for b in pipe.epoch(1)]  # on the winner
-    reference = fl.from_arrays(images).shuffle(seed=4).map(lambda s: s, backend="serial").batch(16).map_batch(normalise)
-    with reference:
-        want0 = list(reference.epoch(0))
-        want1 = list(reference.epoch(1))
-    assert len(got) == len(want0) and all(np.array_equal(a, b) for a, b in zip(got, want0))
-    assert all(np.array_equal(a, b) for a, b in zip(again, want1))
+        stats = _epochs_until_decided(pipe, reference)
+        again = [b.copy() for b in pipe.epoch(20)]  # on the winner
+        assert all(np.array_equal(a, b) for a, b in zip(again, reference.epoch(20)))
     assert set(stats.trial) == {"serial", "thread"}, stats.decision
     assert "tried the calling thread" in stats.decision
     assert stats.backend == ("thread" if stats.trial["thread"] >= stats.trial["serial"] else "serial"), stats.decision
 
 
 def test_losing_threads_are_stopped_and_the_winner_keeps_the_work(images, no_leaks):
-    pipe = fl.from_arrays(images).batch(16).map_batch(normalise)  # long enough for the trial to end
-    with pipe:
-        for _ in pipe:
-            pass
-        stats = pipe.stats()
+    pipe = fl.from_arrays(images).batch(16).map_batch(normalise)
+    reference = fl.from_arrays(images).map(lambda s: s, backend="serial").batch(16).map_batch(normalise)
+    with pipe, reference:
         if _cores(pipe) < 2:
             pytest.skip("one core: bulk reads stay in the calling thread")
+        stats = _epochs_until_decided(pipe, reference)
         executor = testing.runtime(pipe).executor
         assert stats.backend in ("serial", "thread") and executor.winner == stats.backend
         if stats.backend == "serial":
