@@ -146,6 +146,63 @@ def test_generator_source_on_ray_matches_serial(ray_clean):
     assert epochs(build("ray"), 2) == epochs(build("serial"), 2)
 
 
+# ------------------------------------- the vocabulary steps (issue 16)
+def tokens(sample, rng):
+    """A variable-length int64 array (1 to 7 values) from the index and the per-sample rng."""
+    i = int(sample)
+    return rng.integers(0, 1000, size=1 + i % 7) + i * 1000
+
+
+def arange_source(n: int, start: int = 0):
+    return fl.from_arrays(np.arange(start, start + n, dtype=np.int64))
+
+
+def vocabulary_halves():
+    return [arange_source(40).shuffle(seed=3), arange_source(25, start=100)]
+
+
+def stream(shard, num_shards):
+    for k in range(shard, 90, num_shards):
+        yield np.int64(k)
+
+
+VOCABULARY = {
+    "take_skip": lambda b: arange_source(120).shuffle(seed=4).skip(7).take(90).map(augment, backend=b, workers=2).batch(8),
+    "repeat": lambda b: arange_source(50).shuffle(seed=4).repeat(2).map(augment, backend=b, workers=2).batch(8),
+    "concatenate": lambda b: fl.concatenate(vocabulary_halves()).map(augment, backend=b, workers=2).batch(8),
+    "mix": lambda b: fl.mix(vocabulary_halves(), [2, 1], seed=6, stop="never").map(augment, backend=b, workers=2).batch(8),
+    "padded_batch": lambda b: arange_source(60).shuffle(seed=4).map(tokens, backend=b, workers=2).padded_batch(
+        8, pad_value=-1, lengths=True, mask=True),
+    "bucket_by_length": lambda b: arange_source(60).shuffle(seed=4).map(tokens, backend=b, workers=2).bucket_by_length(
+        len, [3, 6], [4, 4, 8], lengths=True),
+    "window_shuffle": lambda b: fl.from_generator(stream, num_shards=4).shuffle(seed=2, window=16).map(
+        augment, backend=b, workers=2).batch(8),
+}
+
+
+@pytest.mark.parametrize("step", sorted(VOCABULARY))
+def test_vocabulary_steps_on_ray_give_the_serial_batches_bit_for_bit(ray_clean, step):
+    build = VOCABULARY[step]
+    expected = epochs(build("serial"), 2)
+    assert expected[0] != expected[1], f"{step}: the two epochs should differ (new order and rng draws)"
+    pipe = build("ray")
+    assert epochs(pipe, 2) == expected, f"{step}: ray batches differ from serial"
+    assert pipe.stats().backend == "ray", f"{step}: the map did not run on Ray"
+
+
+def test_mix_on_ray_resumes_mid_epoch_with_the_serial_rest(ray_clean):
+    build = VOCABULARY["mix"]
+    expected = epochs(build("serial"), 2)[1]
+    pipe = build("ray")
+    with pipe:
+        it = pipe.epoch(1)
+        head = [snapshot(next(it)) for _ in range(3)]
+        state = it.state()
+        del it
+        rest = [snapshot(b) for b in pipe.resume(state)]
+    assert head + rest == expected, "a mix resumed on Ray differs from the serial epoch"
+
+
 # ---------------------------------------------------------------- errors
 def fails_on_13(sample):
     if int(sample) == 13:
