@@ -96,6 +96,7 @@ class EpochIterator:
             # A checkpoint names its task grid (older ones: 64 samples a task, unbatched).
             chunk = state.get("chunk", OLD_CHUNK) if state is not None and self._unbatched else None
             self._step, self._num_tasks = task_grid(plan, count, chunk)
+            plan.part.source.read_ahead(self._order[start_task * self._step:])  # e.g. a remote store fetches these files, in order
         self._next_submit = self._next_take = start_task
 
     # ------------------------------------------------------------ streams

@@ -17,7 +17,7 @@ __all__ = ["INPUT_BOUND", "SATURATED", "Verdict", "analyse", "render"]
 
 INPUT_BOUND = 0.10  # consumer waiting more than 10 % of the time: the input pipeline limits training
 SATURATED = 0.85  # workers busy more than 85 % of the time: more of the same cannot go faster
-_STORE_SOURCES = ("Store", "CacheSource")  # sources that already hold decoded data
+_STORE_SOURCES = ("Store", "RemoteStore", "CacheSource")  # sources that already hold decoded data
 _DECODE_WORDS = ("decode", "load", "read", "png", "jpeg", "jpg", "open", "imread", "wav", "audio")
 
 

@@ -32,6 +32,14 @@ class Source:
     def prepare(self) -> None:
         """Get ready to be read, in the consumer, before any worker starts (e.g. write a cache)."""
 
+    def read_ahead(self, indices) -> None:
+        """The samples this epoch will read, in delivery order (from where it starts), told in the consumer.
+
+        The plan knows the whole epoch's order before the first task runs; a
+        source that fetches its data (a remote store's files) starts fetching
+        exactly those, in that order. Default: nothing.
+        """
+
     def file_of(self, index: int) -> str | None:
         """The file that holds sample ``index``, for sources of files (else None)."""
         return None

@@ -34,7 +34,7 @@ __all__ = ["RemoteStore"]
 DEFAULT_CACHE_LIMIT = "50GiB"  # fits the local disk of a typical training machine; set cache_limit= to change
 CONCURRENCY = 8  # requests in flight per consumer: hides ~20-100 ms of latency per file at object-store speeds
 FAILED_FOR = 10.0  # seconds a file that failed every attempt fails at once here: its other samples skip fast
-MAX_OPEN_FILES = 64  # files a process keeps mapped; older ones are dropped so evicted files free their disk
+MAX_OPEN_FILES = 1024  # files a process keeps mapped (within cache_limit bytes); older ones are dropped so evicted files free their disk
 
 
 class RemoteStore(Store):
@@ -89,7 +89,8 @@ class RemoteStore(Store):
         canonical = json.dumps(self.manifest, sort_keys=True).encode() + b"\0" + self.path.encode()
         slug = re.sub(r"[^A-Za-z0-9._-]+", "_", self.path.rsplit("/", 1)[-1])[:40] or "store"
         self._key = f"{slug}-{hashlib.sha256(canonical).hexdigest()[:16]}"  # a rewritten store gets a new folder
-        self._open = collections.OrderedDict()  # (part, group) mapped in this process, oldest first
+        self._open = collections.OrderedDict()  # (part, group) -> bytes, mapped in this process, oldest first
+        self._open_bytes = 0
         self._ahead = None
         self._failed: dict = {}  # (part, group) -> (when, message) of a download that failed every attempt
         sizes = [int(e["bytes"]) for part in self.manifest["files"] for e in part["files"].values()]
@@ -155,9 +156,12 @@ class RemoteStore(Store):
             if os.path.exists(self.cache.path(f"{self._key}/{entry['name']}")):
                 raise
             reader = super()._reader(part, group)  # evicted by another process between fetch and map: once more
-        self._open[key] = True
-        while len(self._open) > MAX_OPEN_FILES:
-            self._forget(self._open.popitem(last=False)[0])
+        self._open[key] = size = int(self.manifest["files"][part]["files"][group]["bytes"])
+        self._open_bytes += size
+        while len(self._open) > 1 and (len(self._open) > MAX_OPEN_FILES or self._open_bytes > self.cache.limit):
+            old, old_size = self._open.popitem(last=False)
+            self._open_bytes -= old_size
+            self._forget(old)
         return reader
 
     def _forget(self, key) -> None:
@@ -176,10 +180,6 @@ class RemoteStore(Store):
             raise StoreError(f"{e} (while reading samples {idx}{'...' if len(indices) > 4 else ''})") from e
 
     # ------------------------------------------------------------ read-ahead
-    def prepare(self) -> None:
-        """In the consumer, before an epoch: start fetching every file, in file order, unless a read-ahead runs."""
-        if self.read_ahead_enabled and (self._ahead is None or self._ahead.done):
-            self._start(sorted((p, g) for p in range(len(self.manifest["files"])) for g in self._groups))
 
     def read_ahead(self, indices) -> None:
         """Fetch the files that ``indices`` (the epoch's samples, in delivery order) will read, in that order.
@@ -188,6 +188,8 @@ class RemoteStore(Store):
         requests are in flight and ``2 * concurrency`` fetched files wait
         unread (fewer when the cache is small).
         """
+        if not self.read_ahead_enabled:
+            return
         idx = np.asarray(indices, dtype=np.int64).reshape(-1)
         if self._ahead is not None:
             self._ahead.stop(timeout=0)  # its threads end after their current request; no wait here
@@ -222,6 +224,7 @@ class RemoteStore(Store):
             self._ahead.stop()
         super().close()
         self._open.clear()
+        self._open_bytes = 0
 
     def describe(self) -> str:
         return super().describe() + f", cache {self.cache.root!r}"

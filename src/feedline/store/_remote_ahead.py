@@ -10,7 +10,8 @@ prefetched, so reads in any process count), which bounds both the requests
 in flight and the disk the read-ahead takes. A failed prefetch is counted
 and left for the reader, which retries it and reports it with its sample.
 `stop()` ends the threads after their current request; they also end when
-every file is fetched.
+every file is fetched, or after `IDLE_STOP` seconds in which no fetched file
+was read (an epoch abandoned half-way).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import time
 
 __all__ = ["ReadAhead"]
 
+IDLE_STOP = 30.0  # seconds without a read of a fetched file after which the read-ahead ends (the next epoch starts another)
 _POLL = 0.05  # seconds between checks of which fetched files have been read (reacts well within one request)
 
 
@@ -44,6 +46,7 @@ class ReadAhead:
         self._lock = threading.Lock()
         self._wake = threading.Condition(self._lock)  # a finished fetch wakes one waiting thread
         self._checked = 0.0  # when the pending files were last checked for reads
+        self._progress = time.monotonic()  # when a fetched file was last seen read
         self._stop = threading.Event()
         self.fetched = 0
         self.failed: list = []  # (file id, error) of prefetches that failed; readers retry them
@@ -60,13 +63,17 @@ class ReadAhead:
                     return None
                 now = time.monotonic()
                 if now - self._checked >= _POLL:  # one thread looks (a stat per pending file), not every thread
-                    self._pending = [f for f in self._pending if self._unread(f)]
-                    self._checked = now
+                    unread = [f for f in self._pending if self._unread(f)]
+                    if len(unread) < len(self._pending):
+                        self._progress = now
+                    self._pending, self._checked = unread, now
                 if len(self._pending) + self._in_flight < self._ahead:
                     file = self._files[self._next]
                     self._next += 1
                     self._in_flight += 1
                     return file
+                if now - self._progress > IDLE_STOP:  # nobody reads (an epoch left early): end, do not wait forever
+                    return None
                 self._wake.wait(_POLL)
         return None
 

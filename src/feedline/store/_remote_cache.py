@@ -13,10 +13,11 @@ and DDP ranks can share one cache directory):
   read-ahead sets it to `PREFETCHED` (downloaded, not read yet).
 - After each download, under the cache-wide lock (``.cache.lock``), files
   are evicted until the total fits ``limit``: read files first, oldest use
-  first, then prefetched ones; a file whose lock is held (being written or
-  opened) is passed over. A reader maps a file while holding its lock, so
-  eviction never removes a file between "found" and "mapped"; on POSIX a
-  mapped file that is evicted later stays readable through its mapping.
+  first, then prefetched ones; a file whose lock is held (being written) is
+  passed over. A reader that finds a file complete maps it without taking
+  the lock; if eviction removed it in between, the reader fetches it again.
+  On POSIX a mapped file that is evicted stays readable through its mapping
+  (its disk space is freed when the last mapping goes).
 """
 
 from __future__ import annotations
@@ -149,14 +150,19 @@ class ShardCache:
             size: its size in bytes (from the manifest).
             download: ``download(tmp_path)`` writes the file (raises `StoreError` when it cannot).
             checksum: the manifest's checksum, if any (see `verify_checksum`).
-            opener: called with the path while the file's lock is held (a reader maps it here).
+            opener: called with the path while the file's lock is held, so that eviction
+                cannot remove it first (without one, a reader that maps the path may find it
+                evicted in between and must fetch it again).
             prefetch: fetched by the read-ahead: marked unread (`PREFETCHED`).
         """
         if size > self.limit:
             raise StoreError(f"the file {key!r} has {size} bytes, more than the whole cache_limit of {self.limit}; "
                              "raise cache_limit (e.g. cache_limit='50GiB')")
         path = self.path(key)
-        if opener is None and prefetch and _complete(path, size):
+        if opener is None and _complete(path, size):  # no lock needed to find a complete file
+            if not prefetch:
+                self._count("hits")
+                self.mark_read(path)
             return path
         os.makedirs(os.path.dirname(path), exist_ok=True)
         with self._lock(path):
