@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import os
+import signal
 import threading
 import time
 
@@ -142,3 +143,18 @@ def damage_after_sos(data: bytes) -> bytes:
             if "Premature end" not in str(e):
                 return bytes(damaged)
     raise AssertionError("no damage after SOS that libjpeg-turbo reports; change the test image")
+
+
+@pytest.fixture(autouse=True, scope="session")
+def interruptible_children():
+    """Programs the tests start see Ctrl-C as a user's program does.
+
+    A test run started with SIGINT ignored (``nohup``, ``cmd &`` in a script
+    without job control, some CI runners) passes SIG_IGN on to every child:
+    an ignored signal survives exec, a handler does not. The Ctrl-C tests
+    would then wait in vain. Restoring Python's handler here gives children
+    the default disposition again.
+    """
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
