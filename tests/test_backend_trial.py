@@ -61,6 +61,7 @@ def test_queued_thread_tasks_are_taken_back_in_submission_order_and_never_run():
 def test_an_abandoned_thread_task_comes_back_whole_and_reruns_to_the_same_batch():
     part = _thread_part(slow_identity, n=40, batch=40)
     executor = ThreadExecutor(part, workers=1)
+    executor.watch_progress(True)  # as the automatic choice does while undecided
     try:
         task = Task(epoch=0, number=0, indices=np.arange(40))
         executor.submit((0, 0), task)

@@ -63,6 +63,7 @@ class ThreadExecutor(Executor):
         self.running: list[_Running | None] = [None] * workers
         self.returned: list = []  # (key, _Returned): abandoned tasks, for `take_returned`
         self._abandon_before = 0.0  # tasks started before this are given back at their next sample
+        self._watched = False  # count each task's samples (for `running_rates`, `abandon_running`)
         self.threads = []
         self._pool = next(_names)
         for n, inbox in enumerate(self.inboxes):
@@ -100,7 +101,8 @@ class ThreadExecutor(Executor):
                     raise _Abandoned
 
             try:
-                result = run_task(self.part, task, progress=progress, streams=streams)
+                watched = progress if self._watched else None
+                result = run_task(self.part, task, progress=watched, streams=streams)
                 result.worker = n
             except _Abandoned:
                 result = _Returned(task, running.samples - 1, time.thread_time() - running.cpu)
@@ -139,6 +141,10 @@ class ThreadExecutor(Executor):
 
     def outstanding(self):
         return self.pending
+
+    def watch_progress(self, on: bool) -> None:
+        """Count the samples of running tasks (a call per sample) while the automatic choice is undecided."""
+        self._watched = on
 
     def running_rates(self, at_least: float = 0.01) -> list[float]:
         """Samples per second of each task running now for ``at_least`` seconds (begun samples over time)."""

@@ -145,6 +145,7 @@ class BackendTrial(Executor):
         self.decided_after: float | None = None  # seconds from the trial's start to its decision
         self._short_switch = True
         _SwitchInterval.shorten()
+        threads.watch_progress(True)
 
     # -------------------------------------------------------- the interface
     @property
@@ -337,6 +338,7 @@ class BackendTrial(Executor):
 
     def _settle(self, winner: str, note: str) -> None:
         self.winner, self.note = winner, note
+        self.threads.watch_progress(False)
         self._restore_switch()
         self._close_idle_loser()
 

@@ -71,6 +71,7 @@ def _run(part, task: Task, alloc, progress, streams) -> Result:
         items = _stream_items(part, task, streams, result, lambda: len(samples) < wanted)
     read_time = 0.0
     op_times = [0.0] * len(part.ops)
+    timed_out = task.timed_out  # empty unless map(timeout=...) stopped a worker on one of these
     for index, streamed in items:
         if progress is not None:
             progress(index)
@@ -78,7 +79,7 @@ def _run(part, task: Task, alloc, progress, streams) -> Result:
         t0 = time.perf_counter()
         try:
             first = 0
-            if index in task.timed_out:  # it got stuck before: what on_error makes of a TimeoutError, unread
+            if timed_out and index in timed_out:  # it got stuck before: what on_error makes of a TimeoutError, unread
                 stage = first = part.timeout_stage
                 sample = part.ops[stage].recover(index, _timed_out(part.timeout))
                 first += 1
