@@ -59,7 +59,6 @@ class Runtime:
                 self.executor = make_executor(backend, plan.part, workers, cores=default_workers(), ray=plan.ray)
             except PartNotPicklable as e:
                 raise _pickling_error(plan, e.__cause__ or e) from (e.__cause__ or e)
-        self.workers = self.executor.workers
         self.cores = self.executor.cores
         self.depth = plan.depth or max(2, 2 * self.workers)  # two tasks per worker: one running, one queued
         self.tuner = DepthTuner(self.depth, self.workers, enabled=plan.depth is None and self.executor.prefetches)
@@ -71,6 +70,11 @@ class Runtime:
         self._latest_stats = None
         self.closed = False
         _live.add(self)
+
+    @property
+    def workers(self) -> int:
+        """Workers running the work now: the executor's count, the one place it is kept."""
+        return self.executor.workers
 
     @property
     def backend(self) -> str:
@@ -97,24 +101,26 @@ class Runtime:
 
         Returns the decision (text) when the worker count changed.
         """
+        old = self.workers
         wanted = self.worker_tuner.observe(stats, self.tuner.batch_bytes)
         if wanted is None or not self.executor.grow(wanted):
             if wanted is not None:
-                self.worker_tuner.workers = self.workers  # this backend cannot add workers (yet): ask again later
+                self.worker_tuner.workers = old  # this backend cannot add workers (yet): ask again later
             return None
-        old, self.workers = self.workers, self.executor.workers
-        self.tuner.workers = self.workers
+        self._follow_workers()
+        return f"workers {old} -> {self.workers}: {self.worker_tuner.last_reason}"
+
+    def _follow_workers(self) -> None:
+        """The tuners and the prefetch window follow the executor's worker count (grown by the tuner, or by Ray)."""
+        self.worker_tuner.workers = self.tuner.workers = self.workers
         self.set_depth(max(self.depth, 2 * self.workers))
         self.tuner.depth = self.depth
-        return f"workers {old} -> {self.workers}: {self.worker_tuner.last_reason}"
 
     def begin(self, iterator, on_superseded: Callable[[], None]) -> int:
         """Make ``iterator`` the active one (superseding the previous); return its generation."""
         self._check_open()
-        if self.executor.workers != self.workers:  # the executor added workers itself (Ray: a node joined)
-            self.workers = self.worker_tuner.workers = self.tuner.workers = self.executor.workers
-            self.set_depth(max(self.depth, 2 * self.workers))
-            self.tuner.depth = self.depth
+        if self.tuner.workers != self.workers:  # the executor added workers itself (Ray: a node joined)
+            self._follow_workers()
         previous = self._supersede() if self._supersede is not None else None
         if previous is not None:
             previous()
