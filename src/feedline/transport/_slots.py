@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import collections
 import itertools
+import math
 import mmap
 import weakref
 
@@ -43,7 +44,7 @@ def _layout(specs):
     offset, layout = 0, []
     for shape, dtype in specs:
         dtype = np.dtype(dtype)
-        nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        nbytes = math.prod(int(s) for s in shape) * dtype.itemsize
         layout.append((offset, tuple(int(s) for s in shape), dtype.str))
         offset += -(-nbytes // _ALIGN) * _ALIGN
     return layout, offset
@@ -54,7 +55,7 @@ def _views(buffer, layout, total):
     arrays = []
     for offset, shape, dtype in layout:
         dtype = np.dtype(dtype)
-        nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        nbytes = math.prod(shape) * dtype.itemsize  # math.prod: np.prod costs ~5 us per call, per batch
         arrays.append(flat[offset : offset + nbytes].view(dtype).reshape(shape))
     return flat, arrays
 

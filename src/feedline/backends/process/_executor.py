@@ -23,9 +23,11 @@ from __future__ import annotations
 
 import collections
 import itertools
+import math
 import os
 import pickle
 import queue
+import select
 import signal
 import subprocess
 import sys
@@ -34,7 +36,6 @@ import time
 from multiprocessing.connection import Client, Listener
 from multiprocessing.connection import wait as wait_connections
 
-import cloudpickle
 import numpy as np
 
 from ..._errors import WorkerError
@@ -43,6 +44,7 @@ from ...transport._slots import SlotReader
 from ...transport._transfer import SharedArrays, check_picklable, dumps_for_workers
 from ...worker import Result, TaskError
 from ...worker._protocol import Done, PartError, Ready, Release, RunTask, SendPart, Stop
+from ...worker._wire import decode, encode
 from .._base import Event, Executor, PartNotPicklable
 from .._pool import MAX_ATTEMPTS, TaskPool
 from ._forkserver import forkserver
@@ -124,6 +126,7 @@ class ProcessExecutor(Executor):
         self.listener = Listener(authkey=self.authkey, backlog=max(16, workers + 1))
         self.accepted: queue.SimpleQueue = queue.SimpleQueue()
         self.wake_r, self.wake_w = _wake_pipe()
+        self.readable = _Readable(self.wake_r)  # the workers' pipes and the wake pipe, registered once each
         self.closing = False
         self.released: collections.deque = collections.deque()
         self.pool: list[_Worker | None] = [None] * workers
@@ -208,12 +211,12 @@ class ProcessExecutor(Executor):
             try:
                 if not conn.poll(START_TIMEOUT):
                     raise EOFError
-                hello = cloudpickle.loads(conn.recv_bytes())
+                hello = decode(conn.recv_bytes())
                 self.part_known.wait()
                 if self.closing:
                     conn.close()
                     return
-                conn.send(SendPart(self._part_bytes))
+                conn.send_bytes(encode(SendPart(self._part_bytes)))
             except (EOFError, OSError):
                 conn.close()  # it died before saying hello; the start-up check sees its exit
                 continue
@@ -231,6 +234,7 @@ class ProcessExecutor(Executor):
                 conn.close()
                 continue
             worker.conn = conn
+            self.readable.add(conn, worker)
             worker.status = Segment.attach(hello.status_segment)
             unlink(hello.status_segment)
 
@@ -264,7 +268,7 @@ class ProcessExecutor(Executor):
     def _send(self, worker: _Worker, key, task) -> None:
         worker.outstanding[key] = task
         try:
-            worker.conn.send(RunTask(key, task))
+            worker.conn.send_bytes(encode(RunTask(key, task)))
         except OSError:
             pass  # its death is handled when wait() sees the EOF
 
@@ -279,7 +283,7 @@ class ProcessExecutor(Executor):
             worker = self.by_id.get(wid)
             if worker is not None and worker.ready:
                 try:
-                    worker.conn.send(Release(slots))
+                    worker.conn.send_bytes(encode(Release(slots)))
                 except OSError:
                     pass
 
@@ -291,7 +295,6 @@ class ProcessExecutor(Executor):
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             self._take_accepted()
-            conns = {w.conn: w for w in self.pool if w is not None and w.conn is not None}
             starting = [w for w in self.pool if w is not None and not w.ready]
             remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
             step = remaining
@@ -300,15 +303,13 @@ class ProcessExecutor(Executor):
             if self.timeout is not None:  # look at running samples a few times per limit
                 poll = min(0.5, max(0.01, self.timeout / 4))
                 step = poll if step is None else min(step, poll)
-            ready = wait_connections(list(conns) + [self.wake_r], timeout=step)
-            for conn in ready:
-                if conn is self.wake_r:
+            for conn, worker in self.readable.wait(step):
+                if worker is None:  # the wake pipe: the accept thread took a connection
                     self.wake_r.recv_bytes()
                     continue
-                worker = conns[conn]
                 received = time.perf_counter()
                 try:
-                    message = cloudpickle.loads(conn.recv_bytes())
+                    message = decode(conn.recv_bytes())
                 except (EOFError, OSError):
                     self._on_death(worker)
                     continue
@@ -372,6 +373,7 @@ class ProcessExecutor(Executor):
         if self.pool[worker.position] is not worker:
             return
         if worker.conn is not None:
+            self.readable.remove(worker.conn)  # before close: its descriptor number may be reused at once
             worker.conn.close()
         try:
             code = worker.proc.wait(timeout=2.0)
@@ -433,7 +435,7 @@ class ProcessExecutor(Executor):
         for w in workers:
             if w.conn is not None:
                 try:
-                    w.conn.send(Stop())
+                    w.conn.send_bytes(encode(Stop()))
                 except OSError:
                     pass
         deadline = time.monotonic() + 1.0
@@ -524,6 +526,42 @@ def _wake_listener(address) -> None:
         Client(address).close()
     except OSError:
         pass
+
+
+class _Readable:
+    """The consumer's pipes, registered once, so a wait costs O(ready pipes), not O(workers).
+
+    ``multiprocessing.connection.wait`` builds a selector and registers every
+    pipe on each call: with 64 workers that is paid per batch. Where
+    ``select.poll`` is missing (Windows) it is still what runs.
+    """
+
+    def __init__(self, wake):
+        self.poll = select.poll() if hasattr(select, "poll") else None
+        self.by_fd: dict = {}
+        self.add(wake, None)
+
+    def add(self, conn, worker) -> None:
+        self.by_fd[conn.fileno()] = (conn, worker)
+        if self.poll is not None:
+            self.poll.register(conn.fileno(), select.POLLIN)
+
+    def remove(self, conn) -> None:
+        try:
+            fd = conn.fileno()
+        except OSError:  # already closed
+            return
+        if self.by_fd.pop(fd, None) is not None and self.poll is not None:
+            self.poll.unregister(fd)
+
+    def wait(self, timeout: float | None) -> list:
+        """``(conn, worker)`` pairs with something to read (or at EOF); the wake pipe's worker is None."""
+        if self.poll is None:
+            conns = {conn: worker for conn, worker in self.by_fd.values()}
+            return [(conn, conns[conn]) for conn in wait_connections(list(conns), timeout)]
+        ms = -1 if timeout is None else max(0, math.ceil(timeout * 1000))
+        events = self.poll.poll(ms)  # retried on EINTR by Python itself (PEP 475)
+        return [self.by_fd[fd] for fd, _ in events if fd in self.by_fd]
 
 
 def _wake_pipe():

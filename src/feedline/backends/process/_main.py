@@ -101,6 +101,7 @@ def run(boot: dict) -> None:
     from ...transport._slots import SlotWriter
     from ...worker import Result, TaskError, run_task
     from ...worker._protocol import Done, Hello, PartError, Ready, Release, RunTask, SendPart, Stop
+    from ...worker._wire import decode, encode
 
     wid, parent_pid, prefix = boot["worker_id"], boot["parent_pid"], boot["prefix"]
     consumer_pid = boot.get("consumer_pid", parent_pid)
@@ -160,7 +161,7 @@ def run(boot: dict) -> None:
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
 
     def send(message) -> None:
-        conn.send_bytes(cloudpickle.dumps(message))
+        conn.send_bytes(encode(message))
 
     def progress(index) -> None:
         # The start time is written before the index, so a reader that sees the same
@@ -178,7 +179,7 @@ def run(boot: dict) -> None:
     try:
         while True:
             try:
-                message = conn.recv()
+                message = decode(conn.recv_bytes())
             except (EOFError, OSError):
                 # A clean shutdown sends Stop first, so EOF means the consumer died.
                 cleanup(parent_gone=consumer_gone())
