@@ -37,6 +37,26 @@ def test_workers_fork_from_the_fork_server_by_default(monkeypatch, no_leaks):
     assert os.getpid() not in parents
 
 
+def test_describing_a_map_that_may_use_processes_starts_the_fork_server_ahead_of_iteration():
+    """Its start-up overlaps the user's own set-up; a thread map, or the fork server turned off, starts nothing."""
+    code = (
+        "import numpy as np, feedline as fl\n"
+        "from feedline import testing\n"
+        "p = fl.from_arrays(np.arange(4))\n"
+        "p.map(lambda s: s, backend='thread')\n"
+        "print(len(testing.helper_pids()))\n"
+        "p.map(lambda s: s)\n"
+        "print(len(testing.helper_pids()))\n"
+    )
+    def run(**env):
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=os.environ | env)
+        assert out.returncode == 0, out.stderr
+        return out.stdout.split()
+
+    assert run() == ["0", "1"]
+    assert run(FEEDLINE_FORKSERVER="0") == ["0", "0"]
+
+
 def test_fresh_interpreters_when_the_fork_server_is_off(monkeypatch, no_leaks):
     monkeypatch.setenv("FEEDLINE_FORKSERVER", "0")
     rows = _run_once()

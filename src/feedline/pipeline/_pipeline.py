@@ -157,7 +157,11 @@ class Pipeline:
                 DeprecationWarning, stacklevel=2,
             )
             ray = Ray.from_options(ray_address, ray_options)
-        return self._with(Map(fn, workers=workers, backend=backend, on_error=on_error, ordered=ordered, ray=ray, timeout=timeout))
+        step = Map(fn, workers=workers, backend=backend, on_error=on_error, ordered=ordered, ray=ray, timeout=timeout)
+        from ..engine._runtime import start_early  # start-up cost, as in _ensure_runtime
+
+        start_early(step.backend)
+        return self._with(step)
 
     def filter(self, pred) -> "Pipeline":
         """Keep the samples for which ``pred(sample)`` is true."""
