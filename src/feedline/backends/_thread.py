@@ -64,6 +64,7 @@ class ThreadExecutor(Executor):
         self.returned: list = []  # (key, _Returned): abandoned tasks, for `take_returned`
         self._abandon_before = 0.0  # tasks started before this are given back at their next sample
         self._watched = False  # count each task's samples (for `running_rates`, `abandon_running`)
+        self._open: int | None = None  # new tasks go to the first this many threads only (None: all)
         self.threads = []
         self._pool = next(_names)
         for n, inbox in enumerate(self.inboxes):
@@ -115,7 +116,10 @@ class ThreadExecutor(Executor):
     def submit(self, key, task, affinity=None):
         if affinity is not None:
             self._pinned = True
-        n = affinity % self.workers if affinity is not None else min(range(self.workers), key=self.load.__getitem__)
+        if affinity is not None:
+            n = affinity % self.workers
+        else:
+            n = min(range(min(self._open or self.workers, self.workers)), key=self.load.__getitem__)
         self.load[n] += 1
         self.pending += 1
         self.inboxes[n].put((key, task))
@@ -141,6 +145,10 @@ class ThreadExecutor(Executor):
 
     def outstanding(self):
         return self.pending
+
+    def open_threads(self, count: int | None) -> None:
+        """Give new tasks to the first ``count`` threads only (None: to all); the automatic choice starts with one."""
+        self._open = count
 
     def watch_progress(self, on: bool) -> None:
         """Count the samples of running tasks (a call per sample) while the automatic choice is undecided."""

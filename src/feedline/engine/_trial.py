@@ -3,7 +3,10 @@
 Every backend gives the same batches, so the engine can switch mid-epoch
 without changing the output. `BackendTrial` is an `Executor` over two:
 - Threads start at once and take the first tasks (no wait for the first
-  batch) while the process workers fork, from the fork server.
+  batch) while the process workers fork, from the fork server: one thread
+  for the first `ONE_THREAD_FOR` seconds (the workers are usually up by
+  then; two GIL-bound threads halve each other, which doubled the first
+  batch: 0.46 s against 0.20 s by hand), then every thread.
 - Once every process worker is up, the tasks still queued for threads
   move to the processes, and new tasks go there too. Once the threads'
   running tasks are back, the processes have the machine to themselves and
@@ -58,6 +61,7 @@ PROCESS_MARGIN = 1.1  # processes must deliver this much more than measured thre
 NEAR_BOUND = 0.85  # processes delivering this share of the threads' upper bound win without a thread phase
 STARTUP_SWITCH_INTERVAL = 0.0005  # seconds: the GIL hand-over interval while process workers start beside busy threads
 ABANDON_RATIO = 2.0  # a warm process worker this many times faster than every running thread task: those tasks move over
+ONE_THREAD_FOR = 0.25  # seconds: while the process workers start, one thread takes tasks (two GIL-bound threads doubled the first batch)
 
 
 class _Measure:
@@ -146,6 +150,7 @@ class BackendTrial(Executor):
         self._short_switch = True
         _SwitchInterval.shorten()
         threads.watch_progress(True)
+        threads.open_threads(1)
 
     # -------------------------------------------------------- the interface
     @property
@@ -232,6 +237,8 @@ class BackendTrial(Executor):
     def _route(self) -> Executor:
         if self.winner is not None:
             return self._winning()
+        if self._threads_again or (not self._ready and time.perf_counter() - self._started > ONE_THREAD_FOR):
+            self.threads.open_threads(None)  # measured alone, or the workers are slow to start: every thread
         if not self._ready or self._threads_again:
             return self.threads
         return self.processes
@@ -339,6 +346,7 @@ class BackendTrial(Executor):
     def _settle(self, winner: str, note: str) -> None:
         self.winner, self.note = winner, note
         self.threads.watch_progress(False)
+        self.threads.open_threads(None)
         self._restore_switch()
         self._close_idle_loser()
 
