@@ -29,7 +29,7 @@ from .._tree import slice_rows
 from ..worker import Task
 from ._buckets import Buckets
 from ._recut import Recut
-from ._state import OLD_CHUNK, STATE_VERSION, seal, task_grid
+from ._state import OLD_CHUNK, STATE_VERSION, measured_chunk, seal, task_grid
 from ._stats import Stats
 from ._window import WindowShuffle
 
@@ -95,6 +95,8 @@ class EpochIterator:
             count = len(self._order)
             # A checkpoint names its task grid (older ones: 64 samples a task, unbatched).
             chunk = state.get("chunk", OLD_CHUNK) if state is not None and self._unbatched else None
+            if state is None and self._unbatched:
+                chunk = runtime.unbatched_chunk  # measured on the last epoch (None on the first)
             self._step, self._num_tasks = task_grid(plan, count, chunk)
             plan.part.source.read_ahead(self._order[start_task * self._step:])  # e.g. a remote store fetches these files, in order
         self._next_submit = self._next_take = start_task
@@ -372,6 +374,9 @@ class EpochIterator:
                 stacklevel=_user_stacklevel(),
             )
         self._refresh()
+        if self._unbatched and not self._plan.streaming:
+            learned = measured_chunk(self.stats_.task_seconds, self.stats_.samples, len(self._order), self._runtime.workers)
+            self._runtime.unbatched_chunk = learned or self._runtime.unbatched_chunk
         self._runtime.publish(self.stats_)
 
     def _abort(self) -> None:
