@@ -8,6 +8,7 @@ lose or duplicate a batch, or leave the interpreter changed, if broken.
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 
@@ -128,3 +129,38 @@ def test_gil_switch_interval_is_restored_when_two_trials_overlap(no_leaks):
     second.close()
     assert sys.getswitchinterval() == before
     assert len(second_rest) == 24
+
+
+
+def _drifting(flag: str):
+    """Sleeps 2 ms (releases the GIL) until ``flag`` exists, then holds the GIL for 8 ms: the work changes mid-epoch."""
+    def work(v):
+        if not os.path.exists(flag):
+            time.sleep(0.002)
+            return v
+        end, total = time.thread_time() + 0.008, 0.0
+        while time.thread_time() < end:
+            total += 0.5
+        return v
+    return work
+
+
+def test_the_choice_is_tried_again_when_the_winners_rate_falls_and_the_output_is_unchanged(monkeypatch, tmp_path, no_leaks):
+    from feedline.engine import _trial
+
+    monkeypatch.setattr(_trial, "RETRIAL_AFTER", 0.0)  # revisit at once (10 s by default)
+    flag = tmp_path / "slow"
+    pipe = fl.from_arrays(np.arange(4000)).map(_drifting(str(flag)), workers=2).batch(4)
+    out, decision = [], ""
+    with pipe:
+        it = iter(pipe)
+        for batch in it:
+            out += [int(v) for v in batch]
+            if not flag.exists() and it.stats().trial:
+                flag.touch()  # decided on the fast work: from now on each sample is 4x slower
+            decision = it.stats().decision
+            if "tried again after the rate fell" in decision:
+                break
+        it.close()
+    assert out == list(range(len(out)))
+    assert "tried again after the rate fell" in decision, decision

@@ -184,7 +184,10 @@ def _auto_executor(plan, workers: int, runtime):
     except BaseException:
         threads.close()
         raise
-    return BackendTrial(threads, processes, workers)
+    def restart(kind: str, count: int):  # the trial, run again when the rate drifts, restarts its loser
+        return make_executor(kind, plan.part, count, cores=default_workers())
+
+    return BackendTrial(threads, processes, workers, restart)
 
 
 def _pickling_error(plan, error: BaseException) -> TypeError:

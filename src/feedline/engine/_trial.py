@@ -41,6 +41,11 @@ Two backends never run measured tasks side by side: sharing the cores
 hides the GIL (half a core per thread is too little for the threads to
 collide), so a thread pool measured beside processes looks as fast as
 them on work where it is 40 % slower alone.
+After the decision the winner's samples/s per worker is watched in windows
+of tasks: `DRIFT_WINDOWS` windows in a row below `DRIFT_RATIO` of the rate
+that won (machine load changed, or the work did) run the trial again, the
+loser restarted, at most every `RETRIAL_AFTER` seconds (doubled each time
+the same backend wins again). The decision text says why it ran again.
 A pipeline too short to finish the trial keeps what it has and carries the
 trial over into its next epoch (the runtime persists). Both rates and the
 reason are in ``stats().decision`` and ``stats().trial``.
@@ -62,6 +67,9 @@ NEAR_BOUND = 0.85  # processes delivering this share of the threads' upper bound
 STARTUP_SWITCH_INTERVAL = 0.0005  # seconds: the GIL hand-over interval while process workers start beside busy threads
 ABANDON_RATIO = 2.0  # a warm process worker this many times faster than every running thread task: those tasks move over
 ONE_THREAD_FOR = 0.25  # seconds: while the process workers start, one thread takes tasks (two GIL-bound threads doubled the first batch)
+DRIFT_RATIO = 0.6  # the winner's samples/s per worker fell below this share of what won it the trial: try both again
+DRIFT_WINDOWS = 2  # ... for this many windows in a row (a window: 4 tasks per worker, at least 8)
+RETRIAL_AFTER = 10.0  # seconds after a decision before it may be revisited; doubled each time a trial confirms the winner
 
 
 class _Measure:
@@ -100,6 +108,35 @@ class _Measure:
         return self.workers * self.cpu / self.span
 
 
+class _Drift:
+    """The winner's samples/s per worker over windows of tasks after the decision, against the rate that won."""
+
+    def __init__(self):
+        self.rows = self.span = 0.0
+        self.tasks = 0
+        self.low = 0  # windows in a row below DRIFT_RATIO of the decided rate
+        self.last = 0.0  # the last full window's rate
+
+    def add(self, result) -> None:
+        start, end = result.span
+        self.rows += result.rows
+        self.span += max(end - start, 1e-9)
+        self.tasks += 1
+
+    def drifted(self, decided: float, workers: int) -> bool:
+        """True once `DRIFT_WINDOWS` full windows in a row ran below `DRIFT_RATIO` of ``decided``."""
+        if self.tasks < max(8, 4 * workers) or self.span < MIN_SPAN * workers:
+            return False
+        self.last = self.rows / self.span
+        self.low = self.low + 1 if decided > 0 and self.last < DRIFT_RATIO * decided else 0
+        self.rows = self.span = 0.0
+        self.tasks = 0
+        return self.low >= DRIFT_WINDOWS
+
+    def describe(self, decided: float) -> str:
+        return f"{self.last:,.0f} samples/s per worker, was {decided:,.0f}"
+
+
 class _SwitchInterval:
     """A shorter GIL switch interval while any trial's process workers start; the previous one after the last."""
 
@@ -126,9 +163,17 @@ class _SwitchInterval:
 class BackendTrial(Executor):
     """Threads at once, processes once up, threads again only if they could win (see the module docstring)."""
 
-    def __init__(self, threads: Executor, processes: Executor, workers: int):
+    def __init__(self, threads: Executor, processes: Executor, workers: int, restart=None):
         self.threads, self.processes = threads, processes
         self.workers = workers
+        self._restart = restart  # restart(kind, workers) -> a new executor of that kind, for a trial run again (None: never)
+        self.trials = 1
+        self._retrial_after = RETRIAL_AFTER
+        self._drift = _Drift()
+        self._decided_rate = 0.0  # the winner's samples/s per worker when it won
+        self._settled_at = 0.0
+        self._previous_winner: str | None = None
+        self._drift_note = ""
         self.cores = threads.cores
         self.note = ""
         self.winner: str | None = None
@@ -269,10 +314,14 @@ class BackendTrial(Executor):
             result = event.result
             if self.winner is None and result.error is None:
                 self._observe(executor, result)
+            elif result.error is None and executor is self._winning():
+                self._drift.add(result)
             if executor is self.threads:
                 result.worker += self.processes.workers  # threads have their own rows in traces
         if self.winner is None:
             self._advance()
+        elif self._drift.drifted(self._decided_rate, self.workers) and self._may_retry():
+            self._try_again()
         self._close_idle_loser()
         return events
 
@@ -344,11 +393,56 @@ class BackendTrial(Executor):
                              f"{'processes' if winner == 'process' else 'threads'}")
 
     def _settle(self, winner: str, note: str) -> None:
+        if self.trials > 1:
+            confirmed = winner == self._previous_winner
+            note = f"tried again after the rate fell ({self._drift_note}): {note}"
+            self._retrial_after = self._retrial_after * 2 if confirmed else RETRIAL_AFTER
         self.winner, self.note = winner, note
+        self._settled_at = time.perf_counter()
+        self._decided_rate = self.rates.get(winner, 0.0) / max(1, self._measure[self._winning()].workers)
+        self._drift = _Drift()
         self.threads.watch_progress(False)
         self.threads.open_threads(None)
         self._restore_switch()
         self._close_idle_loser()
+
+    # --------------------------------------------------------------- drift
+    def _may_retry(self) -> bool:
+        return (self._restart is not None and self._decided_rate > 0
+                and time.perf_counter() - self._settled_at >= self._retrial_after)
+
+    def _try_again(self) -> None:
+        """The winner slowed down (machine load, or the work changed): run the trial again, the loser restarted."""
+        loser_kind = "process" if self.winner == "thread" else "thread"
+        loser = self.processes if loser_kind == "process" else self.threads
+        if self._outstanding[loser]:
+            return  # its last tasks are not back yet: next time
+        try:
+            fresh = self._restart(loser_kind, self.workers)
+        except Exception:  # cannot start it now: keep the winner, and do not ask again for a while
+            self._retrial_after *= 2
+            return
+        self._drift_note = self._drift.describe(self._decided_rate)
+        self._previous_winner = self.winner
+        if loser_kind == "process":
+            self.processes = fresh
+            self._ready = False
+            self._warmed = set()
+            self._short_switch = True
+            _SwitchInterval.shorten()
+        else:
+            self.threads = fresh
+            self._ready = True  # the process workers are up: they take the work and are measured first
+        self._closed.discard(fresh)
+        self._outstanding[fresh] = self._outstanding.pop(loser, 0)
+        self._measure = {self.threads: _Measure(self.workers), self.processes: _Measure(self.workers)}
+        self._thread_rows = self._thread_cpu = 0.0  # the threads' bound is measured again too
+        self._alone_from = self._threads_alone_from = None
+        self._threads_again = self._abandoned = False
+        self.winner = None  # the rates of the last decision stay in stats().trial until the next one
+        self._started = time.perf_counter()
+        self.trials += 1
+        self.threads.watch_progress(True)
 
     def _close_idle_loser(self) -> None:
         if self.winner is None:
