@@ -57,6 +57,21 @@ def test_describing_a_map_that_may_use_processes_starts_the_fork_server_ahead_of
     assert run(FEEDLINE_FORKSERVER="0") == ["0", "0"]
 
 
+def _describe_a_pipeline_inside(v):
+    """What a user module that builds a pipeline at import does, run inside a worker."""
+    from feedline import testing
+
+    fl.from_arrays(np.arange(4)).map(lambda s: s)
+    return len(testing.helper_pids())
+
+
+def test_a_pipeline_described_inside_a_process_worker_starts_no_fork_server_there(no_leaks):
+    pipe = fl.from_arrays(np.arange(4)).map(_describe_a_pipeline_inside, backend="process", workers=2).batch(4)
+    with pipe:
+        [counts] = [b.tolist() for b in pipe]
+    assert counts == [0, 0, 0, 0]
+
+
 def test_fresh_interpreters_when_the_fork_server_is_off(monkeypatch, no_leaks):
     monkeypatch.setenv("FEEDLINE_FORKSERVER", "0")
     rows = _run_once()

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import atexit
 import itertools
+import os
 import weakref
 from typing import Callable
 
@@ -164,8 +165,8 @@ def start_early(backend) -> None:
     first batch. It holds no user state; one per process, reused by every
     pipeline. A failure here is left for the real start to report.
     """
-    if backend not in (None, "process"):
-        return
+    if backend not in (None, "process") or os.environ.get("FEEDLINE_WORKER"):
+        return  # in a worker: a user module that builds a pipeline at import must not start a server per worker
     try:
         warm_up(backend)
     except Exception:  # the executor's own start reports what is wrong, with context

@@ -40,6 +40,7 @@ BLAS_VARS = (
 )
 
 
+WORKER_VAR = "FEEDLINE_WORKER"  # set in every process worker (and so in what it starts)
 STATUS_WORDS = 3  # int64 words of a worker's status segment: task number, sample index, sample start (ns)
 
 
@@ -90,6 +91,7 @@ def run(boot: dict) -> None:
         os.chdir(boot["cwd"])
         os.environ.clear()
         os.environ.update(boot["env"])
+    os.environ[WORKER_VAR] = "1"  # user code that describes a pipeline here starts no fork server ahead of time
 
     from multiprocessing.connection import Client
 
