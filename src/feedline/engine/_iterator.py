@@ -374,7 +374,7 @@ class EpochIterator:
                 stacklevel=_user_stacklevel(),
             )
         self._refresh()
-        if self._unbatched and not self._plan.streaming:
+        if self._unbatched and not self._plan.streaming and self._runtime.backend in ("process", "ray"):  # where a task is a message
             learned = measured_chunk(self.stats_.task_seconds, self.stats_.samples, len(self._order), self._runtime.workers)
             self._runtime.unbatched_chunk = learned or self._runtime.unbatched_chunk
         self._runtime.publish(self.stats_)

@@ -80,9 +80,11 @@ TASKS_PER_WORKER = 8  # an unbatched epoch keeps at least this many tasks per wo
 def measured_chunk(task_seconds: float, rows: int, count: int, workers: int) -> int | None:
     """Samples per task for the next unbatched epoch, from the last one's work per sample (None: nothing measured).
 
-    Cheap samples (a few us each) took ~64 per task before, so messaging
-    dominated (process x2 ran 4x slower than the serial loop); expensive
-    ones get one per task. The grid is recorded in every checkpoint
+    Used where a task is a message to another process (process and Ray
+    workers): cheap samples (a few us each) took ~64 per task before, so
+    messaging dominated (process x2 110-150k samples/s, 190-200k with
+    this); expensive ones get one per task. Threads and the calling thread
+    keep the first epoch's grid (longer tasks measured no faster there). The grid is recorded in every checkpoint
     (``chunk``), so a resumed epoch runs on the grid it was cut with.
     """
     if rows <= 0 or task_seconds <= 0:
