@@ -39,6 +39,7 @@ import numpy as np
 from feedline.audio import LogMel, load_audio, load_random_crop
 
 from .loaders import feedline_native
+from .tables import markdown_table
 from .workloads import Workload, cache_dir
 
 __all__ = ["LOGMEL", "audio_workload", "clip_folder", "speechlike", "story4_batch_logmel", "story4_crop", "story4_features"]
@@ -230,10 +231,8 @@ def run_decoders(max_wait: float) -> int:
     rows.append(("feedline load_audio, one 60 s file", "FLAC", one, two / one))
     print(f"  {'feedline load_audio, one 60 s file':40s} FLAC  {1e6 / one:7.0f} us/file  x2 threads {two / one:4.2f}")
     print()
-    print("| reader | format | us per file (1 thread) | files/s per core | x2 threads |")
-    print("|---|---|---:|---:|---:|")
-    for name, fmt, one, scale in rows:
-        print(f"| {name} | {fmt} | {1e6 / one:.0f} | {one:.0f} | {scale:.2f} |")
+    print(markdown_table(["reader", "format", "us per file (1 thread)", "files/s per core", "x2 threads"],
+                         [[name, fmt, f"{1e6 / one:.0f}", f"{one:.0f}", f"{scale:.2f}"] for name, fmt, one, scale in rows], "llrrr"))
     return 0
 
 

@@ -218,6 +218,22 @@ class CpuMeter:
         self.consumer = (_self_cpu() - self.s0) / wall
 
 
+@contextlib.contextmanager
+def _dataloader_batches(dl, move):
+    """Iterate a torch ``DataLoader``, ``move(x, i)`` applied to every batch; its workers are stopped on exit.
+
+    ``move`` puts the batch on the device (``.to(...)`` or ``jax.device_put``),
+    in the loop, as a DataLoader user does.
+    """
+    it = iter(dl)
+    try:
+        yield (move(x, i) for x, i in it)
+    finally:
+        shutdown = getattr(it, "_shutdown_workers", None)  # only multi-process iterators have workers to stop
+        if shutdown is not None:
+            shutdown()
+
+
 def _self_cpu() -> float:
     me = resource.getrusage(resource.RUSAGE_SELF)
     return me.ru_utime + me.ru_stime
@@ -342,18 +358,8 @@ def torch_loaders(cfg: Config, paths: np.ndarray, index: np.ndarray) -> dict:
 
             w = Workload(name="gpu-training", data=paths, batch_size=cfg.batch, fn=fn, description=what)
             dl = DataLoader(SampleDataset(w), batch_size=cfg.batch, shuffle=False, num_workers=cfg.workers, pin_memory=cuda)
-            it = iter(dl)
-
-            def moved():
-                for x, i in it:
-                    yield x.to(device, non_blocking=cuda), i.to(device, non_blocking=cuda)
-
-            try:
-                yield moved(), f"fork x{cfg.workers}, pin_memory={cuda}, {what}"
-            finally:
-                shutdown = getattr(it, "_shutdown_workers", None)
-                if shutdown is not None:
-                    shutdown()
+            with _dataloader_batches(dl, lambda x, i: (x.to(device, non_blocking=cuda), i.to(device, non_blocking=cuda))) as batches:
+                yield batches, f"fork x{cfg.workers}, pin_memory={cuda}, {what}"
 
         return make
 
@@ -377,34 +383,54 @@ def _warmed_up(batches, step, cfg: Config, train: bool):
     return it
 
 
+def _timed_steps(it, steps: int, act, finish) -> tuple[list[float], float]:
+    """Time ``steps`` steps: ``act(next(it))`` each, then ``finish(last batch)`` (a device sync).
+
+    Returns the seconds each ``next(it)`` waited, and the wall time of the
+    whole loop, ``finish`` included.
+    """
+    waits = []
+    start = time.perf_counter()
+    batch = None
+    for _ in range(steps):
+        t0 = time.perf_counter()
+        batch = next(it)
+        waits.append(time.perf_counter() - t0)
+        act(batch)
+    finish(batch)
+    return waits, time.perf_counter() - start
+
+
+def _close(it) -> None:
+    """Close the batch iterator where it can be closed (a generator, feedline's iterators), so its workers stop now."""
+    close = getattr(it, "close", None)
+    if close is not None:
+        close()
+
+
 def run_torch_row(cfg: Config, step: TorchStep, make, train: bool = True) -> dict:
     """Warm up, then time ``cfg.steps`` steps (or, without ``train``, the loader alone)."""
     torch = step.torch
     with make() as (batches, detail):
         it = _warmed_up(batches, step, cfg, train)
-        waits, events = [], []
+        events = []
+
+        def act(batch):
+            if not train:
+                return
+            if step.cuda:
+                begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                begin.record()
+                step(batch)
+                end.record()
+                events.append((begin, end))
+            else:
+                step(batch)
+
         with GpuMonitor(step.cuda and train) as gpu, CpuMeter() as cpu:
-            start = time.perf_counter()
-            for _ in range(cfg.steps):
-                t0 = time.perf_counter()
-                batch = next(it)
-                waits.append(time.perf_counter() - t0)
-                if not train:
-                    continue
-                if step.cuda:
-                    begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                    begin.record()
-                    step(batch)
-                    end.record()
-                    events.append((begin, end))
-                else:
-                    step(batch)
-            step.sync()  # the whole device: the last side-stream copy has landed too
-            wall = time.perf_counter() - start
-        del batch
-        close = getattr(it, "close", None)
-        if close is not None:
-            close()
+            # finish: the whole device, so the last side-stream copy has landed too
+            waits, wall = _timed_steps(it, cfg.steps, act, finish=lambda batch: step.sync())
+        _close(it)
     off = None
     if events:
         off = statistics.fmean(events[k - 1][1].elapsed_time(events[k][0]) for k in range(1, len(events))) if len(events) > 1 else 0.0
@@ -530,18 +556,8 @@ def jax_loaders(cfg: Config, paths: np.ndarray, index: np.ndarray) -> dict:
         # forkserver: JAX is multithreaded, and forking it can deadlock (JAX warns); the workers need no JAX.
         dl = DataLoader(SampleDataset(w), batch_size=cfg.batch, shuffle=False, num_workers=cfg.workers,
                         collate_fn=numpy_collate, multiprocessing_context="forkserver")
-        it = iter(dl)
-
-        def moved():
-            for x, i in it:
-                yield jax.device_put((x, i.astype(np.int32)))
-
-        try:
-            yield moved(), f"forkserver x{cfg.workers}, NumPy collate, jax.device_put in the loop"
-        finally:
-            shutdown = getattr(it, "_shutdown_workers", None)
-            if shutdown is not None:
-                shutdown()
+        with _dataloader_batches(dl, lambda x, i: jax.device_put((x, i.astype(np.int32)))) as batches:
+            yield batches, f"forkserver x{cfg.workers}, NumPy collate, jax.device_put in the loop"
 
     return {"ceiling": ceiling, "feedline": feedline, "dataloader": dataloader}
 
@@ -550,21 +566,14 @@ def run_jax_row(cfg: Config, step: JaxStep, make, train: bool = True) -> dict:
     jax = step.jax
     with make() as (batches, detail):
         it = _warmed_up(batches, step, cfg, train)
-        waits = []
-        with GpuMonitor(step.cuda and train) as gpu, CpuMeter() as cpu:
-            start = time.perf_counter()
-            for _ in range(cfg.steps):
-                t0 = time.perf_counter()
-                batch = next(it)
-                waits.append(time.perf_counter() - t0)
-                if train:
-                    step(batch)
+
+        def finish(batch):
             jax.block_until_ready(batch)
             step.sync()
-            wall = time.perf_counter() - start
-        close = getattr(it, "close", None)
-        if close is not None:
-            close()
+
+        with GpuMonitor(step.cuda and train) as gpu, CpuMeter() as cpu:
+            waits, wall = _timed_steps(it, cfg.steps, step if train else (lambda batch: None), finish)
+        _close(it)
     return {"detail": detail, "wall": wall, "wait": statistics.fmean(waits), "off": None, "gpu": gpu.mean(),
             "cpu": cpu.machine, "consumer": cpu.consumer}
 

@@ -96,20 +96,21 @@ def shuffled_reads(source, reps: int) -> str:
     return f"{len(source) / wall:,.0f}/s ({cpu / len(source) * 1e6:.0f} us CPU)"
 
 
-def main() -> None:
+def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--scale", type=float, default=1.0, help="fraction of the default data size")
+    parser.add_argument("--scale", type=float, default=1.0, help="fraction of the default data size (and of the decode timings' records)")
     parser.add_argument("--reps", type=int, default=3)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     folder = tempfile.mkdtemp(prefix="feedline-shards-")
     try:
         make(folder, args.scale)
-        report(folder, args.reps)
+        report(folder, args.reps, decodes=max(100, round(5000 * args.scale)))
     finally:
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def report(folder: str, reps: int) -> None:
+def report(folder: str, reps: int, decodes: int = 5000) -> None:
+    """Print the index, header-scan, read and decode costs of the shards in ``folder`` (``decodes``: records per decode timing)."""
     import tensorflow as tf
 
     tars = sorted(glob.glob(f"{folder}/w-*.tar"))
@@ -138,7 +139,7 @@ def report(folder: str, reps: int) -> None:
           f"bytes {shuffled_reads(raw, reps)}; array_record {shuffled_reads(arr, reps)}")
 
     data = raw.read(0)
-    n = 5000
+    n = decodes
 
     def tf_proto():
         m = tf.train.Example.FromString(data)

@@ -44,6 +44,8 @@ import numpy as np
 import feedline as fl
 from feedline.store import StoreWriter, open_store, verify_store
 
+from .tables import markdown_table
+
 
 def write(path: str, samples: int) -> None:
     rng = np.random.default_rng(0)
@@ -100,11 +102,11 @@ def main() -> None:
             seconds.append(time.perf_counter() - started)
         print(f"store: {args.samples} rows of 3x64x64 uint8 + int64 label, {size / 1e6:.0f} MB, {batches} record batches; "
               f"medians of {args.reps} rounds (first epoch after opening)")
-        print("| read | samples/s | with verify=True | cost |")
-        print("|---|---:|---:|---:|")
+        rows = []
         for name in ("in order", "shuffled", "per sample"):
             plain, checked = statistics.median(runs[(name, False)]), statistics.median(runs[(name, True)])
-            print(f"| {name} | {plain:,.0f} | {checked:,.0f} | {100 * (plain / checked - 1):.0f} % more time |")
+            rows.append([name, f"{plain:,.0f}", f"{checked:,.0f}", f"{100 * (plain / checked - 1):.0f} % more time"])
+        print(markdown_table(["read", "samples/s", "with verify=True", "cost"], rows, "lrrr"))
         best = statistics.median(seconds)
         print(f"verify_store (feedline inspect --verify): {best:.3f} s, {size / best / 1e9:.1f} GB/s")
     finally:

@@ -32,6 +32,7 @@ import feedline as fl  # noqa: E402
 import feedline.vision as fv  # noqa: E402
 
 from .imagedata import jpeg_folder  # noqa: E402
+from .tables import markdown_table  # noqa: E402
 
 BATCH = 64
 torch.set_num_threads(1)
@@ -119,11 +120,11 @@ def main(argv=None) -> None:
     base = statistics.median(times["serial loop"])
     dl = statistics.median(times["DataLoader fork x2"])
     print(f"{args.images} JPEGs 500x375 -> torchvision v2 RRC224+flip+float+normalise, batch {BATCH}, {os.cpu_count()} cores, torch {torch.__version__}")
-    print("| loader | images/s (median) | spread | x serial | x DataLoader |")
-    print("|---|---:|---:|---:|---:|")
+    rows = []
     for name, values in times.items():
         med = statistics.median(values)
-        print(f"| {name} | {args.images / med:.0f} | {min(values):.2f}-{max(values):.2f} s | {base / med:.2f} | {dl / med:.2f} |")
+        rows.append([name, f"{args.images / med:.0f}", f"{min(values):.2f}-{max(values):.2f} s", f"{base / med:.2f}", f"{dl / med:.2f}"])
+    print(markdown_table(["loader", "images/s (median)", "spread", "x serial", "x DataLoader"], rows, "lrrrr"))
 
 
 if __name__ == "__main__":

@@ -43,3 +43,102 @@ def test_report_keeps_sections_it_does_not_write():
     assert "new gil table" in merged and "old gil table" not in merged
     assert merged.index("## Store") < merged.index("## Ray")
     assert "the store section" in merged and "the ray section" in merged
+
+
+# ---------------------------------------------------------------- the benchmark scripts, at tiny sizes
+def _run_script(module: str, *args: str) -> str:
+    """Run ``python -m benchmarks.<module> args`` from the repository root; its stdout (it must exit 0)."""
+    done = subprocess.run([sys.executable, "-m", f"benchmarks.{module}", *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=300, env=dict(os.environ), check=False)  # timeout: a hang guard only
+    assert done.returncode == 0, f"benchmarks.{module} failed:\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}"
+    return done.stdout
+
+
+def _table_rows(text: str) -> dict[str, list[str]]:
+    """The body rows of the markdown tables in ``text``, by their first cell (headers and rules left out)."""
+    lines = text.splitlines()
+    rows = {}
+    for i, line in enumerate(lines):
+        is_header = i + 1 < len(lines) and lines[i + 1].startswith("|---")
+        if line.startswith("| ") and not is_header:
+            cells = [c.strip() for c in line.strip().strip("|").split("|")]
+            rows[cells[0]] = cells[1:]
+    return rows
+
+
+def test_markdown_table_lays_out_rows_and_names_a_row_that_does_not_fit():
+    from benchmarks.tables import markdown_table
+
+    text = markdown_table(["loader", "ran as", "samples/s"], [["a", "thread x2", "1,200"], ["b", "fork x2", 7]], "llr")
+    assert text.splitlines()[:2] == ["| loader | ran as | samples/s |", "|---|---|---:|"]
+    assert _table_rows(text) == {"a": ["thread x2", "1,200"], "b": ["fork x2", "7"]}
+    with pytest.raises(ValueError, match=r"row \['c'\] has 1 cells, the header 3"):
+        markdown_table(["loader", "ran as", "samples/s"], [["c"]])
+    with pytest.raises(ValueError, match="align='lx'"):
+        markdown_table(["loader", "ran as"], [], "lx")
+
+
+def test_io_workers_benchmark_prints_a_row_per_loader():
+    pytest.importorskip("torch")
+    rows = _table_rows(_run_script("io_workers", "--samples", "32", "--latency", "0.005", "--reps", "1"))
+    assert set(rows) == {"feedline-auto", "feedline x2", "torch x2", "torch x16"}
+    assert rows["feedline x2"][0].endswith("x2") and rows["torch x16"][0] == "fork x16", rows
+    assert rows["feedline x2"][2] == "1.00x", "the reference row is 1.00x itself"
+
+
+def test_vocabulary_overhead_benchmark_counts_the_samples_of_each_step():
+    rows = _table_rows(_run_script("vocabulary_overhead", "--quick", "--reps", "1"))
+    samples = {name: cells[-1] for name, cells in rows.items() if len(cells) == 5}
+    assert samples["plain `shuffle().batch()`"] == "4096"
+    assert samples["`take(4015)`"] == "4015" and samples["`skip(81)`"] == "4015"
+    assert samples["generator + `shuffle(window=1000)`"] == "4096"
+    assert {"`padded_batch`", "`bucket_by_length`, 3 buckets", "`bucket_by_length`, 8 buckets"} <= set(rows)
+
+
+def test_store_verify_benchmark_prints_each_read_with_and_without_verify():
+    pytest.importorskip("pyarrow")
+    pytest.importorskip("xxhash")
+    text = _run_script("store_verify", "--samples", "300", "--reps", "1")
+    rows = _table_rows(text)
+    assert set(rows) == {"in order", "shuffled", "per sample"}
+    assert all(cells[2].endswith("% more time") for cells in rows.values()), rows
+    assert "verify_store (feedline inspect --verify):" in text
+
+
+def test_stream_shuffle_benchmark_times_the_window_only_when_there_is_one():
+    rows = _table_rows(_run_script("stream_shuffle", "--quick"))
+    assert set(rows) == {"window=None", "window=1000", "window=10000"}
+    assert rows["window=None"][1] == "0.00", "no window, no time in it"
+    assert float(rows["window=1000"][1]) > 0, "the window's time is profiled"
+
+
+def test_shard_formats_benchmark_reads_every_format(capsys):
+    for module in ("tensorflow", "google_crc32c", "array_record"):
+        pytest.importorskip(module)
+    from benchmarks import shard_formats
+
+    shard_formats.main(["--scale", "0.01", "--reps", "1"])  # in this process: TensorFlow is imported once for the suite
+    text = capsys.readouterr().out
+    starts = ("index from_webdataset:", "tar headers, one thread:", "index from_tfrecord:", "serial reads, shuffled:",
+              "tf.train.Example decode, CPU per record:", "tf.data.TFRecordDataset, in order, eager:")
+    lines = text.splitlines()
+    for start in starts:
+        assert any(line.startswith(start) for line in lines), f"no line {start!r} in:\n{text}"
+
+
+def test_ray_overhead_benchmark_prints_each_work_and_call_kind():
+    pytest.importorskip("ray")
+    rows = _table_rows(_run_script("ray_overhead", "--quick"))
+    assert {"tiny", "5 ms/sample", "512x512x3 fill"} <= set(rows), rows
+    assert rows["tiny"][0] == "32" and rows["512x512x3 fill"][0] == "64"
+    assert {"actor holding the pipeline (used)", "stateless task, pipeline as argument"} <= set(rows)
+
+
+def test_remote_store_benchmark_checks_remote_batches_and_prints_each_variant():
+    for module in ("moto", "s3fs", "pyarrow"):
+        pytest.importorskip(module)
+    text = _run_script("remote_store", "--samples", "128", "--reps", "1", "--max-wait", "0")
+    assert "checked: remote batches are bit-identical to the local store's" in text
+    rows = _table_rows(text)
+    assert {"local", "S3 warm", "S3 cold", "S3 cold, no read-ahead"} <= set(rows), rows
+    assert rows["local"][1] == "1.00", "the reference row is 1.00 itself"

@@ -214,7 +214,8 @@ def test_sample_that_kills_every_worker_fails_with_worker_error_naming_it(how, r
             for batch in pipe:
                 got.append(batch[0].tolist())
         elapsed = time.monotonic() - started
-        assert elapsed < 30, f"took {elapsed:.1f} s to give up on a crashing sample"
+        # A hang guard, not a speed check: bounded retries end in a few seconds, so 30 s means it hung.
+        assert elapsed < 30, f"hang: {elapsed:.1f} s without giving up on a sample that kills every worker"
     message = str(info.value)
     assert "sample 13" in message and reason in message
     assert got == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9, 10, 11]], "batches before the bad one must arrive, in order"

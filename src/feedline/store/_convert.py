@@ -25,6 +25,7 @@ looks like a store is left behind.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import errno
 import glob
@@ -33,35 +34,19 @@ import shutil
 import sys
 import time
 import warnings
-from dataclasses import dataclass, field
 
-import numpy as np
-
-from .._errors import DecodeError
 from .._folders import AUDIO_EXTENSIONS, IMAGE_EXTENSIONS, outside_class_folders
 from .._folders import labels_from_folders as _labels_from_folders
 from .._folders import numbered as _numbered
+from ._convert_parts import ConvertSummary, Decode, human_bytes, progress_bar, reason_of
+from ._convert_shards import convert_shards, is_shard_source, shard_format
 from ._errors import StoreError
-from ._images import EncodedImage, encode_image
 from ._writer import StoreWriter
 
 __all__ = ["ConvertSummary", "convert", "human_bytes", "parse_size", "run_convert"]
 
 _BATCH = 32  # rows per task for fixed-size images: small enough for a smooth progress bar, large enough to amortise
 _WRITE_EVERY = 64  # rows handed to the writer at once for variable-size samples
-
-
-def human_bytes(n: float) -> str:
-    """``1536`` -> ``'1.5 kB'`` (powers of 1000, as disk sizes are sold).
-
-    >>> human_bytes(999), human_bytes(1536), human_bytes(2.5e9)
-    ('999 B', '1.5 kB', '2.5 GB')
-    """
-    for unit in ("B", "kB", "MB", "GB"):
-        if n < 1000 or unit == "GB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1000
-    return f"{n:.1f} TB"
 
 
 def parse_size(text: str) -> tuple[int, int]:
@@ -78,48 +63,6 @@ def parse_size(text: str) -> tuple[int, int]:
     if len(parts) > 2 or h < 1 or w < 1:
         raise ValueError(f"--size must look like HxW with positive numbers (e.g. 224x224), got {text!r}")
     return h, w
-
-
-@dataclass
-class ConvertSummary:
-    """What `convert` did; ``str()`` is the summary the command prints."""
-
-    source: str
-    destination: str
-    kind: str
-    samples: int
-    bytes: int
-    seconds: float
-    skipped: list = field(default_factory=list)  # [(path, reason)]
-    classes: list | None = None
-    outside_classes: list = field(default_factory=list)  # files beside the class folders, left out (no class)
-
-    def __str__(self) -> str:
-        per = self.bytes / self.samples if self.samples else 0
-        lines = [
-            f"feedline convert: {self.samples} {self.kind} samples from {self.source} -> {self.destination}",
-            f"  {human_bytes(self.bytes)} on disk, {human_bytes(per)} per sample; {self.seconds:.1f} s, "
-            f"{self.samples / max(self.seconds, 1e-9):.0f} samples/s",
-        ]
-        if self.classes:
-            shown = ", ".join(self.classes[:10]) + (" ..." if len(self.classes) > 10 else "")
-            lines.append(f"  {len(self.classes)} classes: {shown}")
-        if self.outside_classes:
-            lines.append(f"  left out {len(self.outside_classes)} files that lie directly in the source folder, outside the "
-                         "class folders (they have no class; move them into a class folder to convert them):")
-            for path in self.outside_classes[:20]:
-                lines.append(f"    {path}")
-            if len(self.outside_classes) > 20:
-                lines.append(f"    ... and {len(self.outside_classes) - 20} more (all in the store's meta['outside_classes'])")
-        if self.skipped:
-            lines.append(f"  skipped {len(self.skipped)} files that could not be read:")
-            for path, reason in self.skipped[:20]:
-                lines.append(f"    {path}: {reason}")
-            if len(self.skipped) > 20:
-                lines.append(f"    ... and {len(self.skipped) - 20} more (all in the store's meta['skipped'])")
-        else:
-            lines.append("  skipped 0 files")
-        return "\n".join(lines)
 
 
 # ------------------------------------------------------------ listing
@@ -189,72 +132,6 @@ def _class_members(src: str, files: list[str]) -> tuple[list[str], list[str]]:
     return inside, outside
 
 
-# ------------------------------------------------------------ decoding (in workers)
-class Decode:
-    """The per-file work of ``convert``: decode, fit to a size, encode; runs in the workers.
-
-    A plain class (not a closure) so it pickles small and the same on every backend.
-    """
-
-    def __init__(self, kind: str, size, fit: str, image_encoding: str, audio_dtype: str, sample_rate, labelled: bool,
-                 strict: bool = True):
-        self.kind, self.size, self.fit, self.image_encoding = kind, size, fit, image_encoding
-        self.audio_dtype, self.sample_rate, self.labelled, self.strict = audio_dtype, sample_rate, labelled, strict
-
-    def __call__(self, sample):
-        try:
-            return self._convert(sample)
-        except DecodeError as e:  # the summary names the file; say why, without a decoder's advice for Python code
-            raise Unreadable(_why(e, self.kind)) from None
-
-    def _convert(self, sample):
-        path, label = sample if self.labelled else (sample, None)
-        if self.kind == "audio":
-            from ..audio import load_audio
-
-            value = load_audio(path, dtype=self.audio_dtype, sample_rate=self.sample_rate)
-            out = {"audio": value}
-        else:
-            value = self._image(path)
-            if self.image_encoding in ("raw", "zstd", "lz4"):
-                out = {"image": value}
-            else:
-                data = encode_image(value, self.image_encoding, "image")
-                out = {"image": EncodedImage(data, value.shape, value.dtype, self.image_encoding)}
-        if self.labelled:
-            out["label"] = np.int64(label)  # as batch() would make it: reads give the same type either way
-        return out
-
-    def _image(self, path: str) -> np.ndarray:
-        import feedline.vision as fv
-
-        if self.size is None:
-            return fv.decode(path, strict=self.strict)
-        h, w = self.size
-        if self.fit == "resize":
-            return fv.resize(path, (h, w), strict=self.strict)
-        height, width = fv.image_size(path)
-        scale = max(h / height, w / width)  # the smallest resize that covers the crop
-        covering = (max(h, round(height * scale)), max(w, round(width * scale)))
-        return fv.center_crop(fv.resize(path, covering, strict=self.strict), (h, w))
-
-
-class Unreadable(Exception):
-    """A file ``convert`` skips: its message is the reason the summary prints after the file's name."""
-
-
-def _why(error: DecodeError, kind: str) -> str:
-    """A decoder's reason without its advice (which speaks of ``map(..., on_error=...)``)."""
-    what = "audio" if kind == "audio" else getattr(error, "format", None) or "an image"
-    return f"cannot decode as {({'jpeg': 'JPEG', 'png': 'PNG'}).get(what, what)}: {error.reason}"
-
-
-def _reason(text: str) -> str:
-    """The reason of a skip as the pipeline records it (``"step: Type: message"``), for the summary."""
-    text = text.split(": ", 1)[-1]
-    return text.split(": ", 1)[1] if text.startswith(f"{Unreadable.__name__}: ") else text
-
-
 # ------------------------------------------------------------ the command
 def convert(src, dst, *, size=None, fit: str = "resize", encodings: dict | None = None, labels_csv=None,
             workers: int | None = None, backend: str | None = None, overwrite: bool = False,
@@ -292,7 +169,6 @@ def convert(src, dst, *, size=None, fit: str = "resize", encodings: dict | None 
     """
     import feedline as fl
 
-    from ._convert_shards import convert_shards, is_shard_source, shard_format  # here, not on top: it builds on this module
 
     if is_shard_source(src):  # WebDataset, TFRecord or ArrayRecord files (store/_convert_shards.py)
         if labels_csv is not None:
@@ -341,10 +217,11 @@ def convert(src, dst, *, size=None, fit: str = "resize", encodings: dict | None 
     fixed = kind == "image" and size is not None
     if fixed:
         pipe = pipe.batch(_BATCH)
-    bar = _progress_bar(len(paths), progress)
+    bar = progress_bar(len(paths), progress)
     writer = StoreWriter(dst, encodings=encodings, rows_per_file=rows_per_file, meta=meta, overwrite=overwrite,
                          variable_shape=() if fixed else [field_name])
-    with writer, pipe, _closing(bar):
+    # closing(bar): the bar is closed however the block ends (Ctrl-C included), so the terminal line is finished
+    with writer, pipe, contextlib.closing(bar):
         it = iter(pipe)
         pending = []
         with warnings.catch_warnings():
@@ -363,45 +240,13 @@ def convert(src, dst, *, size=None, fit: str = "resize", encodings: dict | None 
                 writer.write_rows(pending)
                 bar.update(len(pending))
         for index, reason in it.stats().skipped:
-            skipped.append((files[index], _reason(reason)))
+            skipped.append((files[index], reason_of(reason)))
         bar.update(len(it.stats().skipped))
         skipped.sort()
         writer.meta["skipped"] = [list(s) for s in skipped]
         samples = writer.rows
     total = sum(os.path.getsize(os.path.join(root, f)) for root, _, names in os.walk(dst) for f in names)
     return ConvertSummary(src, dst, kind, samples, total, time.perf_counter() - started, skipped, classes, outside)
-
-
-class _closing:
-    """Close the progress bar however the block ends (Ctrl-C included), so the terminal line is finished."""
-
-    def __init__(self, bar):
-        self.bar = bar
-
-    def __enter__(self):
-        return self.bar
-
-    def __exit__(self, *exc) -> None:
-        self.bar.close()
-
-
-class _NoBar:
-    def update(self, n: int) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
-
-
-def _progress_bar(total: int, show: bool):
-    if not show:
-        return _NoBar()
-    try:
-        from tqdm import tqdm
-    except ImportError:
-        warnings.warn("no progress bar: tqdm is not installed (pip install 'feedline[store]')", RuntimeWarning, stacklevel=3)
-        return _NoBar()
-    return tqdm(total=total, unit="file", desc="feedline convert", dynamic_ncols=True)
 
 
 def run_convert(args) -> int:
@@ -418,7 +263,6 @@ def run_convert(args) -> int:
             raise SystemExit(f"feedline convert: --encoding takes FIELD=ENCODING (e.g. image=jpeg:90), got {item!r}")
         encodings[name] = enc
     src, dst = os.path.abspath(args.src), os.path.abspath(args.dst)
-    from ._convert_shards import is_shard_source  # here, not on top: it builds on this module
 
     if is_shard_source(args.src):  # shard files: convert() reads them with their source
         src = args.src

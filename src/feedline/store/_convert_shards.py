@@ -14,6 +14,7 @@ are skipped and listed. See docs/formats.md.
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import itertools
 import os
@@ -26,7 +27,7 @@ from ..sources import _array_record as array_record
 from ..sources import _tfrecord as tfrecord
 from ..sources import _webdataset as webdataset
 from ..sources._shard_files import expand_braces, has_suffix, is_url, redact
-from ._convert import ConvertSummary, Decode, _closing, _progress_bar
+from ._convert_parts import ConvertSummary, Decode, progress_bar
 from ._errors import StoreError
 from ._images import EncodedImage, encode_image
 from ._writer import StoreWriter
@@ -164,11 +165,11 @@ def convert_shards(src, dst, kind: str, *, size=None, fit: str = "resize", encod
             "kind": kind, "images": images, "size": list(size) if size and images else None,
             "fit": fit if size and images else None, "skipped": []}
     mapped = pipe.map(row, workers=workers, backend=backend, on_error="skip")
-    bar = _progress_bar(total, progress)
+    bar = progress_bar(total, progress)
     writer = StoreWriter(dst, encodings={k: v for k, v in encodings.items() if k not in images}, rows_per_file=rows_per_file,
                          meta=meta, overwrite=overwrite, variable_shape=variable)
     skipped = []
-    with writer, mapped, _closing(bar):
+    with writer, mapped, contextlib.closing(bar):
         it = iter(mapped)
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message="feedline skipped", category=RuntimeWarning)  # listed in the summary

@@ -9,7 +9,11 @@ from ._geometry import center_box, check_rng, pair, random_resized_box
 from ._region import read_region
 from ._source import as_image, is_encoded
 
-__all__ = ["center_crop", "random_resized_crop"]
+__all__ = ["RATIO", "SCALE", "center_crop", "random_resized_crop"]
+
+# torchvision's RandomResizedCrop defaults; `plan_random_resized_crop` takes the same, so the GPU path crops where this one does.
+SCALE = (0.08, 1.0)  # the box's area, as a fraction of the image's
+RATIO = (3 / 4, 4 / 3)  # the box's width / height
 
 
 def random_resized_crop(
@@ -17,8 +21,8 @@ def random_resized_crop(
     size,
     rng: np.random.Generator,
     *,
-    scale: tuple[float, float] = (0.08, 1.0),
-    ratio: tuple[float, float] = (3 / 4, 4 / 3),
+    scale: tuple[float, float] = SCALE,
+    ratio: tuple[float, float] = RATIO,
     interpolation: str = "area",
     mode: str = "RGB",
     reduced_decode: bool = True,

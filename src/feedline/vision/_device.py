@@ -39,6 +39,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .._optional import require
+from ._crop import RATIO, SCALE
 from ._decode import decode, size_of
 from ._errors import ImageDecodeError
 from ._flip import flip as flip_image
@@ -111,8 +112,8 @@ def plan_random_resized_crop(
     size,
     rng: np.random.Generator,
     *,
-    scale: tuple[float, float] = (0.08, 1.0),
-    ratio: tuple[float, float] = (3 / 4, 4 / 3),
+    scale: tuple[float, float] = SCALE,
+    ratio: tuple[float, float] = RATIO,
     flip: float | None = 0.5,
     interpolation: str = "area",
     strict: bool = True,
