@@ -5,7 +5,6 @@ from __future__ import annotations
 import time
 
 import numpy as np
-import pytest
 
 import feedline as fl
 from feedline.engine._state import MAX_CHUNK, TASKS_PER_WORKER, measured_chunk

@@ -243,11 +243,6 @@ class EpochIterator:
         for item, point, rows in cut:
             self._out.append((item if self._unbatched else self._consumer_batch_steps(item), point, rows))
 
-    @property
-    def window_peak(self) -> int:
-        """The most rows ``shuffle(window=N)`` held at once in this epoch (0 without a window): never above N."""
-        return self._shuffler.peak if self._shuffler is not None else 0
-
     def _cut(self, final: bool) -> None:
         try:
             cut = self._recut.cut(final)
@@ -447,6 +442,8 @@ class EpochIterator:
         stats, runtime = self.stats_, self._runtime
         stats.worker_restarts = self._executor.restarts - self._restarts_at_start
         stats.backend, stats.decision, stats.trial = runtime.backend, runtime.decision, runtime.trial
+        if self._shuffler is not None:
+            stats.window_peak = self._shuffler.peak
 
 
 _ERROR = object()

@@ -49,6 +49,7 @@ class Stats:
         self.inflight_total = 0  # sum over batches of tasks in flight when next() was called
         self.decisions: list[str] = []  # autotuning changes made during the epoch, with reasons
         self.trial: dict = {}  # samples/s each backend delivered when feedline chose between them (see engine/_trial.py)
+        self.window_peak = 0  # the most rows shuffle(seed, window=N) held at once (never above N; 0 without a window)
         self.started_at = None  # perf_counter of the first next()
         self.task_spans: collections.deque = collections.deque(maxlen=TIMELINE)  # (worker, start, end, number, rows)
         self.waits: collections.deque = collections.deque(maxlen=TIMELINE)  # (start, end, rows)
@@ -108,6 +109,7 @@ class Stats:
             "decision": self.decision,
             "decisions": list(self.decisions),
             "trial": dict(self.trial),
+            "window_peak": self.window_peak,
             "batches": self.batches,
             "samples": self.samples,
             "samples_per_second": self.samples / wall if wall > 0 else None,
