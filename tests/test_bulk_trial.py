@@ -37,15 +37,21 @@ def _epochs_until_decided(pipe, reference, most=8):
     pytest.fail(f"the trial did not decide in {most} epochs: {stats.decision}")
 
 
-def test_bulk_pipeline_tries_both_and_delivers_the_serial_batches(images, no_leaks):
-    pipe = fl.from_arrays(images).shuffle(seed=4).batch(16).map_batch(normalise)
-    reference = fl.from_arrays(images).shuffle(seed=4).map(lambda s: s, backend="serial").batch(16).map_batch(normalise)
+def _trial_then_winner(pipe, reference):
+    """Run ``pipe`` until its trial decided and one epoch more on the winner, each checked against ``reference``."""
     with pipe, reference:
         if _cores(pipe) < 2:
             pytest.skip("one core: bulk reads stay in the calling thread")
         stats = _epochs_until_decided(pipe, reference)
         again = [b.copy() for b in pipe.epoch(20)]  # on the winner
         assert all(np.array_equal(a, b) for a, b in zip(again, reference.epoch(20)))
+    return stats
+
+
+def test_bulk_pipeline_tries_both_and_delivers_the_serial_batches(images, no_leaks):
+    pipe = fl.from_arrays(images).shuffle(seed=4).batch(16).map_batch(normalise)
+    reference = fl.from_arrays(images).shuffle(seed=4).map(lambda s: s, backend="serial").batch(16).map_batch(normalise)
+    stats = _trial_then_winner(pipe, reference)
     assert set(stats.trial) == {"serial", "thread"}, stats.decision
     assert "tried the calling thread" in stats.decision
     assert stats.backend == ("thread" if stats.trial["thread"] >= stats.trial["serial"] else "serial"), stats.decision
@@ -70,3 +76,27 @@ def test_a_short_bulk_epoch_is_exact_whatever_the_trial_reached(images, no_leaks
         with pipe:
             out = list(pipe)
         assert [b.tolist() for b in out] == [images[k:k + 8].tolist() for k in range(0, 8 * batches, 8)]
+
+
+def test_shuffled_store_reads_without_a_batch_function_try_threads_too(tmp_path, images, no_leaks):
+    pytest.importorskip("pyarrow")
+    from feedline.store import StoreWriter
+
+    path = tmp_path / "images.store"
+    with StoreWriter(path, rows_per_file=700) as w:  # 5 files: batches gather across files
+        w.write(images)
+    pipe = fl.from_store(path).shuffle(seed=4).batch(16)
+    reference = fl.from_arrays(images).shuffle(seed=4).map(lambda s: s, backend="serial").batch(16)
+    stats = _trial_then_winner(pipe, reference)
+    assert set(stats.trial) == {"serial", "thread"}, stats.decision
+    assert "bulk reads from a store" in stats.decision and "tried the calling thread" in stats.decision
+
+
+def test_in_memory_bulk_reads_without_a_batch_function_stay_in_the_calling_thread(images, no_leaks):
+    pipe = fl.from_arrays(images).shuffle(seed=4).batch(16)
+    reference = fl.from_arrays(images).shuffle(seed=4).map(lambda s: s, backend="serial").batch(16)
+    with pipe, reference:
+        got = [b.copy() for b in pipe]
+        stats = pipe.stats()
+        assert all(np.array_equal(a, b) for a, b in zip(got, reference.epoch(0)))
+    assert stats.backend == "serial" and not stats.trial, stats.decision

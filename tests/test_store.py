@@ -17,7 +17,7 @@ pytest.importorskip("pyarrow")
 from conftest import snapshot
 
 import feedline as fl
-from feedline.store import FORMAT_VERSION, StoreError, StoreWriter, _writer, open_store
+from feedline.store import FORMAT_VERSION, StoreError, StoreWriter, _reader, _writer, open_store
 
 
 def images(n: int, seed: int = 0, shape=(12, 10, 3)) -> np.ndarray:
@@ -146,6 +146,86 @@ def test_gather_returns_rows_in_the_order_asked_across_files(tmp_path):
     np.testing.assert_array_equal(one_file["image"], data["image"][[3, 1, 2]])
     assert batch["image"].flags.writeable  # a gathered batch is the caller's own memory
 
+
+
+def nested_store(path, monkeypatch, n=90):
+    """A store of nested samples in 5 files of many small record batches; returns what was written."""
+    monkeypatch.setattr(_writer, "BATCH_BYTES", 600)  # a few rows per record batch
+    rng = np.random.default_rng(3)
+    data = {"image": rng.integers(0, 255, (n, 4, 5, 3), dtype=np.uint8),
+            "meta": {"label": np.arange(n, dtype=np.int64) * 7, "weight": rng.random(n).astype(np.float32),
+                     "vec": rng.standard_normal((n, 6)), "name": [f"s{i}" for i in range(n)],
+                     "points": [np.arange(i % 4 + 1, dtype=np.int16) for i in range(n)]}}
+    with StoreWriter(path, rows_per_file=18) as w:
+        for start in range(0, n, 11):
+            w.write({"image": data["image"][start:start + 11],
+                     "meta": {k: v[start:start + 11] for k, v in data["meta"].items()}})
+    return data
+
+
+def assert_gathered(store, data, order):
+    batch = store.gather(order)
+    np.testing.assert_array_equal(batch["image"], data["image"][order])
+    for key in ("label", "weight", "vec"):
+        np.testing.assert_array_equal(batch["meta"][key], data["meta"][key][order])
+        assert batch["meta"][key].dtype == data["meta"][key].dtype
+    assert batch["meta"]["name"] == [data["meta"]["name"][i] for i in order]  # variable-size: one value per row
+    assert [p.tolist() for p in batch["meta"]["points"]] == [data["meta"]["points"][i].tolist() for i in order]
+
+
+@pytest.fixture(params=["per record batch", "row by row"])
+def copy_path(request, monkeypatch):
+    """Both ways a gather copies fixed-size rows (by row size: small per record batch, large row by row)."""
+    if request.param == "row by row":
+        monkeypatch.setattr(_reader, "_ROW_BY_ROW", 0)
+
+
+def test_gather_across_many_files_and_record_batches_is_exact(tmp_path, monkeypatch, copy_path):
+    data = nested_store(tmp_path / "n.store", monkeypatch)
+    store = open_store(tmp_path / "n.store")
+    assert len(store.manifest["files"]) == 5 and len(store._starts) > 20
+    rng = np.random.default_rng(0)
+    for order in (rng.permutation(90).tolist(), rng.permutation(90)[:17].tolist(), list(range(89, -1, -3))):
+        assert_gathered(store, data, order)
+
+
+def test_gather_with_repeated_indices_and_an_empty_batch(tmp_path, monkeypatch, copy_path):
+    data = nested_store(tmp_path / "n.store", monkeypatch)
+    store = open_store(tmp_path / "n.store")
+    assert_gathered(store, data, [5, 80, 5, 5, 40, 80, 0, 0])  # the same row from several record batches, again
+    assert_gathered(store, data, [33, 33, 33])  # one record batch, repeated
+    empty = store.gather([])
+    assert empty["image"].shape == (0, 4, 5, 3) and empty["meta"]["label"].shape == (0,)
+    assert empty["meta"]["name"] == [] and empty["meta"]["points"] == []
+
+
+def test_gather_writes_into_the_arrays_alloc_gives(tmp_path, monkeypatch, copy_path):
+    data = nested_store(tmp_path / "n.store", monkeypatch)
+    store = open_store(tmp_path / "n.store")
+    order = [70, 3, 44, 21, 88, 9]
+    given = []
+
+    def alloc(specs):
+        given.extend(np.full(shape, 1, dtype) for shape, dtype in specs)
+        return given
+
+    batch = store.gather(order, alloc=alloc)
+    assert batch["image"] is given[0]  # filled in place, as a process worker's shared memory is
+    np.testing.assert_array_equal(given[0], data["image"][order])
+    np.testing.assert_array_equal(batch["meta"]["vec"], data["meta"]["vec"][order])
+
+
+def test_shuffled_bulk_batches_across_record_batches_match_numpy(tmp_path, monkeypatch):
+    data = nested_store(tmp_path / "n.store", monkeypatch)
+    pipe = fl.from_store(tmp_path / "n.store").shuffle(seed=2).batch(16)
+    with pipe:
+        seen = []
+        for batch in pipe:
+            labels = batch["meta"]["label"] // 7
+            np.testing.assert_array_equal(batch["image"], data["image"][labels])
+            np.testing.assert_array_equal(batch["meta"]["vec"], data["meta"]["vec"][labels])
+            seen.extend(labels.tolist())
+    assert sorted(seen) == list(range(90)) and seen != list(range(90))
 
 def test_write_rows_and_write_make_the_same_store(tmp_path):
     x, y = images(6), np.arange(6)

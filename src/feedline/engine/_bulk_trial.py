@@ -7,8 +7,11 @@ cores: a NumPy ``map_batch`` ran 1.7-1.9x faster on two threads than in the
 calling thread, while bulk gathers of small rows (a Python loop per row
 across a store's files, or a batch of 32 rows of 3 KB) ran 0.4-0.7x as
 fast on threads, which pay a hand-off per batch. So bulk reads alone stay
-in the calling thread (`feedline.engine._choice`), and where a batch
-function runs, `SerialOrThreads` tries both on the pipeline itself, as `feedline.engine._trial` does for
+in the calling thread (`feedline.engine._choice`), except from a store,
+whose `gather` copies each record batch's rows with NumPy calls that
+release the GIL (issue 15), so two threads can copy two batches at once.
+Where a batch function runs, or a store is read in bulk, `SerialOrThreads`
+tries both on the pipeline itself, as `feedline.engine._trial` does for
 threads and processes (threads start in microseconds; no processes here,
 which would copy every batch once more):
 

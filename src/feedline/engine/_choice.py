@@ -2,7 +2,8 @@
 
 Explicit settings win. Otherwise: no per-sample Python work reads in bulk
 in the calling thread (threads measured 0.4-0.7x as fast on bulk reads
-alone), unless a batch function runs in the workers: then it is
+alone), unless a batch function runs in the workers or the source gathers
+with copies that release the GIL (a store: ``parallel_gather``): then it is
 ``"serial-or-thread"``, the calling thread and a thread pool both tried
 (`feedline.engine._bulk_trial`); a
 generator source goes to processes (its open shards cannot move between
@@ -55,8 +56,12 @@ def choose(plan) -> Choice:
         return Choice("serial", 1, "workers=0")
     if not plan.runs_user_code:
         count = workers or cores
-        if count < 2 or plan.streaming or not plan.part.batch_ops:
+        parallel_gather = plan.part.bulk_read and plan.part.source.parallel_gather
+        if count < 2 or plan.streaming or not (plan.part.batch_ops or parallel_gather):
             return Choice("serial", 1, "no per-sample Python work: bulk reads in the calling thread are fastest")
+        if not plan.part.batch_ops:
+            return Choice("serial-or-thread", count, f"bulk reads from a store (copies that release the GIL): the calling "
+                                                     f"thread or {count} threads ({'set by map()' if workers else 'one per available core'})")
         return Choice("serial-or-thread", count, f"no per-sample Python work, a batch function: the calling thread or {count} "
                                                  f"threads ({'set by map()' if workers else 'one per available core'})")
     count = workers or cores

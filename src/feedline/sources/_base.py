@@ -22,12 +22,16 @@ class Source:
             choice must treat like a ``map``.
         needs_ray: True when samples can be read only where Ray is connected
             (a Ray Dataset's blocks): the runtime then runs the work on Ray.
+        parallel_gather: True when ``gather`` spends its time in copies that
+            release the GIL (a store), so the backend choice also tries a
+            thread pool on bulk reads.
     """
 
     streaming = False
     gather = None
     user_code = False
     needs_ray = False
+    parallel_gather = False
 
     def prepare(self) -> None:
         """Get ready to be read, in the consumer, before any worker starts (e.g. write a cache)."""
