@@ -13,8 +13,9 @@ uint8 array; batches of 16; one epoch each, start-up included, loaders in
 turn, ``--reps`` rounds, medians. Loaders:
 
 - ``feedline-auto``: ``fl.from_arrays(urls).map(fetch).batch(16)``: the
-  worker count starts at one per core and doubles while the consumer waits
-  on workers that use little CPU (`feedline.engine._autotune.WorkerTuner`).
+  worker count starts at one per core and, once the first tasks show that
+  the consumer waits on workers that use little CPU, grows at once by the
+  tasks' wall/CPU ratio, up to 8 per core (`feedline.engine._autotune.WorkerTuner`).
 - ``feedline x2``: the same with ``workers=2`` (one per core, fixed).
 - ``torch x2`` / ``torch x16``: DataLoader(num_workers=2 / 16) over the
   same function (fork), what a default and a tuned user would write.
@@ -36,6 +37,8 @@ import time
 import urllib.request
 
 import numpy as np
+
+from .tables import markdown_table
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -126,11 +129,9 @@ def main(argv=None) -> None:
     base = statistics.median(rates["feedline x2"])
     print(f"{args.samples} files of 16 KiB over HTTP, {args.latency * 1000:.0f} ms per request, batch 16, one epoch with start-up, "
           f"median of {args.reps}; {os.cpu_count()} cores")
-    print("| loader | ran as (end of epoch) | samples/s | vs feedline x2 |")
-    print("|---|---|---:|---:|")
-    for name, values in rates.items():
-        rate = statistics.median(values)
-        print(f"| {name} | {ran[name]} | {rate:,.0f} | {rate / base:.2f}x |")
+    medians = {name: statistics.median(values) for name, values in rates.items()}
+    print(markdown_table(["loader", "ran as (end of epoch)", "samples/s", "vs feedline x2"],
+                         [[name, ran[name], f"{rate:,.0f}", f"{rate / base:.2f}x"] for name, rate in medians.items()], "llrr"))
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 
 import numpy as np
@@ -21,6 +22,22 @@ def burns_cpu(v):
     for k in range(4000):
         total += k % 3
     return np.int64(v) + np.int64(total > 0)
+
+
+def _grown(stats) -> list[str]:
+    return [d for d in stats.decisions if d.startswith("workers ")]
+
+
+def _counts_per_batch(pipe):
+    """The outputs and the worker count after each batch of one epoch, and the epoch's stats."""
+    with pipe:
+        out, counts = [], []
+        for b in pipe:
+            out.append(b.tolist())
+            counts.append(testing.runtime(pipe).workers)
+        stats = pipe.stats()
+        stats.busy_windows = testing.runtime(pipe).worker_tuner.busy_windows
+        return out, counts, stats
 
 
 def _epoch(pipe):
@@ -77,3 +94,66 @@ def test_grown_process_workers_are_all_closed(no_leaks):
         pids = testing.worker_pids(pipe)
         assert len(pids) == grown > 2
     # no_leaks checks that every one of them is gone and nothing is left in /dev/shm
+
+
+@pytest.mark.parametrize("backend", ["thread", "process"])
+def test_workers_waiting_on_io_reach_four_per_core_within_a_few_batches(backend, no_leaks):
+    """Judged from the first tasks and grown by the tasks' wall/CPU ratio, not doubled window after window."""
+    out, counts, stats = _counts_per_batch(fl.from_arrays(np.arange(800)).map(waits_on_io, backend=backend).batch(4))
+    assert out == [list(range(k, k + 4)) for k in range(0, 800, 4)]
+    _skip_if_the_machine_was_busy(stats)
+    if stats.busy_windows:
+        pytest.skip("other programs kept this machine's CPUs busy for a while: growth was (rightly) held back")
+    assert max(counts[:6]) >= 4 * stats.cores, (counts[:12], stats.decisions)  # the old ramp: x2 after 8 batches
+    assert stats.workers <= 8 * stats.cores and "wait on I/O" in _grown(stats)[0], stats.decisions
+
+
+class _OneRequestAtATime:
+    """A server that answers one request per ``seconds``, in arrival order, however many clients wait (a rate limit)."""
+
+    def __init__(self, seconds: float):
+        self.seconds, self.free_at, self.lock = seconds, 0.0, threading.Lock()
+
+    def request(self) -> None:
+        with self.lock:
+            start = max(time.perf_counter(), self.free_at)
+            self.free_at = start + self.seconds
+        time.sleep(max(0.0, start + self.seconds - time.perf_counter()))
+
+
+def test_growth_that_does_not_raise_the_workers_rate_stops_and_says_why(no_leaks):
+    server = _OneRequestAtATime(0.004)  # more workers only queue behind each other
+
+    def waits_for_a_rate_limited_server(v):
+        server.request()
+        return v
+
+    pipe = fl.from_arrays(np.arange(600)).map(waits_for_a_rate_limited_server, backend="thread").batch(4)
+    out, counts, stats = _counts_per_batch(pipe)
+    assert out == [list(range(k, k + 4)) for k in range(0, 600, 4)]
+    _skip_if_the_machine_was_busy(stats)
+    stopped = [d for d in stats.decisions if d.startswith("worker count stays at")]
+    if stats.busy_windows and not stopped:
+        pytest.skip("other programs kept this machine's CPUs busy: the growth came too late to be judged")
+    assert len(_grown(stats)) == 1, stats.decisions  # it grew once (tasks wait, using no CPU) ...
+    assert stopped and "raised the workers' rate only" in stopped[0], stats.decisions  # ... saw no gain, and stopped
+
+
+def _augment(v, rng):
+    time.sleep(0.002)
+    return v * 1000 + rng.integers(0, 1000)
+
+
+@pytest.mark.parametrize("backend", ["thread", "process"])
+def test_a_grown_worker_count_gives_the_same_batches_as_a_fixed_one(backend, no_leaks):
+    def epoch(workers):
+        pipe = fl.from_arrays(np.arange(480)).shuffle(seed=7).map(_augment, backend=backend, workers=workers).batch(8)
+        return _counts_per_batch(pipe)
+
+    grown, counts, stats = epoch(None)
+    fixed, _, _ = epoch(2)
+    assert grown == fixed
+    if stats.backend == "serial":
+        pytest.skip("one core: the automatic choice runs serially")
+    _skip_if_the_machine_was_busy(stats)
+    assert max(counts) > stats.cores, stats.decisions  # the comparison is against a count that did change

@@ -5,27 +5,43 @@ the workers were held back because every prefetch slot was taken, the
 depth grows by one batch per worker, up to a memory budget
 (`MEMORY_BUDGET` bytes of batches in flight).
 
-Workers: one per core to start with (`feedline.engine._choice`). When the
-consumer keeps waiting although the workers' tasks use the CPU less than
-half of their time (they wait on files, the network, a remote store),
-and the machine's CPUs are idle at least `IDLE_SHARE` of the time (on
-Linux, from /proc/stat: tasks that wait for a CPU taken by other programs
-also use little CPU, and more workers would not help them), cores are not
-what limits them: the worker count doubles (quadruples
-when the tasks use under 10 % of a core), up to
-`MAX_WORKERS_PER_CORE` per core, `MAX_WORKERS` in all and the memory
-budget. Only when the user left ``workers=`` unset, and only for backends
-that can add workers while running (threads, processes). The backend is
-chosen by `feedline.engine._trial`.
+Workers: one per core to start with (`feedline.engine._choice`); only
+when the user left ``workers=`` unset, and only for backends that can add
+workers while running (threads, processes). A window is short: two
+batches and one task per worker, from the first batch on (start-up left
+out), so work clearly off the CPU (tasks under `CLEAR_IO_SHARE` of a core)
+is judged within about one task's time; other work over
+`WorkerTuner.WINDOW` batches (on a loaded machine, CPU-bound tasks can
+look half idle for a moment). When the
+consumer waited at least `WorkerTuner.WAIT_SHARE` of the window, the
+tasks used the CPU less than `IO_CPU_SHARE` of their time (they wait on
+files, the network, a remote store), and the machine's CPUs were idle at
+least `IDLE_SHARE` of it (on Linux, from /proc/stat: tasks that wait for
+a CPU taken by other programs also use little CPU, and more workers would
+not help them), the count grows at once to what would keep every core
+busy at that CPU share (tasks at 3 % of a core: 33 workers per core), at
+least doubling, up to `MAX_WORKERS_PER_CORE` per core, `MAX_WORKERS` and
+the memory budget. A backend that cannot add workers yet (the automatic
+choice's trial) is asked again at every batch. After a growth, one window
+settles and the next is compared with the last one before, on the
+workers' rate (workers x rows per task-second: per task, so batches that
+arrive in bursts, in order, do not skew it). A growth that raised it less
+than `WorkerTuner.GAIN` stops further growth, and the decision says so (a
+shared lock, a connection limit or the server limits the work, not the
+worker count). The count never shrinks: the executors cannot remove workers.
 """
 
 from __future__ import annotations
+
+import itertools
+import math
 
 __all__ = ["DepthTuner", "MAX_WORKERS", "MAX_WORKERS_PER_CORE", "MEMORY_BUDGET", "WorkerTuner"]
 
 MAX_WORKERS_PER_CORE = 8  # workers waiting on I/O: this many per core at most
 MAX_WORKERS = 128
 IO_CPU_SHARE = 0.5  # tasks using the CPU less than this share of their time wait on something else
+CLEAR_IO_SHARE = 0.2  # ... and under this share, clearly: judged on a short window (a loaded machine blurs the rest)
 IDLE_SHARE = 0.2  # ... and the machine's CPUs idle at least this share of the time: it is not other programs
 
 MEMORY_BUDGET = 1 << 30  # bytes of batches the prefetch depth may keep in flight
@@ -67,49 +83,100 @@ class DepthTuner:
 
 
 class WorkerTuner:
-    """Doubles the worker count while the consumer waits on workers that wait on I/O (see the module docstring)."""
+    """More workers while the consumer waits on workers that wait on I/O; stops when more did not help (module docstring)."""
 
-    WINDOW = 8  # batches per decision: slow batches (I/O) make a long window
+    MIN_BATCHES = 2  # batches per window at least; a window also spans one task per worker (`_window_done`)
+    WINDOW = 8  # batches per window when the tasks are not clearly off the CPU (`CLEAR_IO_SHARE`)
     WAIT_SHARE = 0.3  # the consumer waited at least this share of the window's time: input-bound
+    GAIN = 1.1  # a growth must raise the workers' rate this much, else the count stays where it is
 
     def __init__(self, workers: int, cores: int, enabled: bool):
         self.workers, self.cores, self.enabled = workers, cores, enabled
         self.last_reason = ""
+        self.stopped = ""  # why the count no longer grows ("" while it may)
         self.busy_windows = 0  # windows that asked for more workers while other programs kept the CPUs busy
         self._seen = 0
-        self._start = None  # the epoch's (task CPU, task span, consumer wait, wall) seconds when the window began
+        self._start = None  # the epoch's counters when the window began (see `_counters`)
         self._idle_start = None  # the machine's (idle, total) CPU time then (None: not known here)
+        self._asked = None  # (count asked for, count before, the workers' samples/s before) until granted
+        self._grown = None  # (count before, the workers' samples/s before) of a growth not yet judged
+        self._settling = False  # the window right after a growth: new workers start, old tasks drain; not judged
+        self._note = None  # a decision to report once (growth stopped)
 
     def observe(self, stats, batch_bytes: int | None) -> int | None:
         """Record one batch (``stats``: the epoch's counters so far); return a new worker count, or None."""
-        if not self.enabled:
+        if not self.enabled or self.stopped:
             return None
-        now = (stats.task_cpu_seconds, stats.task_seconds, stats.wait_seconds, stats.wall_seconds)
-        if self._start is None or now[3] < self._start[3]:  # first batch, or a new epoch's counters
-            self._start, self._seen, self._idle_start = now, 0, machine_idle()
+        now = _counters(stats)
+        if self._start is None or now[3] < self._start[3]:  # first batch (start-up left out), or a new epoch
+            self._restart(now)
+            self._asked = self._grown = None
+            self._settling = False
             return None
         self._seen += 1
-        if self._seen < self.WINDOW:
+        if self._asked is not None and self.workers >= self._asked[0]:
+            # granted at the last batch: one window to settle (new workers start, old tasks drain), then a judgement
+            self._grown, self._asked, self._settling = self._asked[1:], None, True
+            self._restart(now)
             return None
-        cpu, span, waited, wall = (b - a for a, b in zip(self._start, now))
-        idle_now, idle_then = machine_idle(), self._idle_start
-        self._start, self._seen, self._idle_start = now, 0, idle_now
-        if wall <= 0 or span <= 0 or waited / wall < self.WAIT_SHARE or cpu / span >= IO_CPU_SHARE:
+        if not self._window_done(now):
+            # the backend could not add workers yet (e.g. while the backend trial runs): ask again at once
+            return None if self._asked is None else self._asked[0]
+        cpu, span, waited, wall, tasks = (b - a for a, b in zip(self._start, now))
+        if self._seen < self.WINDOW and not self._settling and self._grown is None and cpu >= CLEAR_IO_SHARE * span:
+            return None if self._asked is None else self._asked[0]  # not clearly waiting on I/O: a longer window
+        idle_then = self._idle_start
+        self._restart(now)
+        if self._settling:
+            self._settling = False
             return None
-        if idle_now is not None and idle_then is not None and idle_now[1] > idle_then[1]:
-            if (idle_now[0] - idle_then[0]) / (idle_now[1] - idle_then[1]) < IDLE_SHARE:
-                self.busy_windows += 1
-                return None  # the CPUs are busy (other programs): more workers would wait for them too
-        limit = min(MAX_WORKERS, MAX_WORKERS_PER_CORE * self.cores)
-        if batch_bytes:  # two batches in flight per worker must fit the memory budget
-            limit = min(limit, max(self.workers, MEMORY_BUDGET // (2 * batch_bytes)))
-        new = min((4 if cpu / span < 0.1 else 2) * self.workers, limit)  # nearly no CPU: grow faster
+        if wall <= 0 or span <= 0:
+            return None
+        rate = self.workers * _rows(stats, tasks) / span  # what the pool delivers while every worker has a task
+        if self._grown is not None:
+            before, before_rate = self._grown
+            self._grown = None
+            if rate < self.GAIN * before_rate:
+                self.stopped = self._note = (
+                    f"worker count stays at {self.workers}: growing it from {before} raised the workers' rate "
+                    f"only {rate / before_rate - 1:+.0%} ({before_rate:.0f} -> {rate:.0f} samples/s); "
+                    "something else limits them (a shared lock or connection limit, the server, the GIL)")
+                return None
+        self._asked = None
+        if waited / wall < self.WAIT_SHARE or cpu / span >= IO_CPU_SHARE:
+            return None
+        if _busy(idle_then, self._idle_start):
+            self.busy_windows += 1
+            return None  # the CPUs are busy (other programs): more workers would wait for them too
+        new = min(self._wanted(cpu / span), self._limit(batch_bytes))
         if new <= self.workers:
             return None
-        self.workers = new
+        self._asked = (new, self.workers, rate)
         self.last_reason = (f"the consumer waited {waited / wall:.0%} of the time while tasks used the CPU "
                             f"{cpu / span:.0%} of theirs (they wait on I/O)")
         return new
+
+    def take_note(self) -> str | None:
+        """A decision that changed no count (growth stopped), once; None if there is none."""
+        note, self._note = self._note, None
+        return note
+
+    def _wanted(self, cpu_share: float) -> int:
+        """Workers that would keep every core busy at this CPU share per task; at least twice as many as now."""
+        return max(2 * self.workers, math.ceil(self.cores / max(cpu_share, 1e-3)))
+
+    def _limit(self, batch_bytes: int | None) -> int:
+        limit = min(MAX_WORKERS, MAX_WORKERS_PER_CORE * self.cores)
+        if batch_bytes:  # two batches in flight per worker must fit the memory budget
+            limit = min(limit, max(self.workers, MEMORY_BUDGET // (2 * batch_bytes)))
+        return limit
+
+    def _window_done(self, now) -> bool:
+        """At least `MIN_BATCHES` batches and one task per worker (about one task's time)."""
+        return self._seen >= self.MIN_BATCHES and now[4] - self._start[4] >= self.workers
+
+    def _restart(self, now) -> None:
+        self._start, self._seen, self._idle_start = now, 0, machine_idle()
 
 
 def machine_idle() -> tuple[int, int] | None:
@@ -120,6 +187,23 @@ def machine_idle() -> tuple[int, int] | None:
     except (OSError, ValueError):
         return None
     return fields[3] + fields[4], sum(fields)  # idle + iowait, of user nice system idle iowait irq softirq steal
+
+
+def _counters(stats) -> tuple:
+    """(task CPU, task span, consumer wait, wall) seconds and tasks so far in the epoch."""
+    return stats.task_cpu_seconds, stats.task_seconds, stats.wait_seconds, stats.wall_seconds, stats.tasks
+
+
+def _rows(stats, tasks: int) -> int:
+    """Rows of the epoch's last ``tasks`` tasks (their records, newest last)."""
+    return sum(span[4] for span in itertools.islice(reversed(stats.task_spans), tasks))
+
+
+def _busy(then, now) -> bool:
+    """Whether the machine's CPUs were idle less than `IDLE_SHARE` of the time between two `machine_idle` readings."""
+    if then is None or now is None or now[1] <= then[1]:
+        return False
+    return (now[0] - then[0]) / (now[1] - then[1]) < IDLE_SHARE
 
 
 def _nbytes(batch) -> int:

@@ -108,7 +108,7 @@ class Runtime:
         if wanted is None or not self.executor.grow(wanted):
             if wanted is not None:
                 self.worker_tuner.workers = old  # this backend cannot add workers (yet): ask again later
-            return None
+            return self.worker_tuner.take_note()  # issue 15: "worker count stays at N" when growth did not help
         self._follow_workers()
         return f"workers {old} -> {self.workers}: {self.worker_tuner.last_reason}"
 
