@@ -157,3 +157,29 @@ def test_a_grown_worker_count_gives_the_same_batches_as_a_fixed_one(backend, no_
         pytest.skip("one core: the automatic choice runs serially")
     _skip_if_the_machine_was_busy(stats)
     assert max(counts) > stats.cores, stats.decisions  # the comparison is against a count that did change
+
+
+def _depth_after_one_window(task_ms: float, waited: bool = True) -> tuple[int, list]:
+    from feedline.engine import Stats
+    from feedline.engine._autotune import DepthTuner
+
+    tuner = DepthTuner(depth=4, workers=2, enabled=True)
+    stats = Stats("process", 2, 4, "test")
+    decisions = []
+    for _ in range(DepthTuner.WINDOW):
+        stats.tasks += 1
+        stats.task_seconds += task_ms / 1000
+        decision = tuner.observe(waited, False, np.zeros((256, 3, 32, 32), np.uint8), stats)
+        if decision:
+            decisions.append(decision)
+    return tuner.depth, decisions
+
+
+def test_short_tasks_get_more_of_them_queued_per_worker_once():
+    depth, decisions = _depth_after_one_window(task_ms=1.0)
+    assert depth == 8 and len(decisions) == 1 and "1.0 ms" in decisions[0]  # 4 ms of 1 ms tasks per worker
+
+
+def test_long_tasks_or_a_consumer_that_does_not_wait_keep_the_depth():
+    assert _depth_after_one_window(task_ms=20.0) == (4, [])
+    assert _depth_after_one_window(task_ms=1.0, waited=False) == (4, [])

@@ -318,7 +318,7 @@ class EpochIterator:
         rows = self._last_rows if self._rows_of is None else self._rows_of(item)
         stats.samples += rows
         stats.waits.append((now, after, rows))
-        decision = self._runtime.tuner.observe(self._waited, blocked, item)
+        decision = self._runtime.tuner.observe(self._waited, blocked, item, stats)
         if decision is not None:
             self._runtime.set_depth(self._runtime.tuner.depth)
             self._depth = self._runtime.depth
