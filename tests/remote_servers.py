@@ -15,6 +15,7 @@ HTTP (a folder served as is; latency and failures injected per request)::
     with HttpServer(root, latency=0.1, faults=Faults(rate=0.01)) as web:
         fl.from_store(web.url("train.store"))
         web.requests, web.gets, web.injected        # all requests, full GETs per path, [(path, kind)] of faults
+        web.events                                  # [("get", path) as a GET arrives, ("sent", path) when answered]
 
 Fault kinds: ``"500"`` (a 500 response), ``"reset"`` (the connection is
 reset before any response), ``"truncate"`` (headers announce the whole
@@ -105,6 +106,8 @@ class _Handler(BaseHTTPRequestHandler):
         owner = self.server.owner
         with owner.lock:
             owner.requests += 1
+            if body:
+                owner.events.append(("get", self.path))
         if owner.latency:
             time.sleep(owner.latency)
         full = self._target()
@@ -152,8 +155,10 @@ class _Handler(BaseHTTPRequestHandler):
             self.wfile.write(chunk[len(chunk) // 2:])
             return
         self.wfile.write(chunk)
+        self.wfile.flush()
         with owner.lock:
             owner.gets[self.path] += 1
+            owner.events.append(("sent", self.path))
 
 
 class _QuietServer(ThreadingHTTPServer):
@@ -193,6 +198,7 @@ class HttpServer(_Server):
         self.requests = 0
         self.gets = collections.Counter()  # path -> GETs answered in full
         self.order: list = []  # paths of GETs, in the order they arrived
+        self.events: list = []  # ("get", path) as a GET arrives, ("sent", path) once its whole answer is written
         self.injected: list = []
         self.lock = threading.Lock()
         self._server = None

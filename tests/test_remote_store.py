@@ -187,6 +187,8 @@ def test_download_that_keeps_failing_names_file_and_sample(local_store, http_ser
         list(pipe)
     text = str(info.value)
     assert "sample 80" in text and "raw/part-00002.arrow" in text and "2 attempts" in text
+    counts = pipe.stats().source_counts
+    assert counts["remote downloads failed"] == 1 and counts["remote download retries"] == 1  # retries=1
     skipping = store.map(lambda s: s, backend="serial", on_error="skip").batch(PER_FILE)
     with skipping, pytest.warns(RuntimeWarning, match="skipped 40 samples"):
         labels = [int(x) for b in skipping for x in b["label"]]
@@ -265,4 +267,87 @@ def test_read_ahead_ends_when_nobody_reads(local_store, http_server, tmp_path, m
     store.read_ahead(np.arange(ROWS))
     assert wait_for(lambda: store._ahead.done, timeout=20)
     assert len([p for p in web.order if p.endswith(".arrow")]) == 2  # stopped at its bound, never past it
+    store.close()
+
+
+MANY, SMALL = 600, 4  # 150 parts, 300 files: 1 % of the GETs is 3 of them
+
+
+@pytest.fixture(scope="module")
+def many_files_store(tmp_path_factory):
+    """A store of 300 small files, so that failing 1 % of the requests fails a few."""
+    path = str(tmp_path_factory.mktemp("many") / "many.store")
+    rng = np.random.default_rng(1)
+    with StoreWriter(path, encodings={"label": "zstd"}, rows_per_file=SMALL) as w:
+        w.write({"image": rng.integers(0, 255, (MANY, 4, 4, 3), dtype=np.uint8), "label": np.arange(MANY)})
+    return path
+
+
+@pytest.mark.parametrize("backend", ["thread", "process"])
+def test_one_percent_of_requests_failing_still_delivers_every_sample_once(many_files_store, http_server, backend,
+                                                                           tmp_path, no_leaks):
+    # Every 100th GET fails, the kinds in turn: a 500, a connection reset, a truncated body.
+    web = http_server(os.path.dirname(many_files_store), faults=Faults(every=100))
+    remote = fl.from_store(web.url("many.store"), cache_dir=tmp_path / "cache")
+    labels = []
+    with _steps(remote, backend) as pipe:
+        for batch in pipe:
+            labels.extend(batch["label"].tolist())
+        stats = pipe.stats()
+    with _steps(fl.from_store(many_files_store), backend) as local:
+        expected = [x for batch in local for x in batch["label"].tolist()]
+    assert labels == expected and sorted(labels) == list(range(MANY))  # every sample once, in the same order
+    assert {kind for _, kind in web.injected} == {"500", "reset", "truncate"}
+    arrow = {path: n for path, n in web.gets.items() if path.endswith(".arrow")}
+    assert len(arrow) == 2 * MANY // SMALL and set(arrow.values()) == {1}  # each file arrived whole, once
+    counts = stats.source_counts  # summed over the consumer's read-ahead and the workers, threads or processes
+    assert counts["remote downloads"] == 2 * MANY // SMALL and "remote downloads failed" not in counts
+    assert 1 <= counts["remote download retries"] <= len(web.injected)  # (aiohttp retries some resets itself)
+    assert f"remote download retries {counts['remote download retries']}" in str(stats)
+
+
+def test_store_counts_downloads_for_stats_once_each(local_store, http_server, tmp_path):
+    web = http_server(os.path.dirname(local_store), faults=Faults(every=2, kinds=("500",), only=".arrow"))
+    store = open_store(web.url("train.store"), cache_dir=tmp_path / "cache", read_ahead=False)
+    assert store.path == web.url("train.store") and pickle.loads(pickle.dumps(store)).path == store.path
+    store.take_counters()  # the manifest's download is not a file's
+    store[0]  # part 0: its raw file (GET 1) and its zstd file (GET 2 fails, GET 3 brings it)
+    counts = store.take_counters()
+    assert counts["remote downloads"] == 2 and counts["remote download retries"] == 1
+    assert counts["remote bytes downloaded"] == sum(
+        os.path.getsize(os.path.join(local_store, g, "part-00000.arrow")) for g in ("raw", "zstd"))
+    store[1]
+    assert store.take_counters() == {}  # nothing new: the files are in the cache; nothing counted twice
+    store.close()
+
+
+def test_stats_show_source_counts_only_when_there_are_some():
+    from feedline.engine._stats import Stats
+
+    stats = Stats("thread", 2, 4, "chosen by a test")
+    assert stats.as_dict()["source_counts"] == {} and "source:" not in str(stats)
+    stats.add_counts({"remote download retries": 2})
+    stats.add_counts({"remote download retries": 1, "remote downloads": 5})
+    stats.add_counts({})
+    assert stats.as_dict()["source_counts"] == {"remote download retries": 3, "remote downloads": 5}
+    assert "source: remote download retries 3, remote downloads 5" in str(stats)
+
+
+def test_read_ahead_fetches_the_first_files_alone_then_widens(local_store, http_server, tmp_path):
+    web = http_server(os.path.dirname(local_store), latency=0.02)
+    store = open_store(web.url("train.store"), cache_dir=tmp_path / "cache", concurrency=4)
+    order = np.roll(np.arange(ROWS), -3 * PER_FILE)  # starts in part 3
+    store.read_ahead(order)
+    assert wait_for(lambda: store._ahead.fetched == 8, timeout=30)
+    events = [(kind, path.rsplit("/", 2)[-2] + "/" + path.rsplit("/", 1)[-1]) for kind, path in web.events
+              if path.endswith(".arrow")]
+    first = {"raw/part-00003.arrow", "zstd/part-00003.arrow"}
+    sent_first = max(events.index(("sent", name)) for name in first)
+    others = [i for i, (kind, name) in enumerate(events) if kind == "get" and name not in first]
+    assert others and min(others) > sent_first, events  # nothing else asked for until the first task's files came
+    outstanding, most = 0, 0
+    for kind, _ in events[sent_first + 1:]:
+        outstanding += 1 if kind == "get" else -1
+        most = max(most, outstanding)
+    assert most >= 2, events  # then several requests at once
     store.close()

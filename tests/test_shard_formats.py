@@ -525,11 +525,15 @@ def test_convert_command_reads_tfrecords_into_a_store(tfrecords, tmp_path):
 # ------------------------------------------------------------ remote files (servers on localhost)
 
 
-def test_webdataset_over_http_with_failing_requests_is_read_exactly(shards, http_server, no_leaks):  # noqa: F811
+@pytest.mark.parametrize("cached", [True, False])
+def test_webdataset_over_http_with_failing_requests_is_read_exactly(shards, http_server, cached, tmp_path,  # noqa: F811
+                                                                      no_leaks):
     pytest.importorskip("aiohttp", reason="http:// needs aiohttp (pip install -e '.[test]')")
     folder, expected = shards
-    web = http_server(str(folder), faults=Faults(every=4, kinds=("500", "reset", "truncate")))
-    pipe = fl.from_webdataset(web.url("shard-{000..002}.tar"), decode=False)
+    # Cached, the three shards are three downloads: fail every second one so that some fail.
+    web = http_server(str(folder), faults=Faults(every=2 if cached else 4, kinds=("500", "reset", "truncate")))
+    pipe = fl.from_webdataset(web.url("shard-{000..002}.tar"), decode=False,
+                              cache_dir=tmp_path / "cache" if cached else False)
     with pipe.map(lambda s: (s["__key__"], s["jpg"]), backend="process", workers=2) as run:
         got = list(run)
     assert got == [(e["__key__"], e["jpg"]) for e in expected]
@@ -538,16 +542,16 @@ def test_webdataset_over_http_with_failing_requests_is_read_exactly(shards, http
 
 def test_tfrecords_on_s3_are_read_exactly(tfrecords, s3_server, no_leaks):  # noqa: F811
     url = s3_server.upload("shard-formats", "tfr", str(tfrecords))
-    pipe = fl.from_tfrecord(f"{url}/train-*.tfrecord", storage_options=s3_server.storage_options)
+    pipe = fl.from_tfrecord(f"{url}/train-*.tfrecord", storage_options=s3_server.storage_options, cache_dir=False)
     assert len(pipe.source.files.names) == len(TFR_FILES)
     assert s3_server.storage_options["secret"] not in repr(pipe) + str(pipe.source.describe())
     with pipe.shuffle(seed=1).map(tfr_id, backend="thread", workers=4) as run:
         assert sorted(run) == list(range(sum(TFR_FILES)))
 
 
-def test_array_record_url_is_refused_with_what_to_do():
-    with pytest.raises(ValueError, match="opens local files only; copy the files to local disk"):
-        fl.from_array_record("s3://bucket/data.array_record")
+def test_array_record_url_without_a_cache_is_refused_with_what_to_do():
+    with pytest.raises(ValueError, match="opens local files only; leave cache_dir unset"):
+        fl.from_array_record("s3://bucket/data.array_record", cache_dir=False)
 
 
 def test_convert_reads_array_records_into_a_store(array_records, tmp_path, no_leaks):
@@ -564,7 +568,8 @@ def test_remote_read_that_keeps_failing_is_reported_naming_shard_and_sample(shar
     pytest.importorskip("aiohttp", reason="http:// needs aiohttp (pip install -e '.[test]')")
     folder, _ = shards
     web = http_server(str(folder))
-    pipe = fl.from_webdataset(web.url("shard-{000..002}.tar"), decode=False)  # indexed while the server is healthy
+    # Ranged reads (no cache): indexed while the server is healthy, each sample read later is a request.
+    pipe = fl.from_webdataset(web.url("shard-{000..002}.tar"), decode=False, cache_dir=False)
     web.faults = Faults(every=1, kinds=("500",), only="shard-001")  # then every request for one shard fails
     with pipe.map(lambda s: s["__key__"], backend="serial") as run:
         with pytest.raises(SampleError) as caught:

@@ -172,6 +172,8 @@ class EpochIterator:
     def _take(self, number: int, result) -> None:
         self.stats_.add_result(result)
         self.stats_.add_span(result, number)
+        self.stats_.add_counts(result.counters)
+        self.stats_.add_counts(self._plan.part.source.take_counters())  # the consumer's own (a remote store's read-ahead)
         self._skip_log.extend((number, index, reason) for index, reason in result.skipped)
         if result.error is not None:
             self._error = result.error

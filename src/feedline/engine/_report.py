@@ -143,6 +143,9 @@ def render(stats) -> str:
         lines.append(f"  skipped {len(stats.skipped)} samples: {shown}{' ...' if len(stats.skipped) > 10 else ''}")
     if stats.worker_restarts:
         lines.append(f"  worker restarts: {stats.worker_restarts}")
+    counted = [(name, n) for name, n in sorted(stats.source_counts.items()) if n]
+    if counted:  # e.g. a remote store's downloads, retries and failed downloads
+        lines.append("  source: " + ", ".join(f"{name} {n}" for name, n in counted))
     lines.append(f"  verdict: {d['verdict']}")
     if d["bottleneck"]:
         lines.append(f"  slowest stage: {d['bottleneck']}")

@@ -42,6 +42,7 @@ class Stats:
         self.wall_seconds = 0.0  # first next() to last
         self.first_batch_seconds = None
         self.worker_restarts = 0
+        self.source_counts: collections.Counter = collections.Counter()  # the source's own events (Source.take_counters)
         self.tasks = 0
         self.task_seconds = 0.0  # sum of task spans: worker busy time
         self.task_cpu_seconds = 0.0  # CPU time of those tasks: less than their span means waiting (I/O, GIL)
@@ -65,6 +66,11 @@ class Stats:
         window[0], window[1] = min(window[0], start), max(window[1], end)
         if result.transport:
             self.consumer_seconds["transport"] += result.transport
+
+    def add_counts(self, counts: dict) -> None:
+        """Add a source's counts (`Source.take_counters`: e.g. a remote store's download retries and failures)."""
+        if counts:
+            self.source_counts.update(counts)
 
     def add_span(self, result, number: int) -> None:
         start, end = result.span
@@ -125,6 +131,7 @@ class Stats:
             "mean_tasks_in_flight": self.inflight_total / self.batches if self.batches else None,
             "first_batch_seconds": self.first_batch_seconds,
             "worker_restarts": self.worker_restarts,
+            "source_counts": dict(self.source_counts),
             "verdict": verdict.summary,
             "bottleneck": verdict.bottleneck,
             "advice": [text for _, text in verdict.advice],

@@ -4,7 +4,9 @@ ArrayRecord files carry their own index of records (a footer), so random
 access is native: the consumer reads each file's record count, workers
 open their own readers (``array_record``'s C++ reader, thread-safe, with
 read-ahead off because the reads follow feedline's plan, not file order).
-The reader opens local paths only. Details: docs/formats.md.
+The reader opens local paths only: remote files (URLs) are downloaded
+once into the local shard cache (`ShardFiles`) and opened there, in each
+process that reads them. Details: docs/formats.md.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import numpy as np
 from .._optional import require
 from ..pipeline._pipeline import Pipeline
 from ._base import Source
-from ._shard_files import ShardFormatError, expand_names, is_url
+from ._shard_files import ShardFiles, ShardFormatError, expand_names, is_url, redact
 from ._tfrecord import resolve_decode
 
 __all__ = ["ArrayRecordSource", "from_array_record"]
@@ -45,11 +47,22 @@ def _open(path: str, options: str = _RANDOM_ACCESS):
     raise ShardFormatError(f"{path}: cannot read as an ArrayRecord file ({problem}); is it damaged, or another format?")
 
 
+def _open_file(files, number: int, path: str, options: str = _RANDOM_ACCESS):
+    """A reader of file ``number``: a local path as is, a URL from the shard cache (downloaded first if needed)."""
+    if files is None or not is_url(path):
+        return _open(path, options)
+    reader = files.open_cached(number, opener=lambda local: _open(local, options))
+    if reader is None:
+        raise ValueError(f"from_array_record(): {files.shown(number)} is larger than the whole cache_limit, and the "
+                         "ArrayRecord reader opens local files only; raise cache_limit (e.g. cache_limit='50GiB')")
+    return reader
+
+
 class ArrayRecordSource(Source):
     """Sample ``i`` is the ``i``-th record of the files, in file order (bytes, or decoded)."""
 
-    def __init__(self, paths: list[str], counts: list[int], decode):
-        self.paths, self.counts, self.decode = paths, counts, decode
+    def __init__(self, paths: list[str], counts: list[int], decode, files: ShardFiles | None = None):
+        self.paths, self.counts, self.decode, self.files = paths, counts, decode, files
         self._setup()
 
     def _setup(self) -> None:
@@ -59,7 +72,7 @@ class ArrayRecordSource(Source):
         self._lock = threading.Lock()
 
     def __getstate__(self) -> dict:
-        return {"paths": self.paths, "counts": self.counts, "decode": self.decode}
+        return {"paths": self.paths, "counts": self.counts, "decode": self.decode, "files": self.files}
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
@@ -78,8 +91,11 @@ class ArrayRecordSource(Source):
             with self._lock:
                 reader = self._readers.get(number)
                 if reader is None:
-                    reader = self._readers[number] = _open(self.paths[number])
+                    reader = self._readers[number] = _open_file(self.files, number, self.paths[number])
         return reader
+
+    def take_counters(self) -> dict:
+        return self.files.take_counts() if self.files is not None else {}
 
     def read(self, index: int):
         number, record = self._locate(index)
@@ -96,40 +112,52 @@ class ArrayRecordSource(Source):
 
     def where(self, index: int) -> str:
         number, record = self._locate(index)
-        return f"{self.paths[number]} record {record}"
+        return f"{self._shown(number)} record {record}"
+
+    def _shown(self, number: int) -> str:
+        return self.files.shown(number) if self.files is not None else self.paths[number]
 
     def describe(self) -> str:
-        return f"from_array_record({len(self.paths)} files, {len(self)} records, first {self.paths[0]!r})"
+        return f"from_array_record({len(self.paths)} files, {len(self)} records, first {self._shown(0)!r})"
 
 
-def from_array_record(paths, *, decode=None) -> Pipeline:
+def from_array_record(paths, *, decode=None, storage_options: dict | None = None, cache_dir=None,
+                      cache_limit=None) -> Pipeline:
     """A pipeline over the records of ArrayRecord files (as Grain reads them), by index.
 
     Args:
         paths: a file, a list of files (kept in order), a glob pattern, a
-            folder (sorted) or brace ranges; local files only (the
-            ``array_record`` reader opens paths itself: copy remote files
-            to local disk first).
+            folder (sorted) or brace ranges; URLs (``s3://``, ``https://``)
+            are downloaded once into the local shard cache (the reader
+            opens local files only) and read from there.
         decode: None: each sample is the record's ``bytes``; ``"example"``:
             a serialized ``tf.train.Example`` becomes a dict (as in
             `from_tfrecord`); or a function ``bytes -> sample``.
+        storage_options: fsspec options for URLs (endpoint, credentials).
+        cache_dir: where remote files are cached (default: the remote
+            stores' cache, ``$FEEDLINE_CACHE_DIR`` or ``~/.cache/feedline/stores``).
+        cache_limit: bytes (or ``"20GiB"``) the cache may take (default
+            ``"50GiB"``); each remote file must fit in it.
 
     Raises:
         FileNotFoundError: no file matches.
-        ValueError: a URL was given.
+        ValueError: ``cache_dir=False`` with URLs (this reader needs local files), or a remote file
+            larger than ``cache_limit``.
         ShardFormatError: a file is not ArrayRecord or is damaged (names the file and record).
         ImportError: ``array-record`` is missing: ``pip install 'feedline[array-record]'``.
     """
     decoder = resolve_decode(decode, "from_array_record")
-    names = expand_names(paths, "from_array_record", suffixes=SUFFIXES)
+    names = expand_names(paths, "from_array_record", storage_options, SUFFIXES)
     remote = [n for n in names if is_url(n)]
-    if remote:
-        raise ValueError(f"from_array_record(): {remote[0]!r} is a URL, but the ArrayRecord reader opens local files only; "
-                         "copy the files to local disk first (e.g. fsspec's get) and pass the local paths")
-    names = [os.path.abspath(n) for n in names]
+    if remote and cache_dir is False:
+        raise ValueError(f"from_array_record(): {redact(remote[0])!r} is a URL and cache_dir=False, but the ArrayRecord "
+                         "reader opens local files only; leave cache_dir unset (or name a folder) to download into the cache")
+    names = [n if is_url(n) else os.path.abspath(n) for n in names]
+    files = ShardFiles(names, storage_options, cache_dir=cache_dir, cache_limit=cache_limit) if remote else None
     counts, loose = [], []
-    for name in names:
-        reader = _open(name, "")
+    for number, name in enumerate(names):
+        reader = _open_file(files, number, name, "")
+        name = redact(name)
         try:
             counts.append(int(reader.num_records()))
             group = re.search(r"group_size:(\d+)", reader.writer_options_string() or "")
@@ -143,4 +171,4 @@ def from_array_record(paths, *, decode=None) -> Pipeline:
             "each random read then decodes a whole group. Write them with options 'group_size:1' for fast shuffled reads.",
             RuntimeWarning, stacklevel=2,
         )
-    return Pipeline(ArrayRecordSource(names, counts, decoder))
+    return Pipeline(ArrayRecordSource(names, counts, decoder, files))

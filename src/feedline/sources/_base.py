@@ -44,6 +44,17 @@ class Source:
         exactly those, in that order. Default: nothing.
         """
 
+    def take_counters(self) -> dict:
+        """Counts of events in this process since the last call, for ``stats()``: ``{name: int}``.
+
+        A source that does work besides reading (a remote store downloads
+        and retries) counts it; the engine takes the counts after each task,
+        in whichever process ran it, and adds them to `Stats.source_counts`.
+        Each call returns only what happened since the previous one, so
+        every event is counted once. Default: nothing to count.
+        """
+        return {}
+
     def file_of(self, index: int) -> str | None:
         """The file that holds sample ``index``, for sources of files (else None)."""
         return None

@@ -2,18 +2,26 @@
 
 WebDataset and TFRecord sources keep an index of byte offsets and read
 one range per sample. `ShardFiles` opens each file lazily where it is read
-(a worker), local paths with `open`, URLs (``s3://``, ``http://``, any
-fsspec protocol) through fsspec, and keeps a few handles per thread, so
-threads never share a file position. It pickles as the names and options
-only; credentials in ``storage_options`` travel with it to the workers of
-this machine and are never shown by `describe` or in error messages.
+(a worker), local paths with `open`, and keeps a few handles per thread, so
+threads never share a file position. A URL (``s3://``, ``http://``, any
+fsspec protocol) is downloaded whole, once, into the local shard cache that
+remote stores use (`ShardCache`: bounded, least-recently-used, atomic,
+shared by every worker and process on the machine), then read like a
+local file, so a second epoch makes no requests; a shard larger than the
+whole cache is read by byte ranges instead. It pickles as the names,
+options, cache settings and the remote files' sizes; credentials in
+``storage_options`` travel with it to the workers of this machine and are
+never shown by `describe` or in error messages.
 """
 
 from __future__ import annotations
 
 import contextlib
 import glob
+import hashlib
+import io
 import os
+import posixpath
 import random
 import re
 import threading
@@ -24,19 +32,27 @@ from concurrent.futures import ThreadPoolExecutor
 from .._errors import FeedlineError
 from .._optional import require
 
-__all__ = ["ShardFiles", "ShardFormatError", "expand_names", "has_suffix", "is_url", "redact"]
+__all__ = ["ShardDownloadError", "ShardFiles", "ShardFormatError", "expand_names", "has_suffix", "is_url", "redact"]
 
 _INDEX_THREADS = 8  # remote files indexed at once
 _OPEN_PER_THREAD = 16  # handles a thread keeps open: shards are read a few at a time, and fd limits are low on macOS
 _SCAN_BLOCK = 8 << 20  # fsspec block size while indexing a remote shard: the scan reads it front to back
 _RETRIES = 4  # attempts after the first for a remote read: 0.2 + 0.4 + 0.8 + 1.6 s of backoff rides out a brief outage
 _BACKOFF = 0.2  # seconds before the first retry, doubled after each (with up to 50 % jitter)
+_CACHE_LIMIT = "50GiB"  # as a remote store's default: fits a training machine's disk; cache_limit= changes it
+# The cache's counters that reach `Stats.source_counts` (`pipe.stats()`), named as a remote store names them.
+_COUNTER_NAMES = {"downloads": "remote downloads", "bytes": "remote bytes downloaded",
+                  "retries": "remote download retries", "failures": "remote downloads failed"}
 _BRACE = re.compile(r"\{([^{}]*)\}")
 _RANGE = re.compile(r"^(-?\d+)\.\.(-?\d+)$")
 
 
 class ShardFormatError(FeedlineError, ValueError):
     """A shard file is damaged, or not of the format it was read as; the message names the file and the place."""
+
+
+class ShardDownloadError(FeedlineError, OSError):
+    """A remote shard could not be downloaded to the shard cache (every attempt failed); the message names it."""
 
 
 def is_url(name: str) -> bool:
@@ -165,34 +181,107 @@ class ShardFiles:
     Args:
         names: the files (local paths or URLs), numbered by position.
         storage_options: passed to fsspec for URLs (endpoint, credentials).
+        cache_dir: the local cache remote files are downloaded to (default
+            `default_cache_dir`, shared with remote stores); False reads
+            remote files by byte ranges, one request per sample, caching nothing.
+        cache_limit: bytes (or ``"20GiB"``) the cache may take (default 50GiB).
     """
 
-    def __init__(self, names: list[str], storage_options: dict | None = None):
+    def __init__(self, names: list[str], storage_options: dict | None = None, *, cache_dir=None, cache_limit=None):
         self.names = list(names)
         self.storage_options = dict(storage_options or {})
+        self.cache = None
+        if cache_dir is not False and any(is_url(n) for n in self.names):
+            from ..store._remote_cache import ShardCache, default_cache_dir, parse_size
+
+            limit = parse_size(_CACHE_LIMIT if cache_limit is None else cache_limit)
+            self.cache = ShardCache(os.fspath(cache_dir) if cache_dir is not None else default_cache_dir(), limit)
+        self.remote: dict = {}  # number -> (size, cache key) of a remote file, found once (in the consumer)
         self._setup()
 
     def _setup(self) -> None:
         self._local = threading.local()
         self._fs: dict = {}
+        self._locations: dict = {}  # folder URL -> `Location` that downloads its files
         self._lock = threading.Lock()
 
     def __getstate__(self) -> dict:
-        return {"names": self.names, "storage_options": self.storage_options}
+        return {"names": self.names, "storage_options": self.storage_options, "cache": self.cache, "remote": self.remote}
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
         self._setup()
 
+    def take_counts(self) -> dict:
+        """Downloads, bytes, retries and failed downloads in this process since the last call (`Source.take_counters`)."""
+        if self.cache is None:
+            return {}
+        grown = self.cache.take_counts()
+        return {_COUNTER_NAMES[k]: v for k, v in grown.items() if k in _COUNTER_NAMES}
+
+    def _remote_entry(self, number: int) -> tuple[int, str]:
+        """``(size, cache key)`` of remote file ``number``; the key changes when the remote file does."""
+        entry = self.remote.get(number)
+        if entry is None:
+            name = self.names[number]
+            try:
+                info = self.attempt(number, lambda: self._filesystem(name).info(name), "the size of")
+            except FileNotFoundError:
+                raise FileNotFoundError(f"{self.shown(number)} does not exist; check the URL and storage_options") from None
+            size = int(info["size"])
+            version = next((str(info[k]) for k in ("ETag", "etag", "mtime", "LastModified", "last_modified") if info.get(k)), "")
+            digest = hashlib.sha256(f"{redact(name)}\0{size}\0{version}".encode()).hexdigest()[:16]
+            base = re.sub(r"[^A-Za-z0-9._-]+", "_", posixpath.basename(redact(name)))[-60:] or "shard"
+            entry = self.remote[number] = (size, f"shards/{digest}-{base}")
+        return entry
+
+    def open_cached(self, number: int, opener=None):
+        """Remote file ``number``'s copy in the cache, opened (downloaded first if it is not there).
+
+        None for a local file, when caching is off, or for a file larger than the whole cache
+        (read by byte ranges instead). ``opener(path)`` opens it (default: ``open(path, "rb")``)
+        under its cache lock, so eviction
+        cannot remove it in between; an open file stays readable after eviction (POSIX).
+
+        Raises:
+            ShardDownloadError: the download failed every attempt; the message names the file.
+        """
+        if self.cache is None or not is_url(self.names[number]):
+            return None
+        size, key = self._remote_entry(number)
+        if size > self.cache.limit:
+            return None
+        from ..store._errors import StoreError
+        from ..store._remote_fs import Location
+
+        name = self.names[number]
+        folder, base = name.rsplit("/", 1)
+        location = self._locations.get(folder)
+        if location is None:  # one per folder and process: its client (and connections) serve every download there
+            location = self._locations.setdefault(folder, Location(folder, self.storage_options))
+
+        def download(tmp: str) -> None:
+            location.download(base, tmp, size, on_retry=self.cache.note_retry)
+
+        try:
+            return self.cache.get(key, size, download, opener=opener or (lambda path: open(path, "rb")))
+        except StoreError as e:
+            raise ShardDownloadError(f"cannot download {self.shown(number)} to the shard cache: {redact(str(e))}") from None
+
     def open(self, number: int, *, scan: bool = False):
         """A new binary file object for file ``number`` (the caller closes it).
 
-        ``scan=True`` asks fsspec for large blocks, for reading the whole
-        file front to back (indexing); otherwise each read is one request.
+        A remote file comes from the shard cache (downloaded first if
+        needed). Uncached, ``scan=True`` asks fsspec for large blocks, for
+        reading the whole file front to back (indexing); otherwise each
+        read is one request.
         """
         name = self.names[number]
         if not is_url(name):
             return open(_local(name), "rb")
+        cached = self.open_cached(number)
+        if cached is not None:
+            return cached
         fs = self._filesystem(name)
         if scan:
             return fs.open(name, "rb", block_size=_SCAN_BLOCK, cache_type="readahead")
@@ -232,7 +321,7 @@ class ShardFiles:
             try:
                 f.seek(offset)
                 data = f.read(size)
-                if len(data) != size and is_url(self.names[number]):
+                if len(data) != size and not isinstance(f, io.BufferedReader):  # a ranged remote read came back short
                     raise OSError(f"got {len(data)} of {size} bytes (a truncated response)")
             except BaseException:
                 handles.pop(number, None)
@@ -253,7 +342,7 @@ class ShardFiles:
         for attempt in range(_RETRIES + 1):
             try:
                 return action()
-            except (FileNotFoundError, PermissionError, ShardFormatError):
+            except (FileNotFoundError, PermissionError, ShardFormatError, ShardDownloadError):
                 raise
             except Exception as e:  # network errors come as many types (aiohttp, botocore, OSError)
                 if attempt == _RETRIES:
@@ -277,7 +366,8 @@ class ShardFiles:
         """``[scan(f, shown name) for each file]``: each file opened for reading front to back, retried when remote.
 
         Remote files are scanned by up to 8 threads at once (they wait on
-        the network); local ones one after another: parsing holds the GIL,
+        the network; fewer when their downloads would not fit in half the
+        shard cache at once); local ones one after another: parsing holds the GIL,
         so threads do not help (measured on 8 local shards: the same wall
         time, 10-15 % more CPU).
         """
@@ -289,13 +379,22 @@ class ShardFiles:
             return self.attempt(number, once, what)
 
         numbers = range(len(self.names))
-        if not any(is_url(name) for name in self.names):
+        remote = [number for number in numbers if is_url(self.names[number])]
+        if not remote:
             return [one(number) for number in numbers]
-        with ThreadPoolExecutor(min(_INDEX_THREADS, len(self.names)), thread_name_prefix="feedline-index") as pool:
+        threads = min(_INDEX_THREADS, len(self.names))
+        if self.cache is not None:
+            with ThreadPoolExecutor(threads, thread_name_prefix="feedline-index") as pool:
+                largest = max(size for size, _ in pool.map(self._remote_entry, remote))
+            # Downloads in flight hold their space: at most as many as fit in half the cache at once.
+            threads = max(1, min(threads, self.cache.limit // max(1, 2 * largest)))
+        if threads == 1:
+            return [one(number) for number in numbers]
+        with ThreadPoolExecutor(threads, thread_name_prefix="feedline-index") as pool:
             return list(pool.map(one, numbers))
 
     def size(self, number: int) -> int:
         name = self.names[number]
         if not is_url(name):
             return os.path.getsize(_local(name))
-        return int(self._filesystem(name).size(name))
+        return self._remote_entry(number)[0]

@@ -134,6 +134,9 @@ class TFRecordSource(Source):
             raise ShardFormatError(f"{name}: record {record} cannot be decoded ({e}); pass decode=None for the record's bytes, "
                                    "or a function of your own") from e
 
+    def take_counters(self) -> dict:
+        return self.files.take_counts()
+
     def where(self, index: int) -> str:
         number, record = self._locate(index)
         return f"{self.files.shown(number)} record {record}"
@@ -189,7 +192,8 @@ class CompressedRecords:
 
 
 # ------------------------------------------------------------ the factory
-def from_tfrecord(paths, *, decode="example", compression: str | None = None, storage_options: dict | None = None) -> Pipeline:
+def from_tfrecord(paths, *, decode="example", compression: str | None = None, storage_options: dict | None = None,
+                  cache_dir=None, cache_limit=None) -> Pipeline:
     """A pipeline over the records of TFRecord files, by index, without TensorFlow.
 
     The files' record headers are read once, here (the length CRCs are
@@ -202,7 +206,8 @@ def from_tfrecord(paths, *, decode="example", compression: str | None = None, st
     Args:
         paths: a file, a list of files (kept in order), a glob pattern or
             a folder (sorted), brace ranges (``"train-{00..09}.tfrecord"``);
-            URLs (``s3://``, ``https://``) are read through fsspec.
+            URLs (``s3://``, ``https://``) are read through fsspec: each file
+            is downloaded once into the local shard cache and read from there.
         decode: ``"example"``: a ``tf.train.Example`` becomes ``{name:
             value}`` (``int64_list`` -> int64 array, ``float_list`` ->
             float32 array, ``bytes_list`` -> list of bytes); None: the
@@ -214,6 +219,9 @@ def from_tfrecord(paths, *, decode="example", compression: str | None = None, st
             (`from_generator`), read front to back by one worker, and the
             pipeline has no length.
         storage_options: fsspec options for URLs (endpoint, credentials).
+        cache_dir: where remote files are cached (default: the remote
+            stores' cache); False reads them by byte ranges, caching nothing.
+        cache_limit: bytes (or ``"20GiB"``) the cache may take (default ``"50GiB"``).
 
     Raises:
         FileNotFoundError: no file matches.
@@ -235,7 +243,7 @@ def from_tfrecord(paths, *, decode="example", compression: str | None = None, st
         raise ValueError(f"from_tfrecord(compression={compression!r}): use None, 'GZIP' or 'ZLIB'")
     masked_crc32c(b"")  # fail now, not in a worker, when google-crc32c is missing
     names = expand_names(paths, "from_tfrecord", storage_options, SUFFIXES)
-    files = ShardFiles(names, storage_options)
+    files = ShardFiles(names, storage_options, cache_dir=cache_dir, cache_limit=cache_limit)
     if compression is not None:
         return from_generator(CompressedRecords(files, compression, decoder), len(names))
 

@@ -204,6 +204,9 @@ class WebDatasetSource(Source):
         fields = ((idx.fields[idx.field_of[m]], span[idx.offsets[m] - begin:idx.offsets[m] - begin + idx.sizes[m]]) for m in range(first, stop))
         return decode_fields(sample, fields, self.decoders, self.where(index))
 
+    def take_counters(self) -> dict:
+        return self.files.take_counts()
+
     def where(self, index: int) -> str:
         return f"{self.files.shown(int(self.index.shard[index]))} sample {self.index.key(index)!r}"
 
@@ -241,7 +244,8 @@ class TarStream:
             yield member.name, member.isreg(), data
 
 
-def from_webdataset(urls_or_paths, *, decode=True, storage_options: dict | None = None) -> Pipeline:
+def from_webdataset(urls_or_paths, *, decode=True, storage_options: dict | None = None, cache_dir=None,
+                    cache_limit=None) -> Pipeline:
     """A pipeline over the samples of WebDataset tar shards, read by index.
 
     Members are grouped into samples as WebDataset groups them: the key is
@@ -259,7 +263,8 @@ def from_webdataset(urls_or_paths, *, decode=True, storage_options: dict | None 
         urls_or_paths: a shard, a list of shards (kept in order), WebDataset's
             brace notation (``"data/train-{000000..000099}.tar"``), a glob
             pattern or a folder (sorted); URLs (``s3://``, ``https://``)
-            are read through fsspec.
+            are read through fsspec: each shard is downloaded once into the
+            local shard cache and read from there.
         decode: True: built-in decoders for ``cls``/``cls2``/``index``/``id``
             (int), ``txt``/``text`` (str), ``json`` (parsed) and ``npy``
             (array), everything else (images, audio) stays ``bytes`` for
@@ -268,6 +273,11 @@ def from_webdataset(urls_or_paths, *, decode=True, storage_options: dict | None 
             replaces decoders (None keeps bytes). A decoder is chosen by
             the last part of the extension (``seg.png`` by ``png``).
         storage_options: fsspec options for URLs (endpoint, credentials).
+        cache_dir: where remote shards are cached (default: the remote
+            stores' cache, ``$FEEDLINE_CACHE_DIR`` or ``~/.cache/feedline/stores``);
+            False reads them by byte ranges, one request per sample, caching nothing.
+        cache_limit: bytes (or ``"20GiB"``) the cache may take (default ``"50GiB"``);
+            least recently used shards are evicted beyond it.
 
     Returns:
         A pipeline of dicts ``{"__key__": str, "__url__": shard, field: value}``.
@@ -288,7 +298,7 @@ def from_webdataset(urls_or_paths, *, decode=True, storage_options: dict | None 
     """
     decoders = _decoders(decode)
     names = expand_names(urls_or_paths, "from_webdataset", storage_options, SUFFIXES)
-    files = ShardFiles(names, storage_options)
+    files = ShardFiles(names, storage_options, cache_dir=cache_dir, cache_limit=cache_limit)
     if any(name.lower().endswith(_COMPRESSED_TARS) for name in names):
         return from_generator(TarStream(files, decoders), len(names))
     return Pipeline(WebDatasetSource(files, _Index(files.scan_all(index_tar, "the tar headers of")), decoders))

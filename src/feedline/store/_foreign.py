@@ -256,6 +256,22 @@ def _check_columns(columns, names, where) -> list[str]:
 
 
 # ------------------------------------------------------------ Parquet
+def _remote_parquet_files(path_or_glob, storage_options) -> list[str]:
+    """The Parquet files a URL (a file, a glob, a folder: every ``*.parquet`` below it) or a list of URLs names."""
+    from ..sources._shard_files import expand_names
+
+    given = list(path_or_glob) if isinstance(path_or_glob, (list, tuple)) else [path_or_glob]
+    names = []
+    for name in map(os.fspath, given):
+        if not any(c in name for c in "*?[{") and not name.lower().endswith(".parquet"):
+            name = name.rstrip("/") + "/**/*.parquet"  # a folder, as a local folder is read
+        try:
+            names.extend(expand_names(name, "from_parquet", storage_options))
+        except FileNotFoundError as e:
+            raise StoreError(f"{e}; give a file, a folder, a glob or a list") from None
+    return names
+
+
 def _parquet_files(path_or_glob) -> list[str]:
     if isinstance(path_or_glob, (list, tuple)):
         files = [os.fspath(p) for p in path_or_glob]
@@ -272,8 +288,9 @@ def _parquet_files(path_or_glob) -> list[str]:
 class ParquetSource(Source):
     """Rows of Parquet files, read a row group at a time (see the module docstring for the cost)."""
 
-    def __init__(self, files: list[str], groups: list[list[int]], columns: list[str]):
+    def __init__(self, files: list[str], groups: list[list[int]], columns: list[str], remote=None):
         self.files, self.groups, self.columns = files, groups, columns
+        self.remote = remote  # the `ShardFiles` (cache, options) of URLs, else None
         self._setup()
 
     def _setup(self) -> None:
@@ -290,7 +307,7 @@ class ParquetSource(Source):
         self._lock = threading.Lock()
 
     def __getstate__(self) -> dict:
-        return {"files": self.files, "groups": self.groups, "columns": self.columns}
+        return {"files": self.files, "groups": self.groups, "columns": self.columns, "remote": self.remote}
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
@@ -303,13 +320,13 @@ class ParquetSource(Source):
         decoded = self._cache.get(key)
         if decoded is not None:
             return decoded
-        pa, pq = pyarrow(), pyarrow_parquet()
-        path = self.files[key[0]]
+        pa = pyarrow()
+        path = self._shown(key[0])
         try:
-            with pq.ParquetFile(path, memory_map=True) as parquet:
+            with _open_parquet(self.remote, key[0], self.files[key[0]]) as parquet:
                 table = parquet.read_row_group(key[1], columns=self.columns, use_threads=False)
         except (OSError, pa.ArrowException) as e:
-            raise StoreError(f"cannot read row group {key[1]} of {path!r}: {e}") from e
+            raise StoreError(f"cannot read row group {key[1]} of {path!r}: {_scrub(e)}") from e
         decoded = _Batches(table.to_batches(), self.columns, {})
         with self._lock:
             while len(self._cache) >= _ROW_GROUP_CACHE:
@@ -324,13 +341,38 @@ class ParquetSource(Source):
     def where(self, index: int) -> str:
         number = bisect.bisect_right(self.starts, index) - 1
         file, group = self.where_group[number]
-        return f"{self.files[file]} row group {group}, row {index - self.starts[number]}"
+        return f"{self._shown(file)} row group {group}, row {index - self.starts[number]}"
+
+    def _shown(self, number: int) -> str:
+        return self.remote.shown(number) if self.remote is not None else self.files[number]
+
+    def take_counters(self) -> dict:
+        return self.remote.take_counts() if self.remote is not None else {}
 
     def describe(self) -> str:
         return f"from_parquet({len(self.files)} files, {len(self)} rows, {sum(len(g) for g in self.groups)} row groups, columns {self.columns})"
 
 
-def from_parquet(path_or_glob, columns=None) -> Pipeline:
+def _scrub(error) -> str:
+    from ..sources._shard_files import redact
+
+    return redact(str(error))
+
+
+def _open_parquet(remote, number: int, path: str):
+    """A `pyarrow.parquet.ParquetFile` of file ``number``: mapped from local disk, or from the shard cache for a URL.
+
+    A URL with caching off (or larger than the cache) is read through fsspec, by the ranges Parquet asks for.
+    """
+    pq = pyarrow_parquet()
+    if remote is None:
+        return pq.ParquetFile(path, memory_map=True)
+    parquet = remote.open_cached(number, opener=lambda local: pq.ParquetFile(local, memory_map=True))
+    return parquet if parquet is not None else pq.ParquetFile(remote.open(number))
+
+
+def from_parquet(path_or_glob, columns=None, *, storage_options: dict | None = None, cache_dir=None,
+                 cache_limit=None) -> Pipeline:
     """A pipeline over the rows of Parquet files, read in place.
 
     Random access is by row group: a read decodes the row's whole row
@@ -342,7 +384,14 @@ def from_parquet(path_or_glob, columns=None) -> Pipeline:
     Args:
         path_or_glob: a file, a folder (all ``*.parquet`` below it), a glob
             pattern, or a list of files; sorted, so the order is stable.
+            URLs (``s3://``, ``gs://``, ``https://``...) are read through
+            fsspec: each file is downloaded once into the local shard cache
+            that remote stores use, and mapped from there.
         columns: the columns to read (default: all).
+        storage_options: fsspec options for URLs (endpoint, credentials; never shown in messages).
+        cache_dir: where remote files are cached (default: the remote stores'
+            cache); False reads them through fsspec by ranges, caching nothing.
+        cache_limit: bytes (or ``"20GiB"``) the cache may take (default ``"50GiB"``).
 
     Returns:
         A pipeline whose samples are dicts ``{column: value}``.
@@ -350,17 +399,28 @@ def from_parquet(path_or_glob, columns=None) -> Pipeline:
     Raises:
         StoreError: no files match, a file is not Parquet, or a column is missing.
     """
-    pa, pq = pyarrow(), pyarrow_parquet()
-    files = _parquet_files(path_or_glob)
+    from ..sources._shard_files import ShardFiles, is_url, redact
+
+    pa = pyarrow()
+    given = path_or_glob if isinstance(path_or_glob, (list, tuple)) else [path_or_glob]
+    remote = None
+    if any(is_url(os.fspath(p)) for p in given):
+        files = _remote_parquet_files(path_or_glob, storage_options)
+        remote = ShardFiles(files, storage_options, cache_dir=cache_dir, cache_limit=cache_limit)
+    elif storage_options is not None:
+        raise ValueError("from_parquet(storage_options=...) is for URLs (s3://, https://...); a local path takes none")
+    else:
+        files = _parquet_files(path_or_glob)
     groups, names = [], None
-    for path in files:
+    for number, path in enumerate(files):
         try:
-            metadata = pq.read_metadata(path)
+            with _open_parquet(remote, number, path) as parquet:
+                metadata = parquet.metadata
         except (OSError, pa.ArrowException) as e:
-            raise StoreError(f"cannot read {path!r} as Parquet: {e}") from e
+            raise StoreError(f"cannot read {redact(path)!r} as Parquet: {_scrub(e)}") from e
         groups.append([metadata.row_group(g).num_rows for g in range(metadata.num_row_groups)])
         schema_names = metadata.schema.to_arrow_schema().names
         if names is None:
             names = schema_names
-    columns = _check_columns(columns, names, path_or_glob)
-    return Pipeline(ParquetSource(files, groups, columns))
+    columns = _check_columns(columns, names, path_or_glob if remote is None else redact(str(path_or_glob)))
+    return Pipeline(ParquetSource(files, groups, columns, remote))

@@ -21,7 +21,6 @@ import time
 
 import numpy as np
 
-from ._deps import pyarrow
 from ._errors import StoreError
 from ._format import MANIFEST, check_manifest
 from ._reader import Store
@@ -34,6 +33,9 @@ __all__ = ["RemoteStore"]
 DEFAULT_CACHE_LIMIT = "50GiB"  # fits the local disk of a typical training machine; set cache_limit= to change
 CONCURRENCY = 8  # requests in flight per consumer: hides ~20-100 ms of latency per file at object-store speeds
 FAILED_FOR = 10.0  # seconds a file that failed every attempt fails at once here: its other samples skip fast
+# The cache's counters that reach `Stats.source_counts` (`pipe.stats()`), under these names.
+_COUNTER_NAMES = {"downloads": "remote downloads", "bytes": "remote bytes downloaded",
+                  "retries": "remote download retries", "failures": "remote downloads failed"}
 MAX_OPEN_FILES = 1024  # files a process keeps mapped (within cache_limit bytes); older ones are dropped so evicted files free their disk
 
 
@@ -63,11 +65,13 @@ class RemoteStore(Store):
         self.cache = ShardCache(os.fspath(cache_dir) if cache_dir is not None else default_cache_dir(), limit)
         self.concurrency = concurrency
         self.read_ahead_enabled = bool(read_ahead)
+        # Store's own set-up (fields, file index, caches, the pyarrow check), with the manifest read over the
+        # network. Store takes its argument for a local directory, so `path` is set to the URL after it, and the
+        # checksum check that names `path` in its messages runs after that.
+        super().__init__(self.location.public_url, manifest if manifest is not None else self._read_manifest(),
+                         check_files=False)
         self.path = self.location.public_url
-        self.manifest = manifest if manifest is not None else self._read_manifest()
         self.verify = bool(verify)
-        self._setup()
-        pyarrow()  # a missing pyarrow is reported here, not in a worker
         if self.verify:
             self._check_verifiable()
 
@@ -86,8 +90,9 @@ class RemoteStore(Store):
 
     def _setup(self) -> None:
         super()._setup()
-        canonical = json.dumps(self.manifest, sort_keys=True).encode() + b"\0" + self.path.encode()
-        slug = re.sub(r"[^A-Za-z0-9._-]+", "_", self.path.rsplit("/", 1)[-1])[:40] or "store"
+        url = self.location.public_url
+        canonical = json.dumps(self.manifest, sort_keys=True).encode() + b"\0" + url.encode()
+        slug = re.sub(r"[^A-Za-z0-9._-]+", "_", url.rsplit("/", 1)[-1])[:40] or "store"
         self._key = f"{slug}-{hashlib.sha256(canonical).hexdigest()[:16]}"  # a rewritten store gets a new folder
         self._open = collections.OrderedDict()  # (part, group) -> bytes, mapped in this process, oldest first
         self._open_bytes = 0
@@ -199,9 +204,10 @@ class RemoteStore(Store):
         parts = np.asarray([w[0] for w in self._where], dtype=np.int64)[chunks]
         _, first = np.unique(parts, return_index=True)
         ordered = parts[np.sort(first)].tolist()
-        self._start([(p, g) for p in ordered for g in self._groups])
+        # The first part's files go alone: the first task reads them, and waits for nothing else.
+        self._start([(p, g) for p in ordered for g in self._groups], first=len(self._groups))
 
-    def _start(self, files) -> None:
+    def _start(self, files, first: int = 0) -> None:
         def unread(file) -> bool:
             entry = self.manifest["files"][file[0]]["files"][file[1]]
             try:
@@ -210,13 +216,18 @@ class RemoteStore(Store):
                 return False
 
         self._ahead = ReadAhead(files, lambda f: self._fetch(*f, prefetch=True), unread,
-                                concurrency=self.concurrency, ahead=self._ahead_files)
+                                concurrency=self.concurrency, ahead=self._ahead_files, first=first)
 
     def counts(self) -> dict:
         """This process's cache counters (hits, downloads, bytes, retries, failures, evicted) and prefetch failures."""
         out = self.cache.counts()
         out["prefetch_failures"] = len(self._ahead.failed) if self._ahead is not None else 0
         return out
+
+    def take_counters(self) -> dict:
+        """Downloads, bytes, retries and failed downloads in this process since the last call (see `Source`)."""
+        grown = self.cache.take_counts()
+        return {_COUNTER_NAMES[k]: v for k, v in grown.items() if k in _COUNTER_NAMES}
 
     def close(self) -> None:
         """Stop the read-ahead and drop cached readers."""

@@ -7,7 +7,10 @@ cache (which skips files already there and waits for one another process
 is fetching), and mark it prefetched. Back-pressure: a thread waits while
 ``ahead`` files it fetched are still unread (their mtime still says
 prefetched, so reads in any process count), which bounds both the requests
-in flight and the disk the read-ahead takes. A failed prefetch is counted
+in flight and the disk the read-ahead takes. Start: the first ``first``
+files (those the epoch's first task reads) are fetched alone, and only
+when they have arrived do the other requests start, so the first batch
+does not wait behind requests for files it does not need. A failed prefetch is counted
 and left for the reader, which retries it and reports it with its sample.
 `stop()` ends the threads after their current request; they also end when
 every file is fetched, or after `IDLE_STOP` seconds in which no fetched file
@@ -34,15 +37,18 @@ class ReadAhead:
         unread: ``unread(file_id)`` is True while no reader has used the file.
         concurrency: requests in flight at most.
         ahead: fetched-but-unread files at most.
+        first: how many of the first files are fetched before any other request starts.
     """
 
-    def __init__(self, files, fetch, unread, *, concurrency: int, ahead: int):
+    def __init__(self, files, fetch, unread, *, concurrency: int, ahead: int, first: int = 0):
         self._files = list(files)
         self._fetch, self._unread = fetch, unread
         self._ahead = max(1, int(ahead))
         self._next = 0
         self._pending: list = []  # fetched by us, not yet seen read
         self._in_flight = 0
+        self._first = min(max(0, int(first)), len(self._files))
+        self._ended = 0  # fetches ended (done or failed)
         self._lock = threading.Lock()
         self._wake = threading.Condition(self._lock)  # a finished fetch wakes one waiting thread
         self._checked = 0.0  # when the pending files were last checked for reads
@@ -67,7 +73,8 @@ class ReadAhead:
                     if len(unread) < len(self._pending):
                         self._progress = now
                     self._pending, self._checked = unread, now
-                if len(self._pending) + self._in_flight < self._ahead:
+                opening = self._next >= self._first > self._ended  # the first files are still on their way
+                if not opening and len(self._pending) + self._in_flight < self._ahead:
                     file = self._files[self._next]
                     self._next += 1
                     self._in_flight += 1
@@ -86,14 +93,22 @@ class ReadAhead:
                 self._fetch(file)
             except Exception as e:  # counted here, retried and reported by the reader that needs it
                 with self._lock:
-                    self._in_flight -= 1
                     self.failed.append((file, e))
-                    self._wake.notify()
+                    self._end_one()
             else:
                 with self._lock:
-                    self._in_flight -= 1
                     self._pending.append(file)
                     self.fetched += 1
+                    self._end_one()
+
+    def _end_one(self) -> None:
+        """A fetch ended (called under the lock): wake the threads that wait for a free slot or for the first files."""
+        self._in_flight -= 1
+        self._ended += 1
+        if self._ended == self._first:
+            self._wake.notify_all()
+        else:
+            self._wake.notify()
 
     @property
     def done(self) -> bool:

@@ -8,7 +8,9 @@ and DDP ranks can share one cache directory):
   the final name only ever holds a complete file. A holder of the lock that
   finds ``.tmp-`` files deletes them: their writer died mid-download.
 - A second process that wants the same file waits on the lock, then finds
-  it present: each file is downloaded once.
+  it present: each file is downloaded once. A thread of the process that is
+  downloading it waits on an in-process event instead (woken the moment
+  the file is renamed into place, not at the lock's next poll).
 - Use is recorded in the file's mtime: a reader sets it to now; the
   read-ahead sets it to `PREFETCHED` (downloaded, not read yet).
 - After each download, under the cache-wide lock (``.cache.lock``), files
@@ -35,6 +37,8 @@ __all__ = ["PREFETCHED", "ShardCache", "default_cache_dir", "parse_size"]
 
 PREFETCHED = 1.0  # mtime of a file the read-ahead fetched and no reader has used yet
 _GLOBAL_LOCK = ".cache.lock"
+_LOCK_POLL = 0.005  # seconds between tries of a file lock another process holds (filelock's default, 0.05, delays every wait)
+_COUNTERS = ("hits", "downloads", "bytes", "retries", "failures", "evicted")
 _UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
           "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
 
@@ -113,8 +117,10 @@ class ShardCache:
         self.root = os.path.abspath(os.fspath(root))
         self.limit = int(limit)
         os.makedirs(self.root, exist_ok=True)
-        self._counts = {"hits": 0, "downloads": 0, "bytes": 0, "retries": 0, "failures": 0, "evicted": 0}
+        self._counts = dict.fromkeys(_COUNTERS, 0)
+        self._taken = dict.fromkeys(_COUNTERS, 0)  # what `take_counts` returned so far
         self._counts_lock = threading.Lock()
+        self._downloading: dict = {}  # path -> threading.Event set when this process's download of it ends
 
     def __getstate__(self) -> dict:
         return {"root": self.root, "limit": self.limit}
@@ -129,6 +135,13 @@ class ShardCache:
         """This process's counters: hits, downloads, bytes, retries, failures, evicted."""
         with self._counts_lock:
             return dict(self._counts)
+
+    def take_counts(self) -> dict:
+        """The counters' growth since the last call (only those that grew), so each event is reported once."""
+        with self._counts_lock:
+            grown = {k: v - self._taken[k] for k, v in self._counts.items() if v != self._taken[k]}
+            self._taken = dict(self._counts)
+        return grown
 
     def _count(self, key: str, n: int = 1) -> None:
         with self._counts_lock:
@@ -164,15 +177,33 @@ class ShardCache:
                 self._count("hits")
                 self.mark_read(path)
             return path
+        if opener is None and self._wait_for_own_download(path) and _complete(path, size):
+            if not prefetch:
+                self._count("hits")
+                self.mark_read(path)
+            return path
         os.makedirs(os.path.dirname(path), exist_ok=True)
-        with self._lock(path):
+        with self._lock(path).acquire(poll_interval=_LOCK_POLL):
             if _complete(path, size):
                 self._count("hits")
             else:
-                self._fetch(key, path, size, download, checksum, prefetch)
+                done = self._downloading[path] = threading.Event()
+                try:
+                    self._fetch(key, path, size, download, checksum, prefetch)
+                finally:
+                    del self._downloading[path]
+                    done.set()
             if not prefetch:
                 os.utime(path)  # used now: last in the LRU order
             return opener(path) if opener is not None else path
+
+    def _wait_for_own_download(self, path: str) -> bool:
+        """Wait for another thread of this process that is downloading ``path``; True if there was one."""
+        done = self._downloading.get(path)
+        if done is None:
+            return False
+        done.wait()
+        return True
 
     def _fetch(self, key, path, size, download, checksum, prefetch) -> None:
         folder, name = os.path.split(path)
@@ -228,7 +259,7 @@ class ShardCache:
         return sum(size for _, size, _ in self.files())
 
     def _make_room(self, size: int, keep: str) -> None:
-        with _filelock().FileLock(os.path.join(self.root, _GLOBAL_LOCK)):
+        with _filelock().FileLock(os.path.join(self.root, _GLOBAL_LOCK)).acquire(poll_interval=_LOCK_POLL):
             files = self.files()
             total = sum(s for _, s, _ in files) + size
             if total <= self.limit:

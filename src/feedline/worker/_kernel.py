@@ -48,6 +48,7 @@ def run_task(part, task: Task, alloc=None, progress=None, streams=None) -> Resul
     result = _run(part, task, alloc, progress, streams)
     result.span = (start, time.perf_counter())
     result.cpu = time.thread_time() - cpu
+    result.counters = part.source.take_counters()  # e.g. a remote store's downloads and retries, in this process
     return result
 
 

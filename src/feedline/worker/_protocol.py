@@ -113,6 +113,7 @@ class Result:
     worker: int = 0  # which worker ran it (position in the pool; -1: the consumer)
     transport: float = 0.0  # consumer seconds spent receiving and mapping the batch
     cpu: float = 0.0  # CPU seconds the worker thread used on the task
+    counters: dict = field(default_factory=dict)  # the source's counts during the task (Source.take_counters)
 
 
 # ---- the process backend's messages, consumer -> worker
