@@ -45,6 +45,15 @@ def sleepy(v):
     return v
 
 
+def mostly_waiting(v):
+    """Waits 2 ms (the GIL released), then computes for ~1 ms: a third of a core, so the trial tries both."""
+    time.sleep(0.002)
+    end = time.thread_time() + 0.001
+    while time.thread_time() < end:
+        pass
+    return v
+
+
 @pytest.mark.parametrize("backend", ["serial", "thread", "process"])
 def test_report_names_the_deliberately_slow_stage_as_bottleneck(backend, no_leaks):
     pipe = fl.from_arrays(np.arange(160)).map(cheap_read, backend=backend, workers=2).map(slow_decode).batch(8)
@@ -167,7 +176,7 @@ def test_automatic_choice_settles_on_processes_for_python_that_holds_the_gil(no_
 
 
 def test_automatic_choice_keeps_threads_for_work_that_releases_the_gil(no_leaks):
-    pipe = fl.from_arrays(np.arange(600)).map(sleepy).batch(8)  # long enough for the trial to end
+    pipe = fl.from_arrays(np.arange(600)).map(mostly_waiting).batch(8)  # long enough for the trial to end
     with pipe:
         for _ in pipe:
             pass
@@ -177,6 +186,20 @@ def test_automatic_choice_keeps_threads_for_work_that_releases_the_gil(no_leaks)
     assert stats.backend == "thread", stats.decision
     assert "tried both" in stats.decision and set(stats.trial) == {"thread", "process"}
     assert testing.worker_pids(pipe) == [], "the losing process workers should be closed"
+
+
+def test_automatic_choice_keeps_threads_at_once_for_work_that_waits_on_io(no_leaks):
+    pipe = fl.from_arrays(np.arange(300)).map(sleepy).batch(4)
+    with pipe:
+        out = [int(v) for b in pipe for v in b]
+        stats = pipe.stats()
+        pids = testing.worker_pids(pipe)
+    if stats.cores < 2:
+        pytest.skip("the trial runs only with 2 or more cores")
+    assert out == list(range(300))
+    assert stats.backend == "thread" and "wait on I/O" in stats.decision, stats.decision
+    assert set(stats.trial) == {"thread"}, "no process phase for work that waits"
+    assert pids == [], "the process workers that were starting should be closed"
 
 
 def test_automatic_choice_uses_threads_for_functions_that_cannot_be_pickled(no_leaks):

@@ -22,6 +22,10 @@ without changing the output. `BackendTrial` is an `Executor` over two:
   the starting workers) is given back at its next sample and runs again on
   a process: waiting for it would hold the measurement back for longest
   exactly where threads are slowest.
+- Thread tasks that use under `IO_SHARE` of a core while they run wait
+  on I/O (files, the network), not on the GIL: threads keep the work at
+  once, and the worker tuner can add threads without waiting for a
+  process phase.
 - Threads could deliver at most their CPU rate, rows over the thread CPU
   time their tasks took (no GIL waits in it), times the cores they could
   use. If the processes already deliver `NEAR_BOUND` of that, threads
@@ -66,6 +70,7 @@ PROCESS_MARGIN = 1.1  # processes must deliver this much more than measured thre
 NEAR_BOUND = 0.85  # processes delivering this share of the threads' upper bound win without a thread phase
 STARTUP_SWITCH_INTERVAL = 0.0005  # seconds: the GIL hand-over interval while process workers start beside busy threads
 ABANDON_RATIO = 2.0  # a warm process worker this many times faster than every running thread task: those tasks move over
+IO_SHARE = 0.2  # thread tasks using less than this share of a core while they run wait on I/O: threads win at once
 ONE_THREAD_FOR = 0.25  # seconds: while the process workers start, one thread takes tasks (two GIL-bound threads doubled the first batch)
 DRIFT_RATIO = 0.6  # the winner's samples/s per worker fell below this share of what won it the trial: try both again
 DRIFT_WINDOWS = 2  # ... for this many windows in a row (a window: 4 tasks per worker, at least 8)
@@ -184,6 +189,7 @@ class BackendTrial(Executor):
         self._measure = {threads: _Measure(workers), processes: _Measure(workers)}
         self._warmed: set = set()  # process workers whose first task (imports, first page faults) went by, unmeasured
         self._thread_rows = self._thread_cpu = 0.0  # every thread task: the threads' upper bound
+        self._thread_span, self._thread_tasks = 0.0, 0  # ... and how long they ran (their CPU share: I/O-bound?)
         self._ready = False  # every process worker is up: new tasks go to processes from here
         self._alone_from = None  # processes measured from here (the threads' last task is back)
         self._threads_again = False  # the bound did not settle it: threads are measured alone
@@ -330,8 +336,11 @@ class BackendTrial(Executor):
         if executor is self.threads:
             self._thread_rows += result.rows
             self._thread_cpu += result.cpu
+            self._thread_span += max(result.span[1] - started, 1e-9)
+            self._thread_tasks += 1
             if self._threads_alone_from is not None and started >= self._threads_alone_from:
                 self._measure[self.threads].add(result)
+            self._settle_if_waiting_on_io()
             return
         if result.worker not in self._warmed:
             self._warmed.add(result.worker)  # its warm-up: left out
@@ -376,6 +385,23 @@ class BackendTrial(Executor):
                 self._threads_alone_from = now
             if self._measure[self.threads].done:
                 self._decide()
+
+    def _settle_if_waiting_on_io(self) -> None:
+        """Thread tasks that use under `IO_SHARE` of a core while they run wait on I/O, not the GIL: threads, at once.
+
+        A thread that holds the GIL uses a core while it runs (two of them:
+        half a core each); one whose tasks mostly wait (files, the network)
+        cannot be helped by processes, and measuring processes on such work
+        took seconds while the worker count stayed at one per core.
+        """
+        if (self.winner is not None or self._thread_tasks < self.workers
+                or self._thread_span < self.workers * MIN_SPAN or self._thread_cpu >= IO_SHARE * self._thread_span):
+            return
+        share = self._thread_cpu / self._thread_span
+        self.rates = {"thread": self.workers * self._thread_rows / self._thread_span}
+        self.decided_after = time.perf_counter() - self._started
+        self._settle("thread", f"thread tasks used {share:.0%} of a core while they ran: they wait on I/O, "
+                               "not on the GIL, so processes cannot do better: threads")
 
     def _thread_bound(self) -> float:
         """Samples/s the threads could deliver at most: their CPU rate on every core they could use (0: unknown)."""
@@ -437,6 +463,7 @@ class BackendTrial(Executor):
         self._outstanding[fresh] = self._outstanding.pop(loser, 0)
         self._measure = {self.threads: _Measure(self.workers), self.processes: _Measure(self.workers)}
         self._thread_rows = self._thread_cpu = 0.0  # the threads' bound is measured again too
+        self._thread_span, self._thread_tasks = 0.0, 0
         self._alone_from = self._threads_alone_from = None
         self._threads_again = self._abandoned = False
         self.winner = None  # the rates of the last decision stay in stats().trial until the next one
