@@ -169,6 +169,8 @@ def _depth_after_one_window(task_ms: float, waited: bool = True) -> tuple[int, l
     for _ in range(DepthTuner.WINDOW):
         stats.tasks += 1
         stats.task_seconds += task_ms / 1000
+        stats.wall_seconds += task_ms / 1000
+        stats.wait_seconds += task_ms / 1000 * (0.9 if waited else 0.05)  # the consumer's share of it spent waiting
         decision = tuner.observe(waited, False, np.zeros((256, 3, 32, 32), np.uint8), stats)
         if decision:
             decisions.append(decision)

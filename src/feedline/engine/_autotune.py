@@ -4,7 +4,8 @@ Depth: when, within a window of batches, the consumer had to wait *and*
 the workers were held back because every prefetch slot was taken, the
 depth grows by one batch per worker, up to a memory budget
 (`MEMORY_BUDGET` bytes of batches in flight). Once, after the first
-window: tasks shorter than `SHORT_TASK` while the consumer waits get
+window: tasks shorter than `SHORT_TASK`, while the consumer spent at
+least `WAITING` of its time since the first batch waiting, get
 `QUEUED_WORK` seconds of them queued per worker.
 
 Workers: one per core to start with (`feedline.engine._choice`); only
@@ -49,6 +50,7 @@ IDLE_SHARE = 0.2  # ... and the machine's CPUs idle at least this share of the t
 SHORT_TASK = 0.005  # seconds: tasks shorter than this get more of them queued per worker (DepthTuner)
 QUEUED_WORK = 0.004  # seconds of short tasks queued per worker: covers the consumer's reply on a busy machine
 MAX_SHARE = 8  # tasks queued per worker at most, from the short-task rule
+WAITING = 0.3  # ... and only when the consumer waited at least this share of its time since the first batch
 MEMORY_BUDGET = 1 << 30  # bytes of batches the prefetch depth may keep in flight
 
 
@@ -64,6 +66,7 @@ class DepthTuner:
         self._blocked = 0
         self._seen = 0
         self._short_checked = False  # the short-task rule runs once, after the first window
+        self._base = None  # the consumer's (wait, wall) seconds at the first batch
 
     def _cover_short_tasks(self, stats, waited: int) -> str | None:
         """Tasks of a few ms: queue `QUEUED_WORK` seconds of them per worker, so a worker never waits for its next one.
@@ -74,8 +77,10 @@ class DepthTuner:
         tasks per worker kept the workers 78-81 % busy, four 83-87 %, eight
         no better than four.
         """
-        if stats.tasks <= 0 or waited < self.WINDOW // 2:
-            return None
+        waited_since = stats.wait_seconds - self._base[0]  # since the first batch: the workers' start-up left out
+        wall = stats.wall_seconds - self._base[1]
+        if stats.tasks <= 0 or wall <= 0 or waited_since < WAITING * wall:
+            return None  # a consumer that does not wait for data gains nothing from a deeper queue
         per_task = stats.task_seconds / stats.tasks
         if per_task <= 0 or per_task >= SHORT_TASK:
             return None
@@ -94,6 +99,8 @@ class DepthTuner:
             return None
         if self.batch_bytes is None:
             self.batch_bytes = _nbytes(batch)
+        if self._base is None and stats is not None:
+            self._base = (stats.wait_seconds, stats.wall_seconds)  # at the first batch
         self._seen += 1
         self._waited += waited
         self._blocked += blocked
