@@ -34,6 +34,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from . import runner
 from .remote_store import S3Process
+from .tables import markdown_table
 
 LATENCY = 0.02  # seconds added to every request
 LARGE = 1_700_000  # bytes per large file
@@ -160,13 +161,13 @@ def main(argv=None) -> None:
                         runs.setdefault((load, concurrency, client.name), []).append(m)
                         print(f"    rep {rep} {load:13s} x{concurrency} {client.name:14s} {m['bytes'] / m['seconds'] / 1e6:7.1f} MB/s")
         load_avg = os.getloadavg()
-        print("\n| workload | in flight | client | MB/s | requests/s | client CPU s per GiB |")
-        print("|---|---|---|---|---|---|")
-        for (load, concurrency, name), ms in runs.items():
-            rate = statistics.median(m["bytes"] / m["seconds"] for m in ms)
-            reqs = statistics.median(m["requests"] / m["seconds"] for m in ms)
-            cpu = statistics.median(m["cpu"] / (m["bytes"] / 2**30) for m in ms)
-            print(f"| {load} | {concurrency} | {name} | {rate / 1e6:.1f} | {reqs:.0f} | {cpu:.1f} |")
+        rows = [[load, concurrency, name,
+                 f"{statistics.median(m['bytes'] / m['seconds'] for m in ms) / 1e6:.1f}",
+                 f"{statistics.median(m['requests'] / m['seconds'] for m in ms):.0f}",
+                 f"{statistics.median(m['cpu'] / (m['bytes'] / 2**30) for m in ms):.1f}"]
+                for (load, concurrency, name), ms in runs.items()]
+        header = ["workload", "in flight", "client", "MB/s", "requests/s", "client CPU s per GiB"]
+        print("\n" + markdown_table(header, rows, "lrlrrr"))
         print(f"\nload average after the run: {load_avg[0]:.2f} {load_avg[1]:.2f} {load_avg[2]:.2f} on {os.cpu_count()} cores")
     finally:
         server.close()

@@ -48,6 +48,7 @@ import time
 import numpy as np
 
 from . import runner
+from .tables import markdown_table
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -215,15 +216,16 @@ def main(argv=None) -> None:
                       f"foreign load {m['foreign']:.0%}")
         load = os.getloadavg()
         local_rate = statistics.median(m["samples"] / m["seconds"] for m in runs["local"])
-        print(f"\n| variant | samples/s (median of {args.reps}) | vs local | first batch (s) | CPU s, loader | CPU s, S3 server | foreign load (max) |")
-        print("|---|---|---|---|---|---|---|")
+        rows = []
         for name in names:
-            rate = statistics.median(m["samples"] / m["seconds"] for m in runs[name])
-            first = statistics.median(m["first"] for m in runs[name])
-            worst = max(m["foreign"] for m in runs[name])
-            cpu = statistics.median(m["cpu"] for m in runs[name])
-            server_cpu = statistics.median(m["server_cpu"] for m in runs[name])
-            print(f"| {name} | {rate:.0f} | {rate / local_rate:.2f} | {first:.3f} | {cpu:.2f} | {server_cpu:.2f} | {worst:.0%} |")
+            ms = runs[name]
+            rate = statistics.median(m["samples"] / m["seconds"] for m in ms)
+            rows.append([name, f"{rate:.0f}", f"{rate / local_rate:.2f}", f"{statistics.median(m['first'] for m in ms):.3f}",
+                         f"{statistics.median(m['cpu'] for m in ms):.2f}", f"{statistics.median(m['server_cpu'] for m in ms):.2f}",
+                         f"{max(m['foreign'] for m in ms):.0%}"])
+        header = ["variant", f"samples/s (median of {args.reps})", "vs local", "first batch (s)", "CPU s, loader",
+                  "CPU s, S3 server", "foreign load (max)"]
+        print("\n" + markdown_table(header, rows, "lrrrrrr"))
         print(f"\nload average during the run: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} on {os.cpu_count()} cores")
     finally:
         server.close()
