@@ -7,7 +7,7 @@ The executors themselves are imported on first use: a process worker
 imports `backends.process._main` and needs none of them.
 """
 
-from ._base import Event, Executor, PartNotPicklable
+from ._base import Event, Executor, PartNotPicklable, in_worker
 from ._factory import make_executor, warm_up
 
-__all__ = ["Event", "Executor", "PartNotPicklable", "make_executor", "warm_up"]
+__all__ = ["Event", "Executor", "PartNotPicklable", "in_worker", "make_executor", "warm_up"]

@@ -10,9 +10,22 @@ default, never guessed with ``hasattr``.
 
 from __future__ import annotations
 
+import os
 from typing import NamedTuple
 
-__all__ = ["Event", "Executor", "PartNotPicklable"]
+__all__ = ["Event", "Executor", "PartNotPicklable", "in_worker", "mark_worker"]
+
+WORKER_VAR = "FEEDLINE_WORKER"  # set in every process worker and Ray actor (and so in what they start)
+
+
+def mark_worker() -> None:
+    """Mark this process as a feedline worker: describing a pipeline here starts no fork server ahead of time."""
+    os.environ[WORKER_VAR] = "1"
+
+
+def in_worker() -> bool:
+    """True in a process worker or Ray actor (a user module that builds a pipeline at import runs there too)."""
+    return bool(os.environ.get(WORKER_VAR))
 
 
 class Event(NamedTuple):

@@ -14,14 +14,13 @@ from __future__ import annotations
 
 import atexit
 import itertools
-import os
 import weakref
 from typing import Callable
 
 import cloudpickle
 
 from .._errors import FeedlineError
-from ..backends import PartNotPicklable, make_executor, warm_up
+from ..backends import PartNotPicklable, in_worker, make_executor, warm_up
 from ._autotune import DepthTuner, WorkerTuner
 from ._bulk_trial import SerialOrThreads
 from ._choice import choose, default_workers
@@ -165,7 +164,7 @@ def start_early(backend) -> None:
     first batch. It holds no user state; one per process, reused by every
     pipeline. A failure here is left for the real start to report.
     """
-    if backend not in (None, "process") or os.environ.get("FEEDLINE_WORKER"):
+    if backend not in (None, "process") or in_worker():
         return  # in a worker: a user module that builds a pipeline at import must not start a server per worker
     try:
         warm_up(backend)

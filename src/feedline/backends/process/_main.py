@@ -28,6 +28,8 @@ import threading
 import time
 import traceback
 
+from .._base import mark_worker
+
 # Thread pools of native libraries, set to one thread per worker unless the user set them:
 # N workers each starting N threads oversubscribe the cores (3-7x slower, measured on peers).
 BLAS_VARS = (
@@ -40,7 +42,6 @@ BLAS_VARS = (
 )
 
 
-WORKER_VAR = "FEEDLINE_WORKER"  # set in every process worker (and so in what it starts)
 STATUS_WORDS = 3  # int64 words of a worker's status segment: task number, sample index, sample start (ns)
 
 
@@ -91,7 +92,7 @@ def run(boot: dict) -> None:
         os.chdir(boot["cwd"])
         os.environ.clear()
         os.environ.update(boot["env"])
-    os.environ[WORKER_VAR] = "1"  # user code that describes a pipeline here starts no fork server ahead of time
+    mark_worker()  # user code that describes a pipeline here starts no fork server ahead of time
 
     from multiprocessing.connection import Client
 

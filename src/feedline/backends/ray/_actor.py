@@ -39,6 +39,7 @@ import numpy as np
 
 from ...transport._transfer import SHARE_THRESHOLD, memmap_reduction
 from ...worker import Result, Task, TaskError, run_task
+from .._base import mark_worker
 
 __all__ = ["RayWorker", "dumps_part", "loads_part"]
 
@@ -109,7 +110,7 @@ class RayWorker:
         # ``shipped`` arrives resolved from the object store; the arrays in it
         # are read-only views of the node's shared copy.
         self.part, self.error = None, None
-        os.environ["FEEDLINE_WORKER"] = "1"  # as in process workers: describing a pipeline here starts no fork server
+        mark_worker()  # as in process workers: describing a pipeline here starts no fork server
         data, buffers, refs, paths = shipped
         sys.path.extend(p for p in paths if p and p not in sys.path and os.path.exists(p))
         try:
