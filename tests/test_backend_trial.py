@@ -43,24 +43,6 @@ def _collect(executor, count, timeout=30.0):
     return events
 
 
-def test_open_threads_limits_new_tasks_to_the_first_threads_until_reopened():
-    executor = ThreadExecutor(_thread_part(slow_identity, n=64, batch=4), workers=4)
-    try:
-        executor.open_threads(1)  # as the automatic choice does while the process workers start
-        for number in range(4):
-            executor.submit((0, number), Task(epoch=0, number=number, indices=np.arange(number * 4, number * 4 + 4)))
-        first = _collect(executor, 4)
-        executor.open_threads(None)
-        for number in range(4, 12):
-            executor.submit((0, number), Task(epoch=0, number=number, indices=np.arange(number * 4, number * 4 + 4)))
-        later = _collect(executor, 8)
-    finally:
-        executor.close()
-    assert {e.result.worker for e in first} == {0}
-    assert len({e.result.worker for e in later}) > 1
-    assert sorted(v for e in first + later for v in e.result.payload.tolist()) == list(range(48))
-
-
 def test_queued_thread_tasks_are_taken_back_in_submission_order_and_never_run():
     executor = ThreadExecutor(_thread_part(slow_identity), workers=1)
     try:

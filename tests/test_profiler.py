@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 import subprocess
 import sys
 import time
@@ -42,6 +44,16 @@ def pure_python(v):
 
 def sleepy(v):
     time.sleep(0.003)
+    return v
+
+
+_MEBIBYTE = bytes(1 << 20)
+
+
+def hashes_outside_the_gil(v):
+    """~2-3 ms of CPU in C with the GIL released (hashlib lets it go for inputs over 2 KiB)."""
+    for _ in range(2):
+        hashlib.sha256(_MEBIBYTE).digest()
     return v
 
 
@@ -186,6 +198,45 @@ def test_automatic_choice_keeps_threads_for_work_that_releases_the_gil(no_leaks)
     assert stats.backend == "thread", stats.decision
     assert "tried both" in stats.decision and set(stats.trial) == {"thread", "process"}
     assert testing.worker_pids(pipe) == [], "the losing process workers should be closed"
+
+
+def _cores_used_by_others(run) -> float:
+    """Cores other programs kept busy on average while ``run()`` ran (Linux; 0.0 elsewhere)."""
+    def machine_and_own():
+        try:
+            with open("/proc/stat") as f:
+                fields = [int(v) for v in f.readline().split()[1:]]
+        except OSError:
+            return None
+        busy = (sum(fields) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")  # all but idle and iowait
+        own = os.times()
+        return busy, own.user + own.system + own.children_user + own.children_system, time.perf_counter()
+
+    before = machine_and_own()
+    result = run()
+    after = machine_and_own()
+    if before is None or after is None:
+        return 0.0, result
+    return max(0.0, (after[0] - before[0]) - (after[1] - before[1])) / (after[2] - before[2]), result
+
+
+def test_automatic_choice_keeps_threads_at_once_for_cpu_work_that_releases_the_gil(no_leaks):
+    pipe = fl.from_arrays(np.arange(240)).map(hashes_outside_the_gil).batch(8)
+
+    def run():
+        with pipe:
+            out = [int(v) for b in pipe for v in b]
+            return out, pipe.stats(), testing.executor(pipe).processes_started
+
+    others, (out, stats, processes_started) = _cores_used_by_others(run)
+    if stats.cores < 2:
+        pytest.skip("the trial runs only with 2 or more cores")
+    assert out == list(range(240))
+    if stats.backend != "thread" and others > 0.3:
+        pytest.skip(f"other programs kept {others:.1f} cores busy: the threads could not show they keep every core busy")
+    assert stats.backend == "thread" and "releases the GIL" in stats.decision, stats.decision
+    assert set(stats.trial) == {"thread"}, "no process phase for threads that keep the cores busy"
+    assert not processes_started, "no process worker should have been started"
 
 
 def test_automatic_choice_keeps_threads_at_once_for_work_that_waits_on_io(no_leaks):

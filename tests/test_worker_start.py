@@ -57,6 +57,24 @@ def test_describing_a_map_that_may_use_processes_starts_the_fork_server_ahead_of
     assert run(FEEDLINE_FORKSERVER="0") == ["0", "0"]
 
 
+def test_a_fork_server_says_when_its_imports_are_done():
+    """The automatic choice does not judge threads while a fork server still takes a core (`backends.warming_up`)."""
+    code = (
+        "import time, numpy as np, feedline as fl\n"
+        "from feedline.backends import warming_up\n"
+        "fl.from_arrays(np.arange(4)).map(lambda s: s)\n"
+        "print(warming_up())\n"
+        "deadline = time.monotonic() + 60\n"
+        "while warming_up() and time.monotonic() < deadline:\n"
+        "    time.sleep(0.01)\n"
+        "print(warming_up())\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         env={k: v for k, v in os.environ.items() if k != "FEEDLINE_FORKSERVER"})
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["True", "False"]
+
+
 def _describe_a_pipeline_inside(v):
     """What a user module that builds a pipeline at import does, run inside a worker."""
     from feedline import testing

@@ -2,9 +2,19 @@
 
 from __future__ import annotations
 
-from ._base import Executor
+from ._base import Executor, PartNotPicklable
 
-__all__ = ["make_executor", "warm_up"]
+__all__ = ["check_sendable", "make_executor", "warm_up", "warming_up"]
+
+
+def check_sendable(part) -> None:
+    """Raise `PartNotPicklable` if ``part`` cannot be sent to process workers (a dry run: large arrays are not copied)."""
+    from ..transport._transfer import check_picklable
+
+    try:
+        check_picklable(part)
+    except Exception as e:
+        raise PartNotPicklable(str(e)) from e
 
 
 def warm_up(backend: str | None) -> None:
@@ -21,6 +31,13 @@ def warm_up(backend: str | None) -> None:
 
     if use_forkserver():
         forkserver(worker_env(), FIXED_VARS)
+
+
+def warming_up() -> bool:
+    """Whether what `warm_up` started is still starting (a fork server importing takes a core meanwhile)."""
+    from .process._forkserver import starting
+
+    return starting()
 
 
 def make_executor(backend: str, part, workers: int, *, cores: int, ray=None) -> Executor:

@@ -61,10 +61,12 @@ class ThreadExecutor(Executor):
         self.cancelled: set[int] = set()
         self._pinned = False  # a stream shard was pinned to a thread: the count must not change
         self.running: list[_Running | None] = [None] * workers
+        # Per thread: [its CPU seconds at its last sample (while the choice watches), seconds idle, samples begun,
+        # when it last read its CPU time (perf_counter)].
+        self.clocks: list[list] = [[0.0, 0.0, 0, 0.0] for _ in range(workers)]
         self.returned: list = []  # (key, _Returned): abandoned tasks, for `take_returned`
         self._abandon_before = 0.0  # tasks started before this are given back at their next sample
         self._watched = False  # count each task's samples (for `running_rates`, `abandon_running`)
-        self._open: int | None = None  # new tasks go to the first this many threads only (None: all)
         self.threads = []
         self._pool = next(_names)
         for n, inbox in enumerate(self.inboxes):
@@ -83,6 +85,7 @@ class ThreadExecutor(Executor):
             self.inboxes.append(queue.SimpleQueue())
             self.load.append(0)
             self.running.append(None)
+            self.clocks.append([0.0, 0.0, 0, 0.0])
             self._start_thread(n, self.inboxes[n])
         self.workers = workers
         return True
@@ -90,14 +93,19 @@ class ThreadExecutor(Executor):
     def _work(self, n, inbox):
         streams: dict = {}
         while True:
+            idle_from = time.perf_counter()
             item = inbox.get()
+            self.clocks[n][1] += time.perf_counter() - idle_from
             if item is _STOP:
                 return
             key, task = item
             running = self.running[n] = _Running()
 
-            def progress(index, running=running):
+            clock = self.clocks[n]
+
+            def progress(index, running=running, clock=clock):
                 running.samples += 1
+                clock[0], clock[2], clock[3] = time.thread_time(), clock[2] + 1, time.perf_counter()
                 if running.started < self._abandon_before:
                     raise _Abandoned
 
@@ -119,7 +127,7 @@ class ThreadExecutor(Executor):
         if affinity is not None:
             n = affinity % self.workers
         else:
-            n = min(range(min(self._open or self.workers, self.workers)), key=self.load.__getitem__)
+            n = min(range(self.workers), key=self.load.__getitem__)
         self.load[n] += 1
         self.pending += 1
         self.inboxes[n].put((key, task))
@@ -146,10 +154,6 @@ class ThreadExecutor(Executor):
     def outstanding(self):
         return self.pending
 
-    def open_threads(self, count: int | None) -> None:
-        """Give new tasks to the first ``count`` threads only (None: to all); the automatic choice starts with one."""
-        self._open = count
-
     def watch_progress(self, on: bool) -> None:
         """Count the samples of running tasks (a call per sample) while the automatic choice is undecided."""
         self._watched = on
@@ -161,6 +165,16 @@ class ThreadExecutor(Executor):
             if running is not None and now - running.started >= at_least and running.samples:
                 rates.append(running.samples / (now - running.started))
         return rates
+
+    def side_by_side(self) -> list[tuple]:
+        """Per thread ``(busy, CPU s, s idle, samples begun, read at)``, its CPU time as of its last sample.
+
+        Each thread reads its own CPU time before each sample while
+        `watch_progress` is on, so two readings taken while every thread
+        stayed busy tell how many cores the threads kept busy together over
+        the same stretch (see `feedline.engine._trial`).
+        """
+        return [(self.running[n] is not None, *self.clocks[n]) for n in range(self.workers)]
 
     def abandon_running(self) -> None:
         """Give back every running task at its next sample (`take_returned` has them once back)."""

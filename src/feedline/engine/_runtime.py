@@ -20,7 +20,7 @@ from typing import Callable
 import cloudpickle
 
 from .._errors import FeedlineError
-from ..backends import PartNotPicklable, in_worker, make_executor, warm_up
+from ..backends import PartNotPicklable, check_sendable, in_worker, make_executor, warm_up
 from ._autotune import DepthTuner, WorkerTuner
 from ._bulk_trial import SerialOrThreads
 from ._choice import choose, default_workers
@@ -174,20 +174,18 @@ def start_early(backend) -> None:
 
 def _auto_executor(plan, workers: int, runtime):
     """Threads at once, processes as they start, both measured (see `feedline.engine._trial`)."""
-    threads = make_executor("thread", plan.part, workers, cores=default_workers())
     try:
-        processes = make_executor("process", plan.part, workers, cores=default_workers())
+        check_sendable(plan.part)  # now: the trial starts the process workers only if the threads hold the GIL
     except PartNotPicklable as e:
         cause = e.__cause__ or e
         runtime.reason += f"; threads: the pipeline cannot be sent to processes ({type(cause).__name__}: {str(cause)[:160]})"
-        return threads
-    except BaseException:
-        threads.close()
-        raise
-    def restart(kind: str, count: int):  # the trial, run again when the rate drifts, restarts its loser
+        return make_executor("thread", plan.part, workers, cores=default_workers())
+    threads = make_executor("thread", plan.part, workers, cores=default_workers())
+
+    def restart(kind: str, count: int):  # starts the process workers; also the loser of a trial run again
         return make_executor(kind, plan.part, count, cores=default_workers())
 
-    return BackendTrial(threads, processes, workers, restart)
+    return BackendTrial(threads, lambda: restart("process", workers), workers, restart)
 
 
 def _pickling_error(plan, error: BaseException) -> TypeError:

@@ -1,12 +1,16 @@
-"""The automatic backend choice, decided on measured throughput: processes measured first, threads only if they could win.
+"""The automatic backend choice, decided on measured throughput: threads that keep the cores busy at once, else processes first.
 
 Every backend gives the same batches, so the engine can switch mid-epoch
 without changing the output. `BackendTrial` is an `Executor` over two:
 - Threads start at once and take the first tasks (no wait for the first
-  batch) while the process workers fork, from the fork server: one thread
-  for the first `ONE_THREAD_FOR` seconds (the workers are usually up by
-  then; two GIL-bound threads halve each other, which doubled the first
-  batch: 0.46 s against 0.20 s by hand), then every thread.
+  batch), every thread side by side. The process workers start only if
+  the threads cannot keep the cores busy: threads that hold the GIL run
+  one at a time, while threads that release it keep every core busy
+  (`_judge_gil`: each thread's CPU time over a stretch in which all were
+  busy). Threads that keep `KEEP_CORES` of their cores busy keep the work
+  at once, and no process is started: processes could add at most ~10 %
+  and would cost a start-up and a copy of every batch. Otherwise the
+  workers fork from the fork server (started when the map was described).
 - Once every process worker is up, the tasks still queued for threads
   move to the processes, and new tasks go there too. Once the threads'
   running tasks are back, the processes have the machine to themselves and
@@ -61,7 +65,7 @@ import sys
 import threading
 import time
 
-from ..backends import Executor
+from ..backends import Executor, warming_up
 
 __all__ = ["MIN_SPAN", "NEAR_BOUND", "PROCESS_MARGIN", "BackendTrial"]
 
@@ -71,7 +75,10 @@ NEAR_BOUND = 0.85  # processes delivering this share of the threads' upper bound
 STARTUP_SWITCH_INTERVAL = 0.0005  # seconds: the GIL hand-over interval while process workers start beside busy threads
 ABANDON_RATIO = 2.0  # a warm process worker this many times faster than every running thread task: those tasks move over
 IO_SHARE = 0.2  # thread tasks using less than this share of a core while they run wait on I/O: threads win at once
-ONE_THREAD_FOR = 0.25  # seconds: while the process workers start, one thread takes tasks (two GIL-bound threads doubled the first batch)
+EVIDENCE_SPAN = 0.03  # seconds each thread must run side by side with the others before `KEEP_CORES` is judged
+IDLE_SHARE = 0.05  # ... while none of them waited for tasks more than this share of the stretch
+KEEP_CORES = 0.9  # threads keeping this share of the cores they could use busy (~1 / PROCESS_MARGIN) keep the work at once
+START_PROCESSES_AFTER = 0.4  # seconds: no verdict on the GIL by then (long samples, idle threads, not Linux: at once): start the process workers anyway
 DRIFT_RATIO = 0.6  # the winner's samples/s per worker fell below this share of what won it the trial: try both again
 DRIFT_WINDOWS = 2  # ... for this many windows in a row (a window: 4 tasks per worker, at least 8)
 RETRIAL_AFTER = 10.0  # seconds after a decision before it may be revisited; doubled each time a trial confirms the winner
@@ -165,13 +172,55 @@ class _SwitchInterval:
                 sys.setswitchinterval(cls._saved)
 
 
-class BackendTrial(Executor):
-    """Threads at once, processes once up, threads again only if they could win (see the module docstring)."""
+class _NotStarted(Executor):
+    """The process workers before `BackendTrial` starts them: no tasks, nothing to wait for."""
 
-    def __init__(self, threads: Executor, processes: Executor, workers: int, restart=None):
-        self.threads, self.processes = threads, processes
+    name = "process"
+    restarts = 0
+
+    def __init__(self, workers: int):
         self.workers = workers
-        self._restart = restart  # restart(kind, workers) -> a new executor of that kind, for a trial run again (None: never)
+        self.share = None  # the window share to pass on once started
+
+    def submit(self, key, task, affinity=None):
+        raise RuntimeError("feedline: a task went to process workers that were never started (a bug; please report it)")
+
+    def wait(self, timeout):
+        return []
+
+    def outstanding(self) -> int:
+        return 0
+
+    def cancel(self, generation: int) -> None:
+        pass
+
+    def set_window_share(self, tasks) -> None:
+        self.share = tasks
+
+    def wait_ready(self, timeout=None) -> bool:
+        return True
+
+    def worker_pids(self) -> list[int]:
+        return []
+
+    def close(self) -> None:
+        pass
+
+
+class BackendTrial(Executor):
+    """Threads at once, processes if the threads hold the GIL, threads again only if they could win (see the module docstring).
+
+    ``make_processes()`` starts the process executor (`_judge_gil` decides
+    when); ``restart(kind, workers)`` starts a fresh one of either kind for
+    a trial run again (None: never).
+    """
+
+    def __init__(self, threads: Executor, make_processes, workers: int, restart=None):
+        self.threads, self.processes = threads, _NotStarted(workers)
+        self._make_processes = make_processes
+        self._processes_started = False
+        self.workers = workers
+        self._restart = restart
         self.trials = 1
         self._retrial_after = RETRIAL_AFTER
         self._drift = _Drift()
@@ -184,12 +233,17 @@ class BackendTrial(Executor):
         self.winner: str | None = None
         self.rates: dict[str, float] = {}
         self._owner: dict = {}  # task key -> the executor it went to
-        self._outstanding = {threads: 0, processes: 0}
+        self._outstanding = {threads: 0, self.processes: 0}
         self._usable = min(workers, threads.cores)  # cores the threads could keep busy at most
-        self._measure = {threads: _Measure(workers), processes: _Measure(workers)}
+        self._measure = {threads: _Measure(workers), self.processes: _Measure(workers)}
         self._warmed: set = set()  # process workers whose first task (imports, first page faults) went by, unmeasured
         self._thread_rows = self._thread_cpu = 0.0  # every thread task: the threads' upper bound
         self._thread_span, self._thread_tasks = 0.0, 0  # ... and how long they ran (their CPU share: I/O-bound?)
+        self._armed: list | None = None  # each thread's samples begun when all were first seen busy (see `_judge_gil`)
+        self._baseline: list | None = None  # the threads' clocks at their first sample after that
+        self._cores_kept: float | None = None  # cores the threads kept busy side by side, once known
+        self._cores_others = 0.0  # ... and cores the rest of this process (the consumer) used meanwhile
+        self._process_clock = (0.0, 0.0)  # this process's CPU time and the time at the stretch's start
         self._ready = False  # every process worker is up: new tasks go to processes from here
         self._alone_from = None  # processes measured from here (the threads' last task is back)
         self._threads_again = False  # the bound did not settle it: threads are measured alone
@@ -201,7 +255,6 @@ class BackendTrial(Executor):
         self._short_switch = True
         _SwitchInterval.shorten()
         threads.watch_progress(True)
-        threads.open_threads(1)
 
     # -------------------------------------------------------- the interface
     @property
@@ -209,6 +262,11 @@ class BackendTrial(Executor):
         if self.winner:
             return self.winner
         return "process" if self._ready and not self._threads_again else "thread"
+
+    @property
+    def processes_started(self) -> bool:
+        """Whether this trial started process workers (threads that keep the cores busy never need them)."""
+        return self._processes_started
 
     @property
     def restarts(self) -> int:
@@ -288,8 +346,6 @@ class BackendTrial(Executor):
     def _route(self) -> Executor:
         if self.winner is not None:
             return self._winning()
-        if self._threads_again or (not self._ready and time.perf_counter() - self._started > ONE_THREAD_FOR):
-            self.threads.open_threads(None)  # measured alone, or the workers are slow to start: every thread
         if not self._ready or self._threads_again:
             return self.threads
         return self.processes
@@ -297,6 +353,9 @@ class BackendTrial(Executor):
     def _check_ready(self) -> None:
         """Once every process worker is up: move the tasks still queued for threads to them."""
         if self._ready or self.winner is not None:
+            return
+        self._judge_gil()
+        if not self._processes_started or self.winner is not None:
             return
         try:
             self._ready = self.processes.wait_ready(0)
@@ -376,8 +435,9 @@ class BackendTrial(Executor):
             if bound and processes.per_second >= NEAR_BOUND * bound:
                 self.rates = {"thread": bound, "process": processes.per_second}
                 self.decided_after = now - self._started
-                self._settle("process", f"processes {processes.per_second:,.0f} samples/s, {processes.per_second / bound:.0%} of the "
-                                        f"most {self._usable} threads could reach ({bound:,.0f} samples/s at their CPU rate): processes")
+                self._settle("process", f"{self._cores_note()}processes {processes.per_second:,.0f} samples/s, "
+                                        f"{processes.per_second / bound:.0%} of the most {self._usable} threads could reach "
+                                        f"({bound:,.0f} samples/s at their CPU rate): processes")
                 return
             self._threads_again = True  # threads might win: measure them alone
         if self._threads_again:
@@ -402,6 +462,86 @@ class BackendTrial(Executor):
         self.decided_after = time.perf_counter() - self._started
         self._settle("thread", f"thread tasks used {share:.0%} of a core while they ran: they wait on I/O, "
                                "not on the GIL, so processes cannot do better: threads")
+
+    def _judge_gil(self) -> None:
+        """Start the process workers only if the threads cannot keep the cores busy; threads that can keep the work.
+
+        Threads that hold the GIL for Python code run one at a time: two of
+        them keep one core busy between them (measured 1.02 on the suite's
+        gil workload; 1.5-1.6 for audio's dozens of small NumPy calls a
+        sample). Threads that release it in C code (decoders, resizes, NumPy
+        on large arrays) keep every core busy (1.92-1.99 of 2 for jpeg, seg
+        and store). Each thread reads its own CPU time before each sample;
+        a stretch counts once every thread has begun a sample since all were
+        seen busy, and is judged after `EVIDENCE_SPAN` seconds and two
+        samples per thread (a thread that waited for tasks more than
+        `IDLE_SHARE` of it starts it again, and so does a fork server still
+        importing: it takes a core meanwhile).
+        Threads that keep `KEEP_CORES` of the cores they could use busy (the
+        cores left over by the rest of this process, e.g. a consumer that
+        checks or converts every batch, measured over the same stretch) are
+        within `PROCESS_MARGIN` of anything processes could do with the same
+        work on the same cores, without a start-up or a copy of every batch:
+        they keep the work, and the process workers are never started
+        (starting them beside such threads cost short epochs 10-25 %: their
+        interpreters and imports took the cores the threads needed).
+        Otherwise, or with no verdict within `START_PROCESSES_AFTER` seconds
+        (samples of 0.1 s or more), the process workers start and are
+        measured as before.
+        """
+        if self._processes_started or self.winner is not None:
+            return
+        if self._usable < 2 or time.perf_counter() - self._started >= START_PROCESSES_AFTER:
+            self._start_processes()  # one thread shows nothing side by side; or no verdict in time
+            return
+        clocks = self.threads.side_by_side()
+        if warming_up():
+            self._armed = self._baseline = None  # the fork server takes a core meanwhile: not a fair stretch
+            return
+        if self._armed is None:
+            if all(busy for busy, *_ in clocks):
+                self._armed = clocks
+            return
+        if self._baseline is None:
+            if all(now[3] > then[3] for now, then in zip(clocks, self._armed)):
+                self._baseline = clocks  # every clock now reads from a sample begun while all were busy
+                self._process_clock = (time.process_time(), time.perf_counter())
+            return
+        pairs = list(zip(clocks, self._baseline))
+        if any(now[2] - then[2] > IDLE_SHARE * (now[4] - then[4]) for now, then in pairs):
+            self._armed = self._baseline = None  # one waited for tasks in between: not side by side
+            return
+        if any(now[3] - then[3] < 2 or now[4] - then[4] < EVIDENCE_SPAN for now, then in pairs):
+            return
+        self._cores_kept = sum((now[1] - then[1]) / (now[4] - then[4]) for now, then in pairs)
+        cpu, wall = time.process_time() - self._process_clock[0], time.perf_counter() - self._process_clock[1]
+        self._cores_others = max(0.0, cpu / wall - self._cores_kept)  # the consumer's own work, in this process
+        if self._cores_kept < KEEP_CORES * min(self._usable, self.cores - self._cores_others):
+            self._start_processes()
+            return
+        self.rates = {"thread": sum((now[3] - then[3]) / (now[4] - then[4]) for now, then in pairs)}
+        self.decided_after = time.perf_counter() - self._started
+        self._settle("thread", f"{self._cores_note()[:-2]}: the work releases the GIL, so processes could add little: threads")
+
+    def _start_processes(self) -> None:
+        """Start the process workers (see `_judge_gil`); a failure settles on threads with the reason."""
+        self._processes_started = True
+        try:
+            fresh = self._make_processes()
+        except Exception as exc:
+            self._settle("thread", f"process workers failed to start ({type(exc).__name__}: {exc}): threads")
+            return
+        waiting = self.processes
+        fresh.set_window_share(waiting.share)
+        self._outstanding[fresh] = self._outstanding.pop(waiting)
+        self._measure[fresh] = self._measure.pop(waiting)
+        self.processes = fresh
+
+    def _cores_note(self) -> str:
+        if self._cores_kept is None:
+            return ""
+        return (f"{self.threads.workers} threads side by side kept {self._cores_kept:.2f} of {self._usable} cores busy "
+                f"(the rest of this process {self._cores_others:.2f}); ")
 
     def _thread_bound(self) -> float:
         """Samples/s the threads could deliver at most: their CPU rate on every core they could use (0: unknown)."""
@@ -428,7 +568,6 @@ class BackendTrial(Executor):
         self._decided_rate = self.rates.get(winner, 0.0) / max(1, self._measure[self._winning()].workers)
         self._drift = _Drift()
         self.threads.watch_progress(False)
-        self.threads.open_threads(None)
         self._restore_switch()
         self._close_idle_loser()
 
@@ -452,6 +591,7 @@ class BackendTrial(Executor):
         self._previous_winner = self.winner
         if loser_kind == "process":
             self.processes = fresh
+            self._processes_started = True  # measured as before: a drifting rate is not a start-up question
             self._ready = False
             self._warmed = set()
             self._short_switch = True
@@ -464,6 +604,7 @@ class BackendTrial(Executor):
         self._measure = {self.threads: _Measure(self.workers), self.processes: _Measure(self.workers)}
         self._thread_rows = self._thread_cpu = 0.0  # the threads' bound is measured again too
         self._thread_span, self._thread_tasks = 0.0, 0
+        self._armed = self._baseline = self._cores_kept = None
         self._alone_from = self._threads_alone_from = None
         self._threads_again = self._abandoned = False
         self.winner = None  # the rates of the last decision stay in stats().trial until the next one

@@ -28,7 +28,7 @@ import sys
 import threading
 import time
 
-__all__ = ["ForkServer", "ForkedProcess", "forkserver", "server_pids"]
+__all__ = ["ForkServer", "ForkedProcess", "forkserver", "server_pids", "starting"]
 
 _HEADER = struct.Struct("<I")
 _SERVER_CODE = "import sys; from feedline.backends.process._forkserver import serve; serve(int(sys.argv[1]))"
@@ -54,6 +54,7 @@ def serve(reply_fd: int) -> None:
     from ...worker import _kernel, _protocol  # noqa: F401
     from . import _main  # noqa: F401
 
+    _send(reply_fd, ("ready",))  # imports done: this server no longer competes for a core
     parent = os.getppid()
     wake_r, wake_w = os.pipe()
     os.set_blocking(wake_w, False)
@@ -200,6 +201,7 @@ class ForkServer:
         self._pending: collections.deque = collections.deque()  # ForkedProcess per request, answered in order
         self._codes: dict[int, int] = {}
         self._request_lock = threading.Lock()
+        self.ready = threading.Event()  # its imports are done (see `starting`)
         self._reader = threading.Thread(target=self._read, name="feedline-forkserver", daemon=True)
         self._reader.start()
 
@@ -214,13 +216,16 @@ class ForkServer:
         while True:
             header = self._replies.read(_HEADER.size)
             if len(header) < _HEADER.size:
+                self.ready.set()  # gone: not starting either
                 with self._request_lock:  # the server is gone: unanswered requests fail
                     while self._pending:
                         self._pending.popleft()._answer(None)
                 return
             (size,) = _HEADER.unpack(header)
             message = pickle.loads(self._replies.read(size))
-            if message[0] == "forked":
+            if message[0] == "ready":
+                self.ready.set()
+            elif message[0] == "forked":
                 with self._request_lock:
                     self._pending.popleft()._answer(message[1])
             else:
@@ -283,6 +288,11 @@ def forkserver(env: dict, fixed: tuple) -> ForkServer:
         server = ForkServer(env)
         _servers.append(server)
         return server
+
+
+def starting() -> bool:
+    """Whether a fork server of this process is still importing (it then takes a core for ~0.1 s)."""
+    return any(not s.ready.is_set() for s in list(_servers))
 
 
 def server_pids() -> list[int]:
