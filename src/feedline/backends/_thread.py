@@ -61,9 +61,9 @@ class ThreadExecutor(Executor):
         self.cancelled: set[int] = set()
         self._pinned = False  # a stream shard was pinned to a thread: the count must not change
         self.running: list[_Running | None] = [None] * workers
-        # Per thread: [its CPU seconds at its last sample (while the choice watches), seconds idle, samples begun,
-        # when it last read its CPU time (perf_counter)].
-        self.clocks: list[list] = [[0.0, 0.0, 0, 0.0] for _ in range(workers)]
+        self.idle = [0.0] * workers  # seconds each thread waited for a task
+        self.begun = [0] * workers  # samples each thread began while watched
+        self._cpu_clocks: list = []  # each thread's CPU-time clock id (None where the system has none)
         self.returned: list = []  # (key, _Returned): abandoned tasks, for `take_returned`
         self._abandon_before = 0.0  # tasks started before this are given back at their next sample
         self._watched = False  # count each task's samples (for `running_rates`, `abandon_running`)
@@ -76,6 +76,10 @@ class ThreadExecutor(Executor):
         thread = threading.Thread(target=self._work, args=(n, inbox), name=f"feedline-{self._pool}-thread-{n}", daemon=True)
         thread.start()
         self.threads.append(thread)
+        try:
+            self._cpu_clocks.append(time.pthread_getcpuclockid(thread.ident))
+        except (AttributeError, OSError):  # Windows has no per-thread clock id
+            self._cpu_clocks.append(None)
 
     def grow(self, workers: int) -> bool:
         """Add threads up to ``workers`` (tasks pinned to a stream shard keep their thread: affinity is modulo the count)."""
@@ -85,7 +89,8 @@ class ThreadExecutor(Executor):
             self.inboxes.append(queue.SimpleQueue())
             self.load.append(0)
             self.running.append(None)
-            self.clocks.append([0.0, 0.0, 0, 0.0])
+            self.idle.append(0.0)
+            self.begun.append(0)
             self._start_thread(n, self.inboxes[n])
         self.workers = workers
         return True
@@ -95,17 +100,15 @@ class ThreadExecutor(Executor):
         while True:
             idle_from = time.perf_counter()
             item = inbox.get()
-            self.clocks[n][1] += time.perf_counter() - idle_from
+            self.idle[n] += time.perf_counter() - idle_from
             if item is _STOP:
                 return
             key, task = item
             running = self.running[n] = _Running()
 
-            clock = self.clocks[n]
-
-            def progress(index, running=running, clock=clock):
+            def progress(index, running=running, n=n):
                 running.samples += 1
-                clock[0], clock[2], clock[3] = time.thread_time(), clock[2] + 1, time.perf_counter()
+                self.begun[n] += 1
                 if running.started < self._abandon_before:
                     raise _Abandoned
 
@@ -166,15 +169,25 @@ class ThreadExecutor(Executor):
                 rates.append(running.samples / (now - running.started))
         return rates
 
-    def side_by_side(self) -> list[tuple]:
-        """Per thread ``(busy, CPU s, s idle, samples begun, read at)``, its CPU time as of its last sample.
+    def side_by_side(self) -> list[tuple] | None:
+        """Per thread ``(busy, CPU seconds, seconds idle, samples begun)`` so far, read now; None without per-thread CPU clocks.
 
-        Each thread reads its own CPU time before each sample while
-        `watch_progress` is on, so two readings taken while every thread
-        stayed busy tell how many cores the threads kept busy together over
-        the same stretch (see `feedline.engine._trial`).
+        Read from the calling thread through each thread's CPU-time clock
+        (POSIX), so two readings a few milliseconds apart tell how many
+        cores the threads kept busy together in between, even within one
+        long sample (see `feedline.engine._trial`).
         """
-        return [(self.running[n] is not None, *self.clocks[n]) for n in range(self.workers)]
+        readings = []
+        for n in range(self.workers):
+            clock = self._cpu_clocks[n]
+            if clock is None:
+                return None
+            try:
+                cpu = time.clock_gettime(clock)
+            except OSError:  # the thread is gone (closing)
+                return None
+            readings.append((self.running[n] is not None, cpu, self.idle[n], self.begun[n]))
+        return readings
 
     def abandon_running(self) -> None:
         """Give back every running task at its next sample (`take_returned` has them once back)."""

@@ -6,7 +6,7 @@ without changing the output. `BackendTrial` is an `Executor` over two:
   batch), every thread side by side. The process workers start only if
   the threads cannot keep the cores busy: threads that hold the GIL run
   one at a time, while threads that release it keep every core busy
-  (`_judge_gil`: each thread's CPU time over a stretch in which all were
+  (`_judge_gil`: the threads' CPU clocks over a stretch in which all were
   busy). Threads that keep `KEEP_CORES` of their cores busy keep the work
   at once, and no process is started: processes could add at most ~10 %
   and would cost a start-up and a copy of every batch. Otherwise the
@@ -75,10 +75,10 @@ NEAR_BOUND = 0.85  # processes delivering this share of the threads' upper bound
 STARTUP_SWITCH_INTERVAL = 0.0005  # seconds: the GIL hand-over interval while process workers start beside busy threads
 ABANDON_RATIO = 2.0  # a warm process worker this many times faster than every running thread task: those tasks move over
 IO_SHARE = 0.2  # thread tasks using less than this share of a core while they run wait on I/O: threads win at once
-EVIDENCE_SPAN = 0.03  # seconds each thread must run side by side with the others before `KEEP_CORES` is judged
-IDLE_SHARE = 0.05  # ... while none of them waited for tasks more than this share of the stretch
+EVIDENCE_SPAN = 0.05  # seconds every thread must stay busy side by side before `KEEP_CORES` is judged
+IDLE_SHARE = 0.05  # ... none of them waiting for tasks more than this share of the stretch
 KEEP_CORES = 0.9  # threads keeping this share of the cores they could use busy (~1 / PROCESS_MARGIN) keep the work at once
-START_PROCESSES_AFTER = 0.4  # seconds: no verdict on the GIL by then (long samples, idle threads, not Linux: at once): start the process workers anyway
+START_PROCESSES_AFTER = 0.3  # seconds: no verdict on the GIL by then (threads kept waiting for tasks; Windows: at once): start the process workers anyway
 DRIFT_RATIO = 0.6  # the winner's samples/s per worker fell below this share of what won it the trial: try both again
 DRIFT_WINDOWS = 2  # ... for this many windows in a row (a window: 4 tasks per worker, at least 8)
 RETRIAL_AFTER = 10.0  # seconds after a decision before it may be revisited; doubled each time a trial confirms the winner
@@ -239,11 +239,10 @@ class BackendTrial(Executor):
         self._warmed: set = set()  # process workers whose first task (imports, first page faults) went by, unmeasured
         self._thread_rows = self._thread_cpu = 0.0  # every thread task: the threads' upper bound
         self._thread_span, self._thread_tasks = 0.0, 0  # ... and how long they ran (their CPU share: I/O-bound?)
-        self._armed: list | None = None  # each thread's samples begun when all were first seen busy (see `_judge_gil`)
-        self._baseline: list | None = None  # the threads' clocks at their first sample after that
+        self._baseline: tuple | None = None  # (when, this process's CPU time, the threads' clocks) as a stretch began
+        self._judging_from = time.perf_counter()  # the verdict is due `START_PROCESSES_AFTER` after this
         self._cores_kept: float | None = None  # cores the threads kept busy side by side, once known
         self._cores_others = 0.0  # ... and cores the rest of this process (the consumer) used meanwhile
-        self._process_clock = (0.0, 0.0)  # this process's CPU time and the time at the stretch's start
         self._ready = False  # every process worker is up: new tasks go to processes from here
         self._alone_from = None  # processes measured from here (the threads' last task is back)
         self._threads_again = False  # the bound did not settle it: threads are measured alone
@@ -467,60 +466,56 @@ class BackendTrial(Executor):
         """Start the process workers only if the threads cannot keep the cores busy; threads that can keep the work.
 
         Threads that hold the GIL for Python code run one at a time: two of
-        them keep one core busy between them (measured 1.02 on the suite's
-        gil workload; 1.5-1.6 for audio's dozens of small NumPy calls a
-        sample). Threads that release it in C code (decoders, resizes, NumPy
-        on large arrays) keep every core busy (1.92-1.99 of 2 for jpeg, seg
-        and store). Each thread reads its own CPU time before each sample;
-        a stretch counts once every thread has begun a sample since all were
-        seen busy, and is judged after `EVIDENCE_SPAN` seconds and two
-        samples per thread (a thread that waited for tasks more than
+        them keep one core busy between them (measured 1.01-1.06 on the
+        suite's gil workload; 1.5-1.7 for audio's dozens of small NumPy
+        calls a sample). Threads that release it in C code (decoders,
+        resizes, NumPy on large arrays) keep every core busy (1.81-1.99 of
+        2 for jpeg, seg and store). The threads' CPU clocks are read at each
+        poll: a stretch starts when every thread is busy and is judged after
+        `EVIDENCE_SPAN` seconds (a thread that waited for tasks more than
         `IDLE_SHARE` of it starts it again, and so does a fork server still
-        importing: it takes a core meanwhile).
-        Threads that keep `KEEP_CORES` of the cores they could use busy (the
-        cores left over by the rest of this process, e.g. a consumer that
-        checks or converts every batch, measured over the same stretch) are
-        within `PROCESS_MARGIN` of anything processes could do with the same
-        work on the same cores, without a start-up or a copy of every batch:
-        they keep the work, and the process workers are never started
-        (starting them beside such threads cost short epochs 10-25 %: their
-        interpreters and imports took the cores the threads needed).
-        Otherwise, or with no verdict within `START_PROCESSES_AFTER` seconds
-        (samples of 0.1 s or more), the process workers start and are
-        measured as before.
+        importing: it takes a core meanwhile). Threads that keep `KEEP_CORES`
+        of the cores they could use busy (the cores left over by the rest of
+        this process, e.g. a consumer that checks or converts every batch,
+        measured over the same stretch) are within `PROCESS_MARGIN` of
+        anything processes could do with the same work on the same cores,
+        without a start-up or a copy of every batch: they keep the work, and
+        the process workers are never started (starting them beside such
+        threads cost short epochs 10-25 %: their interpreters and imports
+        took the cores the threads needed). Otherwise, or with no verdict
+        within `START_PROCESSES_AFTER` seconds of the fork server being ready
+        (threads that keep waiting for tasks), or no per-thread clocks
+        (Windows), the process workers start and are measured as before.
         """
         if self._processes_started or self.winner is not None:
             return
-        if self._usable < 2 or time.perf_counter() - self._started >= START_PROCESSES_AFTER:
-            self._start_processes()  # one thread shows nothing side by side; or no verdict in time
-            return
+        now = time.perf_counter()
         clocks = self.threads.side_by_side()
-        if warming_up():
-            self._armed = self._baseline = None  # the fork server takes a core meanwhile: not a fair stretch
+        if clocks is None or self._usable < 2 or now - self._judging_from >= START_PROCESSES_AFTER:
+            self._start_processes()  # no clocks; one thread shows nothing side by side; or no verdict in time
             return
-        if self._armed is None:
-            if all(busy for busy, *_ in clocks):
-                self._armed = clocks
+        if warming_up():
+            self._baseline = None  # the fork server takes a core meanwhile: not a fair stretch (and the
+            self._judging_from = now  # workers could not start before it is ready anyway)
             return
         if self._baseline is None:
-            if all(now[3] > then[3] for now, then in zip(clocks, self._armed)):
-                self._baseline = clocks  # every clock now reads from a sample begun while all were busy
-                self._process_clock = (time.process_time(), time.perf_counter())
+            if all(busy for busy, *_ in clocks):
+                self._baseline = (now, time.process_time(), clocks)
             return
-        pairs = list(zip(clocks, self._baseline))
-        if any(now[2] - then[2] > IDLE_SHARE * (now[4] - then[4]) for now, then in pairs):
-            self._armed = self._baseline = None  # one waited for tasks in between: not side by side
+        began, process_cpu, before = self._baseline
+        span = now - began
+        if any(now_[2] - was[2] > IDLE_SHARE * span for now_, was in zip(clocks, before)):
+            self._baseline = None  # one waited for tasks meanwhile: not side by side
             return
-        if any(now[3] - then[3] < 2 or now[4] - then[4] < EVIDENCE_SPAN for now, then in pairs):
+        if span < EVIDENCE_SPAN:
             return
-        self._cores_kept = sum((now[1] - then[1]) / (now[4] - then[4]) for now, then in pairs)
-        cpu, wall = time.process_time() - self._process_clock[0], time.perf_counter() - self._process_clock[1]
-        self._cores_others = max(0.0, cpu / wall - self._cores_kept)  # the consumer's own work, in this process
+        self._cores_kept = sum(now_[1] - was[1] for now_, was in zip(clocks, before)) / span
+        self._cores_others = max(0.0, (time.process_time() - process_cpu) / span - self._cores_kept)
         if self._cores_kept < KEEP_CORES * min(self._usable, self.cores - self._cores_others):
             self._start_processes()
             return
-        self.rates = {"thread": sum((now[3] - then[3]) / (now[4] - then[4]) for now, then in pairs)}
-        self.decided_after = time.perf_counter() - self._started
+        self.rates = {"thread": sum(now_[3] - was[3] for now_, was in zip(clocks, before)) / span}  # samples begun
+        self.decided_after = now - self._started
         self._settle("thread", f"{self._cores_note()[:-2]}: the work releases the GIL, so processes could add little: threads")
 
     def _start_processes(self) -> None:
@@ -604,7 +599,8 @@ class BackendTrial(Executor):
         self._measure = {self.threads: _Measure(self.workers), self.processes: _Measure(self.workers)}
         self._thread_rows = self._thread_cpu = 0.0  # the threads' bound is measured again too
         self._thread_span, self._thread_tasks = 0.0, 0
-        self._armed = self._baseline = self._cores_kept = None
+        self._baseline = self._cores_kept = None
+        self._judging_from = time.perf_counter()
         self._alone_from = self._threads_alone_from = None
         self._threads_again = self._abandoned = False
         self.winner = None  # the rates of the last decision stay in stats().trial until the next one
