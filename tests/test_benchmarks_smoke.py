@@ -86,6 +86,13 @@ def test_io_workers_benchmark_prints_a_row_per_loader():
     assert rows["feedline x2"][2] == "1.00x", "the reference row is 1.00x itself"
 
 
+def test_first_batch_benchmark_times_each_setting_in_a_fresh_interpreter():
+    rows = _table_rows(_run_script("first_batch", "--quick"))
+    assert set(rows) == {"process x2, iterated at once", "thread x2, iterated at once"}
+    assert rows["process x2, iterated at once"][0] == "process x2" and rows["thread x2, iterated at once"][0] == "thread x2"
+    assert all(float(cells[1].split()[0]) > 0 for cells in rows.values()), rows
+
+
 def test_vocabulary_overhead_benchmark_counts_the_samples_of_each_step():
     rows = _table_rows(_run_script("vocabulary_overhead", "--quick", "--reps", "1"))
     samples = {name: cells[-1] for name, cells in rows.items() if len(cells) == 5}
