@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 import feedline as fl
+from feedline import testing
 from feedline.backends._thread import ThreadExecutor
 from feedline.worker import Task
 
@@ -146,3 +147,22 @@ def test_the_choice_is_tried_again_when_the_winners_rate_falls_and_the_output_is
         it.close()
     assert out == list(range(len(out)))
     assert "tried again after the rate fell" in decision, decision
+
+
+def _hash_outside_the_gil(v):
+    import hashlib
+
+    hashlib.sha256(bytes(1 << 20)).digest()
+    return v
+
+
+def test_without_per_thread_cpu_clocks_the_process_workers_start_at_once_and_the_output_is_unchanged(monkeypatch, no_leaks):
+    """Windows has no per-thread CPU clock id: the choice measures processes as it did before it could read threads."""
+    monkeypatch.delattr(time, "pthread_getcpuclockid", raising=False)
+    pipe = fl.from_arrays(np.arange(120)).map(_hash_outside_the_gil).batch(6)
+    with pipe:
+        out = [int(v) for b in pipe for v in b]
+        started = testing.executor(pipe).processes_started
+    assert out == list(range(120))
+    assert started, "with no way to see the threads keep the cores busy, the process workers must start"
+
