@@ -121,6 +121,10 @@ def test_big_endian_and_bool_arrays_come_back_equal(tmp_path):
         assert store[i]["b"].dtype == np.bool_
         np.testing.assert_array_equal(store[i]["b"], b[i])
     assert store.fields["x"].dtype == "<i4"
+    batch = store.gather([3, 0, 2])
+    assert batch["b"].dtype == np.bool_ and batch["x"].dtype == np.dtype("<i4")
+    np.testing.assert_array_equal(batch["b"], b[[3, 0, 2]])
+    np.testing.assert_array_equal(batch["x"], x[[3, 0, 2]])
 
 
 def test_fixed_shape_arrays_are_read_only_views_of_the_mapped_file(store_path):
@@ -144,7 +148,12 @@ def test_gather_returns_rows_in_the_order_asked_across_files(tmp_path):
     assert batch["name"] == [f"sample-{i}" for i in order]
     one_file = store.gather([3, 1, 2])  # all in one record batch: the bulk np.take path
     np.testing.assert_array_equal(one_file["image"], data["image"][[3, 1, 2]])
-    assert batch["image"].flags.writeable  # a gathered batch is the caller's own memory
+    assert batch["image"].flags.writeable  # a gathered batch is the caller's own memory, not the mapped file
+    batch["image"][:] = 0
+    batch["label"][:] = -1
+    again = store.gather(order)
+    np.testing.assert_array_equal(again["image"], data["image"][order])
+    np.testing.assert_array_equal(again["label"], data["label"][order])
 
 
 
@@ -163,8 +172,8 @@ def nested_store(path, monkeypatch, n=90):
     return data
 
 
-def assert_gathered(store, data, order):
-    batch = store.gather(order)
+def assert_gathered(store, data, order, gather=lambda store, order: store.gather(order)):
+    batch = gather(store, order)
     np.testing.assert_array_equal(batch["image"], data["image"][order])
     for key in ("label", "weight", "vec"):
         np.testing.assert_array_equal(batch["meta"][key], data["meta"][key][order])
@@ -173,11 +182,19 @@ def assert_gathered(store, data, order):
     assert [p.tolist() for p in batch["meta"]["points"]] == [data["meta"]["points"][i].tolist() for i in order]
 
 
-@pytest.fixture(params=["per record batch", "row by row"])
+@pytest.fixture(params=["one fancy index", "per record batch", "row by row"])
 def copy_path(request, monkeypatch):
-    """Both ways a gather copies fixed-size rows (by row size: small per record batch, large row by row)."""
+    """Every way a gather copies fixed-size rows, as ``gather(store, order)``.
+
+    Into new arrays (no ``alloc``): one fancy index over every record
+    batch. Into arrays ``alloc`` gives: small rows per record batch, large
+    ones row by row.
+    """
+    if request.param == "one fancy index":
+        return lambda store, order: store.gather(order)
     if request.param == "row by row":
         monkeypatch.setattr(_reader, "_ROW_BY_ROW", 0)
+    return lambda store, order: store.gather(order, alloc=lambda specs: [np.full(s, 1, d) for s, d in specs])
 
 
 def test_gather_across_many_files_and_record_batches_is_exact(tmp_path, monkeypatch, copy_path):
@@ -186,15 +203,15 @@ def test_gather_across_many_files_and_record_batches_is_exact(tmp_path, monkeypa
     assert len(store.manifest["files"]) == 5 and len(store._starts) > 20
     rng = np.random.default_rng(0)
     for order in (rng.permutation(90).tolist(), rng.permutation(90)[:17].tolist(), list(range(89, -1, -3))):
-        assert_gathered(store, data, order)
+        assert_gathered(store, data, order, copy_path)
 
 
 def test_gather_with_repeated_indices_and_an_empty_batch(tmp_path, monkeypatch, copy_path):
     data = nested_store(tmp_path / "n.store", monkeypatch)
     store = open_store(tmp_path / "n.store")
-    assert_gathered(store, data, [5, 80, 5, 5, 40, 80, 0, 0])  # the same row from several record batches, again
-    assert_gathered(store, data, [33, 33, 33])  # one record batch, repeated
-    empty = store.gather([])
+    assert_gathered(store, data, [5, 80, 5, 5, 40, 80, 0, 0], copy_path)  # the same row from several record batches, again
+    assert_gathered(store, data, [33, 33, 33], copy_path)  # one record batch, repeated
+    empty = copy_path(store, [])
     assert empty["image"].shape == (0, 4, 5, 3) and empty["meta"]["label"].shape == (0,)
     assert empty["meta"]["name"] == [] and empty["meta"]["points"] == []
 

@@ -15,7 +15,7 @@ import numpy as np
 
 from ._errors import SampleError
 
-__all__ = ["Leaf", "collate_into", "concat_pieces", "flatten", "flatten_all", "slice_rows", "unflatten"]
+__all__ = ["Leaf", "collate_into", "concat_pieces", "flatten", "flatten_all", "new_arrays", "slice_rows", "unflatten"]
 
 
 class Leaf:
@@ -181,7 +181,13 @@ def _is_foreign_tensor(x) -> bool:
 Allocator = Callable[[list], list]
 
 
-def _numpy_alloc(specs: list) -> list:
+def new_arrays(specs: list) -> list:
+    """The allocator for batches that live in this process: new NumPy arrays.
+
+    A source's bulk read given this very function (``alloc is new_arrays``)
+    may return arrays it allocated its own way (a store gathers rows with
+    one fancy index, which allocates its result: one copy instead of two).
+    """
     return [np.empty(shape, dtype) for shape, dtype in specs]
 
 
@@ -198,7 +204,7 @@ def _refuse_arrays_among_numbers(col: list, indices: Sequence) -> None:
             )
 
 
-def collate_into(samples: Sequence, indices: Sequence, alloc: Allocator = _numpy_alloc):
+def collate_into(samples: Sequence, indices: Sequence, alloc: Allocator = new_arrays):
     """Stack a list of samples into one batch, writing arrays where ``alloc`` says.
 
     Array leaves are stacked along a new first axis; numbers become 1-D

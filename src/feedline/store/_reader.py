@@ -17,6 +17,7 @@ import threading
 
 import numpy as np
 
+from .._tree import new_arrays
 from ..pipeline._pipeline import Pipeline
 from ..sources._base import Source
 from ._checksum import Region, bad_ends, batch_matches, has_checksums, manifest_digest, row_ranges
@@ -31,10 +32,6 @@ __all__ = ["Store", "from_store", "open_store"]
 
 _COMPRESSED_CACHE = 8  # decompressed record batches kept per compressed group (~1 MiB each)
 _ROW_BY_ROW = 4 << 10  # a gather copies larger rows one by one, smaller ones per record batch (see _GatherPlan)
-
-
-def _numpy_alloc(specs):
-    return [np.empty(shape, dtype) for shape, dtype in specs]
 
 
 class Store(Source):
@@ -256,9 +253,9 @@ class Store(Source):
 
         Array and scalar fields come back stacked, in arrays from ``alloc``
         (``alloc([(shape, dtype), ...]) -> arrays``, the hook a process
-        worker uses to write straight into shared memory; default: new NumPy
-        arrays). Variable-size fields (ragged arrays, bytes, str) come back
-        as lists.
+        worker uses to write straight into shared memory; default, or
+        `new_arrays`: new NumPy arrays, gathered with one copy).
+        Variable-size fields (ragged arrays, bytes, str) come back as lists.
         """
         idx = np.asarray(indices, dtype=np.int64).reshape(-1)
         n = len(idx)
@@ -269,18 +266,26 @@ class Store(Source):
         rows = idx - self._starts_array[chunks]
         unique = np.unique(chunks).tolist()
         by_chunk = {c: self._chunk_columns(c) for c in unique}
-        wanted = []
-        for spec in self._specs:
-            if spec.kind == "array":
-                wanted.append(((n, *spec.shape), np.dtype(spec.dtype)))
-            elif spec.kind == "scalar":
-                wanted.append(((n,), np.dtype(spec.dtype)))
-        outs = iter((alloc or _numpy_alloc)(wanted))
         plan = _GatherPlan(chunks, rows, unique)
+        stacked = {}  # field position -> its rows, gathered into a new array with one copy
+        if alloc is None or alloc is new_arrays:
+            for f, spec in enumerate(self._specs):
+                if spec.kind in ("array", "scalar") and not spec.image:
+                    array = plan.gathered([by_chunk[c][f].array for c in unique])
+                    if array is not None:
+                        stacked[f] = array
+        wanted = []
+        for f, spec in enumerate(self._specs):
+            if f in stacked or spec.kind not in ("array", "scalar"):
+                continue
+            wanted.append(((n, *spec.shape) if spec.kind == "array" else (n,), np.dtype(spec.dtype)))
+        outs = iter((alloc or new_arrays)(wanted))
         chunk_list, row_list = chunks.tolist(), rows.tolist()
         values = []
         for f, spec in enumerate(self._specs):
-            if spec.kind in ("array", "scalar"):
+            if f in stacked:
+                values.append(stacked[f])
+            elif spec.kind in ("array", "scalar"):
                 out = next(outs)
                 if spec.image:
                     for k, (c, r) in enumerate(zip(chunk_list, row_list)):
@@ -319,6 +324,8 @@ class _GatherPlan:
     """Where each row of a gathered batch comes from, grouped by record batch with vectorised NumPy.
 
     A shuffled batch draws its rows from many record batches (and files).
+    Into a new batch, `gathered` copies them all with one fancy index. Into
+    given arrays (shared memory), `copy` works as follows.
     Small rows (up to `_ROW_BY_ROW` bytes: scalars, labels, small vectors)
     are copied with one ``np.take`` per record batch, which
     releases the GIL, into a contiguous stretch of a scratch array in
@@ -348,6 +355,36 @@ class _GatherPlan:
             self._grouped = self.rows[order], list(zip(bounds, bounds[1:] + [len(order)])), inverse
         return self._grouped
 
+    def gathered(self, blocks: list) -> np.ndarray | None:
+        """The batch's rows of ``blocks`` in a new array, copied with one NumPy fancy index (None: not possible).
+
+        The blocks (one per record batch, in ``unique`` order) sit anywhere
+        in memory: a read-only view whose element is one row, starting at
+        the lowest block and advancing one byte at a time, reaches every
+        row of every block by its byte offset, so ``view[offsets]`` copies
+        the whole batch at once, with the GIL released, into memory NumPy
+        allocates (as fast as ``np.take`` from one array in memory; twice
+        the per-record-batch copies into a given batch on 3x64x64 rows,
+        benchmarks/store_gather.py). Only offsets inside the blocks are
+        ever read; the view holds the blocks while it lives.
+        """
+        if not blocks:
+            return None
+        first = blocks[0]
+        row_shape, dtype = first.shape[1:], first.dtype
+        row_bytes = first.itemsize * int(np.prod(row_shape, dtype=np.int64))
+        if row_bytes == 0 or not all(b.flags.c_contiguous and b.shape[1:] == row_shape and b.dtype == dtype for b in blocks):
+            return None
+        addresses = np.array([b.__array_interface__["data"][0] for b in blocks], dtype=np.int64)
+        low = int(addresses.min())
+        span = max(int(a) + b.nbytes for a, b in zip(addresses.tolist(), blocks)) - low
+        if span < row_bytes:
+            return None
+        rows_view = np.asarray(_RowWindow(low, span - row_bytes + 1, row_bytes, blocks))
+        block = np.searchsorted(np.asarray(self.unique, dtype=self.chunks.dtype), self.chunks)  # unique is sorted
+        offsets = (addresses - low)[block] + self.rows * row_bytes
+        return rows_view[offsets].view(dtype).reshape((len(self.rows), *row_shape))
+
     def copy(self, blocks: list, out: np.ndarray) -> None:
         """Fill ``out`` (the batch) from ``blocks`` (one array per record batch, in ``unique`` order)."""
         # mode="clip" avoids NumPy's buffered copy for out= (rows are in range: checked by gather).
@@ -367,6 +404,21 @@ class _GatherPlan:
         for block, (lo, hi) in zip(blocks, stretches):
             np.take(block, rows[lo:hi], axis=0, out=scratch[lo:hi], mode="clip")
         np.take(scratch, inverse, axis=0, out=out, mode="clip")
+
+
+class _RowWindow:
+    """Read-only rows of ``row_bytes`` starting at every byte of ``[address, address + count + row_bytes - 1)``.
+
+    NumPy builds the view from ``__array_interface__``; this object is the
+    view's base, so it keeps ``blocks`` (the memory behind the address)
+    alive for as long as the view lives.
+    """
+
+    def __init__(self, address: int, count: int, row_bytes: int, blocks: list):
+        self.blocks = blocks
+        self.__array_interface__ = {
+            "shape": (count,), "typestr": f"|V{row_bytes}", "strides": (1,), "data": (address, True), "version": 3,
+        }
 
 
 def open_store(path, *, verify: bool = False, storage_options: dict | None = None, cache_dir=None,

@@ -15,7 +15,7 @@ import time
 
 import numpy as np
 
-from .._tree import collate_into
+from .._tree import collate_into, new_arrays
 from ._protocol import Result, Task, TaskError
 
 __all__ = ["run_task", "sample_rng"]
@@ -58,7 +58,7 @@ def _run(part, task: Task, alloc, progress, streams) -> Result:
     source = part.source
     if part.bulk_read and task.indices is not None:
         t0 = time.perf_counter()
-        batch = source.gather(task.indices, alloc or _default_alloc)
+        batch = source.gather(task.indices, alloc or new_arrays)
         times["read"] = time.perf_counter() - t0
         result.rows = len(task.indices)
         result.payload = _batch_steps(part, batch, times)
@@ -125,7 +125,7 @@ def _run(part, task: Task, alloc, progress, streams) -> Result:
         if part.collate is not None:
             batch = part.collate(samples)
         else:
-            direct = alloc if (alloc is not None and not part.batch_ops) else _default_alloc
+            direct = alloc if (alloc is not None and not part.batch_ops) else new_arrays
             batch = collate_into(samples, kept, direct)
     except Exception as exc:
         row = getattr(exc, "row", None)  # a collate that names the row it failed on (padded_batch)
@@ -202,6 +202,3 @@ def _stream_items(part, task, streams, result, need_more):
         yield (task.shard, position), sample
     result.consumed = state.position
 
-
-def _default_alloc(specs):
-    return [np.empty(shape, dtype) for shape, dtype in specs]
