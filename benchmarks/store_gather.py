@@ -19,8 +19,12 @@ delivered:
   batches: a Python copy per row, ``out[positions] = np.take(block,
   rows)`` per record batch, and ``np.take`` per record batch into a
   scratch batch then one ``np.take`` into batch order. ``gather
-  (feedline)``: `Store.gather` itself (the third for rows up to 4 KiB,
-  the first above), into a given batch and into a new one.
+  (feedline)``: `Store.gather` itself: into a given batch (what a process
+  worker does with its shared memory: the third for rows up to 4 KiB, the
+  first above), into a new batch (one fancy index over every record
+  batch), and with the allocator of the thread and serial backends
+  (batches of 16 MiB or more into arrays used before, see
+  ``feedline._batch_memory``; the one fancy index below that).
 - ``..., N threads``: the row loop and ``Store.gather`` in one thread per
   core, each gathering its own batches: what a thread pool can reach.
 - ``from_store(p).shuffle(seed=0).batch(256)``: the pipeline end to end,
@@ -44,6 +48,7 @@ import time
 import numpy as np
 
 import feedline as fl
+from feedline._batch_memory import reusing_arrays
 from feedline.engine._choice import default_workers
 from feedline.store import StoreWriter, open_store
 
@@ -144,6 +149,7 @@ def run_shape(shape, mib: int, seconds: float, threads: int, tmp: str) -> dict:
         turn = iter(range(1 << 62))
         return lambda: fn(sets[next(turn) % len(sets)])
 
+    alone = reusing_arrays()  # the allocator a serial or thread backend gathers with
     result = {
         "rows": n, "record batches": len(store._starts),
         "np.take in memory": _rate(cycle(lambda i: np.take(data, i, axis=0, out=out, mode="clip")), batch_bytes, seconds),
@@ -152,6 +158,7 @@ def run_shape(shape, mib: int, seconds: float, threads: int, tmp: str) -> dict:
         "gather, grouped np.take + reorder": _rate(cycle(lambda i: _grouped_take(store, i, out)), batch_bytes, seconds),
         "gather (feedline), into a given batch": _rate(cycle(lambda i: store.gather(i, alloc=lambda _: [out])), batch_bytes, seconds),
         "gather (feedline), new batch": _rate(cycle(store.gather), batch_bytes, seconds),
+        "gather (feedline), as a thread/serial backend": _rate(cycle(lambda i: store.gather(i, alone)), batch_bytes, seconds),
     }
 
     def make_loop():
@@ -168,6 +175,9 @@ def run_shape(shape, mib: int, seconds: float, threads: int, tmp: str) -> dict:
                                                                                    seconds)
     result[f"gather (feedline), new batch, {threads} threads"] = _threads_rate(lambda: cycle(store.gather), batch_bytes,
                                                                                threads, seconds)
+    shared = reusing_arrays()  # one allocator for all threads, as a thread backend has
+    result[f"gather (feedline), as a thread backend, {threads} threads"] = _threads_rate(
+        lambda: cycle(lambda i: store.gather(i, shared)), batch_bytes, threads, seconds)
     pipe = fl.from_store(path).shuffle(seed=0).batch(BATCH)
     with pipe:
         got = 0

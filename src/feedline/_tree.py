@@ -13,9 +13,10 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from ._batch_memory import new_arrays
 from ._errors import SampleError
 
-__all__ = ["Leaf", "collate_into", "concat_pieces", "flatten", "flatten_all", "new_arrays", "slice_rows", "unflatten"]
+__all__ = ["Leaf", "collate_into", "concat_pieces", "flatten", "flatten_all", "slice_rows", "unflatten"]
 
 
 class Leaf:
@@ -179,16 +180,6 @@ def _is_foreign_tensor(x) -> bool:
 
 
 Allocator = Callable[[list], list]
-
-
-def new_arrays(specs: list) -> list:
-    """The allocator for batches that live in this process: new NumPy arrays.
-
-    A source's bulk read given this very function (``alloc is new_arrays``)
-    may return arrays it allocated its own way (a store gathers rows with
-    one fancy index, which allocates its result: one copy instead of two).
-    """
-    return [np.empty(shape, dtype) for shape, dtype in specs]
 
 
 def _refuse_arrays_among_numbers(col: list, indices: Sequence) -> None:

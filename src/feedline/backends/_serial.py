@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import collections
 
+from .._batch_memory import reusing_arrays
 from ..worker import run_task
 from ._base import Event, Executor
 
@@ -21,6 +22,7 @@ class SerialExecutor(Executor):
         self.part = part
         self.queue: collections.deque = collections.deque()
         self.streams: dict = {}
+        self.arrays = reusing_arrays()  # large batch arrays used again once the consumer lets go
 
     def submit(self, key, task, affinity=None):
         self.queue.append((key, task))
@@ -29,7 +31,7 @@ class SerialExecutor(Executor):
         if not self.queue:
             return []
         key, task = self.queue.popleft()
-        return [Event(key, run_task(self.part, task, streams=self.streams))]
+        return [Event(key, run_task(self.part, task, self.arrays, streams=self.streams))]
 
     def outstanding(self):
         return len(self.queue)

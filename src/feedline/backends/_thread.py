@@ -17,6 +17,7 @@ import queue
 import threading
 import time
 
+from .._batch_memory import reusing_arrays
 from ..worker import Result, TaskError, run_task
 from ._base import Event, Executor
 
@@ -68,6 +69,7 @@ class ThreadExecutor(Executor):
         self._abandon_before = 0.0  # tasks started before this are given back at their next sample
         self._watched = False  # count each task's samples (for `running_rates`, `abandon_running`)
         self.threads = []
+        self.arrays = reusing_arrays()  # large batch arrays used again once the consumer lets go
         self._pool = next(_names)
         for n, inbox in enumerate(self.inboxes):
             self._start_thread(n, inbox)
@@ -114,7 +116,7 @@ class ThreadExecutor(Executor):
 
             try:
                 watched = progress if self._watched else None
-                result = run_task(self.part, task, progress=watched, streams=streams)
+                result = run_task(self.part, task, self.arrays, progress=watched, streams=streams)
                 result.worker = n
             except _Abandoned:
                 result = _Returned(task, running.samples - 1, time.thread_time() - running.cpu)
@@ -234,3 +236,4 @@ class ThreadExecutor(Executor):
         for thread in self.threads:
             thread.join(timeout=2.0)
         self.threads = []
+        self.arrays.clear()

@@ -12,12 +12,13 @@ header and footer when it is opened). Details: docs/store.md, "Reading a store".
 from __future__ import annotations
 
 import bisect
+import math
 import os
 import threading
 
 import numpy as np
 
-from .._tree import new_arrays
+from .._batch_memory import NewArrays, new_arrays
 from ..pipeline._pipeline import Pipeline
 from ..sources._base import Source
 from ._checksum import Region, bad_ends, batch_matches, has_checksums, manifest_digest, row_ranges
@@ -253,8 +254,9 @@ class Store(Source):
 
         Array and scalar fields come back stacked, in arrays from ``alloc``
         (``alloc([(shape, dtype), ...]) -> arrays``, the hook a process
-        worker uses to write straight into shared memory; default, or
-        `new_arrays`: new NumPy arrays, gathered with one copy).
+        worker uses to write straight into shared memory; default, or a
+        `NewArrays`: new NumPy arrays, gathered with one copy, or, for a
+        batch that allocator reuses memory for, arrays it gives).
         Variable-size fields (ragged arrays, bytes, str) come back as lists.
         """
         idx = np.asarray(indices, dtype=np.int64).reshape(-1)
@@ -268,9 +270,11 @@ class Store(Source):
         by_chunk = {c: self._chunk_columns(c) for c in unique}
         plan = _GatherPlan(chunks, rows, unique)
         stacked = {}  # field position -> its rows, gathered into a new array with one copy
-        if alloc is None or alloc is new_arrays:
+        if alloc is None or isinstance(alloc, NewArrays):
             for f, spec in enumerate(self._specs):
                 if spec.kind in ("array", "scalar") and not spec.image:
+                    if alloc is not None and alloc.reuses(n * np.dtype(spec.dtype).itemsize * math.prod(spec.shape or ())):
+                        continue  # a large batch: into an array used before (no fresh pages), copied as below
                     array = plan.gathered([by_chunk[c][f].array for c in unique])
                     if array is not None:
                         stacked[f] = array

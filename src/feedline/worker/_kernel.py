@@ -15,7 +15,8 @@ import time
 
 import numpy as np
 
-from .._tree import collate_into, new_arrays
+from .._batch_memory import new_arrays
+from .._tree import collate_into
 from ._protocol import Result, Task, TaskError
 
 __all__ = ["run_task", "sample_rng"]
