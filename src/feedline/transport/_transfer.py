@@ -12,6 +12,10 @@ copied into the pickle:
   a shared-memory segment owned by the consumer's runtime; workers map it
   read-only. N workers cost one copy, not N.
 
+Functions pickled by value keep the name of the file they were defined in
+(`code_with_its_file`), so a worker's traceback shows the user's file and
+line.
+
 Ownership: the consumer's `SharedArrays` creates the segments and unlinks
 their names when the runtime closes. Workers record which names they
 mapped and unlink them too if they see the consumer die, so a killed
@@ -23,13 +27,14 @@ from __future__ import annotations
 import io
 import itertools
 import os
+import types
 
 import cloudpickle
 import numpy as np
 
 from ._shm import Segment, segment_prefix, unlink
 
-__all__ = ["SHARE_THRESHOLD", "SharedArrays", "attached_names", "check_picklable", "dumps_for_workers"]
+__all__ = ["SHARE_THRESHOLD", "SharedArrays", "attached_names", "check_picklable", "code_with_its_file", "dumps_for_workers"]
 
 SHARE_THRESHOLD = 1 << 20  # 1 MiB: below this, pickling a copy is cheaper than a segment.
 
@@ -107,12 +112,36 @@ def _attach_array(name: str, shape, dtype):
     return np.ndarray(shape, dtype, buffer=seg.buf)
 
 
+_DYNAMIC_FILE = "<dynamic-code>"  # what cloudpickle (3.1.3 and later) writes as the file of code it pickles by value
+_code_reduce = getattr(cloudpickle.cloudpickle, "_code_reduce", None)  # private: absent, code pickles as cloudpickle does
+
+
+def code_with_its_file(code: types.CodeType):
+    """cloudpickle's reduction of a code object, with the file it was defined in kept (None: leave it to cloudpickle).
+
+    cloudpickle 3.1.3 names the file of every function it pickles by value
+    (lambdas, closures, ``__main__`` and notebook functions) ``<dynamic-code>``
+    so that pickles do not depend on where a function was defined; a
+    worker's traceback of the user's function then showed neither the file
+    nor the failing line. feedline pickles a pipeline once per run, so it
+    keeps the name (a path or ``<stdin>``: nothing is read from it here).
+    """
+    if _code_reduce is None:
+        return None
+    constructor, args = _code_reduce(code)
+    return constructor, tuple(code.co_filename if isinstance(a, str) and a == _DYNAMIC_FILE else a for a in args)
+
+
 class _WorkerPickler(cloudpickle.Pickler):
     def __init__(self, file, shared: SharedArrays):
         super().__init__(file)
         self._shared = shared
 
     def reducer_override(self, obj):
+        if type(obj) is types.CodeType:
+            reduced = code_with_its_file(obj)
+            if reduced is not None:
+                return reduced
         if isinstance(obj, np.ndarray) and obj.dtype != object:
             reopen = memmap_reduction(obj)
             if reopen is not None:

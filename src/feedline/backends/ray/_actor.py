@@ -33,11 +33,12 @@ import socket
 import sys
 import time
 import traceback
+import types
 
 import cloudpickle
 import numpy as np
 
-from ...transport._transfer import SHARE_THRESHOLD, memmap_reduction
+from ...transport._transfer import SHARE_THRESHOLD, code_with_its_file, memmap_reduction
 from ...worker import Result, Task, TaskError, run_task
 from .._base import mark_worker
 
@@ -60,6 +61,10 @@ class _PartPickler(cloudpickle.Pickler):
         return False
 
     def reducer_override(self, obj):
+        if type(obj) is types.CodeType:
+            reduced = code_with_its_file(obj)
+            if reduced is not None:
+                return reduced
         if isinstance(obj, np.ndarray) and obj.dtype != object:
             reopen = memmap_reduction(obj)
             if reopen is not None:
