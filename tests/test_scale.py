@@ -348,7 +348,11 @@ pipe = fl.from_arrays(np.arange(640)).map(lambda x: x + 5, backend="process", wo
 it = iter(pipe)
 if when == "after_first_batch":
     say("FIRST", json.dumps(values([next(it)])))
-say("STARTED", json.dumps(children()))
+started, deadline = children(), time.monotonic() + 10
+while not started and time.monotonic() < deadline:  # the fork server forks them as it gets to it: close once one is up
+    time.sleep(0.002)
+    started = children()
+say("STARTED", json.dumps(started))
 timed_close(pipe)
 """
 
