@@ -166,3 +166,34 @@ def test_without_per_thread_cpu_clocks_the_process_workers_start_at_once_and_the
     assert out == list(range(120))
     assert started, "with no way to see the threads keep the cores busy, the process workers must start"
 
+
+
+def _waits_then_computes(v):
+    time.sleep(0.01)  # a request...
+    end = time.thread_time() + 0.001  # ...then a millisecond of Python parsing the answer
+    total = 0.0
+    while time.thread_time() < end:
+        total += 0.5
+    return v
+
+
+def test_threads_grown_for_io_that_meet_the_gil_are_tried_against_processes_and_the_output_is_unchanged(monkeypatch, no_leaks):
+    """Threads that won on I/O and were grown are measured again; if the GIL caps them, processes are tried at the same count."""
+    from feedline.engine import _trial
+
+    monkeypatch.setattr(_trial, "GIL_LIMIT", (0.0, 1e9))  # any grown pool counts as capped: the mechanics, not the threshold
+    pipe = fl.from_arrays(np.arange(960)).map(_waits_then_computes).batch(8)
+    decision, trial, grew = "", {}, False
+    with pipe:
+        for _ in range(6):  # the trial carries over from epoch to epoch until it is decided
+            out = [int(v) for b in pipe for v in b]
+            assert out == list(range(960))
+            stats = pipe.stats()
+            grew = grew or stats.workers > 2
+            decision, trial = stats.decision, stats.trial
+            if "threads kept" in decision and "tried both" in decision:
+                break
+    if not grew:
+        pytest.skip("the worker tuner did not grow the threads (the machine's CPUs were not idle enough)")
+    assert "tried again after" in decision and "threads kept" in decision, decision
+    assert set(trial) == {"thread", "process"}, f"both must be measured again, not threads settled at once on I/O: {decision}"

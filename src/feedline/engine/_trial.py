@@ -54,6 +54,13 @@ of tasks: `DRIFT_WINDOWS` windows in a row below `DRIFT_RATIO` of the rate
 that won (machine load changed, or the work did) run the trial again, the
 loser restarted, at most every `RETRIAL_AFTER` seconds (doubled each time
 the same backend wins again). The decision text says why it ran again.
+Threads that won because they wait on I/O and were then grown by the
+worker tuner can meet the GIL instead: sixteen threads that each spend a
+few ms of Python per request keep about one core busy between them, and
+no more (16 threads doing urllib HTTP delivered ~370 samples/s on 2 cores
+where 16 processes delivered 480-610). Once the grown threads' first tasks
+show them keeping `GIL_LIMIT` cores busy between them on a machine with
+more cores, the trial runs again at once, processes at the same count.
 A pipeline too short to finish the trial keeps what it has and carries the
 trial over into its next epoch (the runtime persists). Both rates and the
 reason are in ``stats().decision`` and ``stats().trial``.
@@ -67,7 +74,7 @@ import time
 
 from ..backends import Executor, warming_up
 
-__all__ = ["MIN_SPAN", "NEAR_BOUND", "PROCESS_MARGIN", "BackendTrial"]
+__all__ = ["GIL_LIMIT", "MIN_SPAN", "NEAR_BOUND", "PROCESS_MARGIN", "BackendTrial"]
 
 MIN_SPAN = 0.05  # seconds of measured work per worker, at least: short tasks are noisy
 PROCESS_MARGIN = 1.1  # processes must deliver this much more than measured threads: threads copy no batch and hold no memory per worker
@@ -82,6 +89,7 @@ START_PROCESSES_AFTER = 0.3  # seconds: no verdict on the GIL by then (threads k
 DRIFT_RATIO = 0.6  # the winner's samples/s per worker fell below this share of what won it the trial: try both again
 DRIFT_WINDOWS = 2  # ... for this many windows in a row (a window: 4 tasks per worker, at least 8)
 RETRIAL_AFTER = 10.0  # seconds after a decision before it may be revisited; doubled each time a trial confirms the winner
+GIL_LIMIT = (0.8, 1.25)  # cores that threads grown for I/O keep busy between them when the GIL is what limits them
 
 
 class _Measure:
@@ -227,7 +235,11 @@ class BackendTrial(Executor):
         self._decided_rate = 0.0  # the winner's samples/s per worker when it won
         self._settled_at = 0.0
         self._previous_winner: str | None = None
-        self._drift_note = ""
+        self._retry_reason = ""  # why the trial runs again, for the decision text
+        self._grown: _Measure | None = None  # the thread winner's tasks since it grew: does the GIL limit them?
+        self._grown_from = 0.0
+        self._gil_capped = ""  # the grown threads hit the GIL: run the trial again once the loser's tasks are back
+        self._io_shortcut = True  # threads that wait on I/O may win at once (not after they met the GIL)
         self.cores = threads.cores
         self.note = ""
         self.winner: str | None = None
@@ -320,6 +332,8 @@ class BackendTrial(Executor):
         if self.winner is None or not self._winning().grow(workers):
             return False
         self.workers = workers
+        if self.winner == "thread":
+            self._grown, self._grown_from = _Measure(workers), time.perf_counter()
         return True
 
     def close(self) -> None:
@@ -380,14 +394,31 @@ class BackendTrial(Executor):
                 self._observe(executor, result)
             elif result.error is None and executor is self._winning():
                 self._drift.add(result)
+                self._watch_grown_threads(executor, result)
             if executor is self.threads:
                 result.worker += self.processes.workers  # threads have their own rows in traces
         if self.winner is None:
             self._advance()
+        elif self._gil_capped and self._restart is not None:
+            self._try_again(self._gil_capped, io_shortcut=False)
         elif self._drift.drifted(self._decided_rate, self.workers) and self._may_retry():
-            self._try_again()
+            self._try_again(f"the rate fell ({self._drift.describe(self._decided_rate)})")
         self._close_idle_loser()
         return events
+
+    def _watch_grown_threads(self, executor: Executor, result) -> None:
+        """Threads grown for I/O that keep `GIL_LIMIT` cores busy between them: the GIL limits them now."""
+        grown = self._grown
+        if grown is None or executor is not self.threads or result.span[0] < self._grown_from:
+            return
+        grown.add(result)
+        if not grown.done:
+            return
+        self._grown = None  # judged once per growth
+        low, high = GIL_LIMIT
+        if self.cores >= 2 and low <= grown.cores_busy <= high:
+            self._gil_capped = (f"{grown.workers} threads kept {grown.cores_busy:.2f} cores busy between them, the most "
+                                f"the GIL lets Python use, with {self.cores} cores here")
 
     def _observe(self, executor: Executor, result) -> None:
         started = result.span[0]
@@ -453,7 +484,7 @@ class BackendTrial(Executor):
         cannot be helped by processes, and measuring processes on such work
         took seconds while the worker count stayed at one per core.
         """
-        if (self.winner is not None or self._thread_tasks < self.workers
+        if (self.winner is not None or not self._io_shortcut or self._thread_tasks < self.workers
                 or self._thread_span < self.workers * MIN_SPAN or self._thread_cpu >= IO_SHARE * self._thread_span):
             return
         share = self._thread_cpu / self._thread_span
@@ -556,7 +587,7 @@ class BackendTrial(Executor):
     def _settle(self, winner: str, note: str) -> None:
         if self.trials > 1:
             confirmed = winner == self._previous_winner
-            note = f"tried again after the rate fell ({self._drift_note}): {note}"
+            note = f"tried again after {self._retry_reason}: {note}"
             self._retrial_after = self._retrial_after * 2 if confirmed else RETRIAL_AFTER
         self.winner, self.note = winner, note
         self._settled_at = time.perf_counter()
@@ -571,18 +602,19 @@ class BackendTrial(Executor):
         return (self._restart is not None and self._decided_rate > 0
                 and time.perf_counter() - self._settled_at >= self._retrial_after)
 
-    def _try_again(self) -> None:
-        """The winner slowed down (machine load, or the work changed): run the trial again, the loser restarted."""
+    def _try_again(self, reason: str, io_shortcut: bool = True) -> None:
+        """The winner slowed down (machine load, the work changed, or grown threads met the GIL): run the trial again, the loser restarted."""
         loser_kind = "process" if self.winner == "thread" else "thread"
         loser = self.processes if loser_kind == "process" else self.threads
         if self._outstanding[loser]:
             return  # its last tasks are not back yet: next time
+        self._gil_capped = ""
         try:
             fresh = self._restart(loser_kind, self.workers)
         except Exception:  # cannot start it now: keep the winner, and do not ask again for a while
             self._retrial_after *= 2
             return
-        self._drift_note = self._drift.describe(self._decided_rate)
+        self._retry_reason, self._io_shortcut = reason, io_shortcut
         self._previous_winner = self.winner
         if loser_kind == "process":
             self.processes = fresh
