@@ -30,6 +30,14 @@ def test_a_task_with_an_index_array_travels_in_the_fast_form(dtype):
     message = decode(data)
     assert message.key == (3, 17) and message.task.epoch == 2 and message.task.number == 17
     assert message.task.indices.dtype == dtype and message.task.indices.tolist() == indices.tolist()
+    assert message.release == []
+
+
+def test_a_task_carries_the_slots_its_worker_may_reuse():
+    message = decode(encode(RunTask((0, 4), Task(epoch=0, number=4, indices=np.arange(8)), [7, 2])))
+    assert message.release == [7, 2] and message.task.indices.tolist() == list(range(8))
+    pickled = decode(encode(RunTask((0, 5), Task(epoch=0, number=5, shard=1, start=0), [3])))  # the pickled form too
+    assert pickled.release == [3]
 
 
 @pytest.mark.parametrize("task", [

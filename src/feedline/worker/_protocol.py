@@ -126,8 +126,11 @@ class SendPart:
 
 @dataclass
 class RunTask:
+    """A task for a worker, with the shared-memory slots the consumer let go since its last message (as `Release`)."""
+
     key: tuple
     task: Task
+    release: list = field(default_factory=list)
 
 
 @dataclass

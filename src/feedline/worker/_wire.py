@@ -78,13 +78,14 @@ def _task_to_wire(message: RunTask):
     if (task.shard is not None or task.start is not None or task.timed_out or type(indices) is not np.ndarray
             or indices.ndim != 1 or indices.dtype.kind not in "iu"):
         raise _Unfit
-    _check_plain((message.key, task.epoch, task.number))
-    return message.key, task.epoch, task.number, indices.dtype.str, np.ascontiguousarray(indices).tobytes()
+    _check_plain((message.key, task.epoch, task.number, message.release))
+    return (message.key, task.epoch, task.number, indices.dtype.str, np.ascontiguousarray(indices).tobytes(),
+            message.release)
 
 
 def _task_from_wire(wire) -> RunTask:
-    key, epoch, number, dtype, raw = wire
-    return RunTask(key, Task(epoch=epoch, number=number, indices=np.frombuffer(raw, dtype=dtype)))
+    key, epoch, number, dtype, raw, release = wire
+    return RunTask(key, Task(epoch=epoch, number=number, indices=np.frombuffer(raw, dtype=dtype)), release)
 
 
 # ------------------------------------------------------------------- done

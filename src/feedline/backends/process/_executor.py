@@ -129,6 +129,7 @@ class ProcessExecutor(Executor):
         self.readable = _Readable(self.wake_r)  # the workers' pipes and the wake pipe, registered once each
         self.closing = False
         self.released: collections.deque = collections.deque()
+        self._releasing: collections.defaultdict = collections.defaultdict(list)  # worker id -> slots to hand back
         self.pool: list[_Worker | None] = [None] * workers
         self.by_id: dict[int, _Worker] = {}
         self._pinned = False  # a stream shard was pinned to a worker: the count must not change
@@ -256,8 +257,9 @@ class ProcessExecutor(Executor):
         return True
 
     def _dispatch(self) -> None:
-        self._send_releases()
+        self._take_releases()
         self.tasks.dispatch(self._pick, self._send)
+        self._send_releases()  # those no task carried
 
     def _pick(self, key, task, affinity) -> _Worker | None:
         if affinity is not None:
@@ -267,25 +269,27 @@ class ProcessExecutor(Executor):
 
     def _send(self, worker: _Worker, key, task) -> None:
         worker.outstanding[key] = task
-        try:
-            worker.conn.send_bytes(encode(RunTask(key, task)))
+        try:  # the slots it may reuse ride along: one message, one wake-up of the worker, instead of two
+            worker.conn.send_bytes(encode(RunTask(key, task, self._releasing.pop(worker.id, []))))
         except OSError:
             pass  # its death is handled when wait() sees the EOF
 
-    def _send_releases(self) -> None:
-        if not self.released:
-            return
-        by_worker = collections.defaultdict(list)
+    def _take_releases(self) -> None:
+        """Slots the consumer let go since the last dispatch, by worker, for the next message to each."""
         while self.released:
             wid, slot = self.released.popleft()
-            by_worker[wid].append(slot)
-        for wid, slots in by_worker.items():
+            self._releasing[wid].append(slot)
+
+    def _send_releases(self) -> None:
+        """A `Release` to each worker whose freed slots no task carried."""
+        for wid, slots in self._releasing.items():
             worker = self.by_id.get(wid)
             if worker is not None and worker.ready:
                 try:
                     worker.conn.send_bytes(encode(Release(slots)))
                 except OSError:
                     pass
+        self._releasing.clear()
 
     # ------------------------------------------------------------- collect
     def wait(self, timeout):

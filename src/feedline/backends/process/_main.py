@@ -195,6 +195,8 @@ def run(boot: dict) -> None:
                 return
             if isinstance(message, RunTask):
                 key, task = message.key, message.task
+                if message.release:
+                    writer.release(message.release)
                 status[0] = task.number
                 try:
                     result = run_task(part, task, writer.alloc, progress if part.timeout is None else timed_progress, streams)
