@@ -21,6 +21,13 @@ float32. Variants:
   during the epoch (read-ahead: 8 requests in flight).
 - ``S3 cold, no read-ahead``: the same, each file fetched by the worker
   that first needs it (what read-ahead is worth).
+- ``HTTP cold`` / ``HTTP cold, 1% failing``: the store's folder on a
+  plain HTTP server (``tests/remote_servers.HttpServer``, in a process of
+  its own, 20 ms per request), empty cache; in the second, 1 % of the GETs
+  (``--fail-rate``)
+  fail (a 500, a reset connection or a truncated body, seeded): the epoch
+  must still deliver every sample once, and the table gives the failed
+  requests the server injected and the retries `stats()` counted.
 One epoch per measurement (worker start-up included), ``--reps`` rounds
 alternating the variants, medians; before each, a wait for a quiet machine,
 and a run during which other processes used over 10 % of the cores is
@@ -110,6 +117,28 @@ class S3Process:
         self.proc.wait(timeout=30)
 
 
+class HttpProcess:
+    """``tests/remote_servers.HttpServer`` over ``root`` in a process of its own; ``rate`` of its GETs fail."""
+
+    def __init__(self, root: str, latency: float, rate: float):
+        code = ("import sys; sys.path.insert(0, 'tests'); from remote_servers import Faults, HttpServer; "
+                f"s = HttpServer({root!r}, latency={latency!r}, faults=Faults(rate={rate!r})).start(); "
+                "print(s.url(), flush=True)\n"
+                "for line in sys.stdin: print(len(s.injected), flush=True)")
+        self.proc = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        self.url = self.proc.stdout.readline().strip()
+
+    def injected(self) -> int:
+        """Failures injected so far."""
+        self.proc.stdin.write("count\n")
+        self.proc.stdin.flush()
+        return int(self.proc.stdout.readline())
+
+    def close(self) -> None:
+        self.proc.stdin.close()
+        self.proc.wait(timeout=30)
+
+
 SHUFFLE = [True]  # --in-order sets it to False
 
 
@@ -142,12 +171,14 @@ def epoch(pipe, server_pid: int | None = None) -> dict:
             if first is None:
                 first = time.perf_counter() - t0
             samples += len(labels)
+        counts = pipe.stats().source_counts
     wall = time.perf_counter() - t0
     server_cpu = _process_cpu(server_pid or 0) - server0
     cpu = runner._cpu_seconds() - cpu0
     busy1 = runner._machine_busy_seconds()
     foreign = 0.0 if busy0 is None or busy1 is None else max(0.0, busy1 - busy0 - cpu - server_cpu) / (wall * runner.cores())
-    return {"seconds": wall, "samples": samples, "first": first, "foreign": foreign, "cpu": cpu, "server_cpu": server_cpu}
+    return {"seconds": wall, "samples": samples, "first": first, "foreign": foreign, "cpu": cpu, "server_cpu": server_cpu,
+            "retries": counts.get("remote download retries", 0), "failures": counts.get("remote downloads failed", 0)}
 
 
 def first_batches(pipe, count=3) -> list:
@@ -168,18 +199,23 @@ def main(argv=None) -> None:
     p.add_argument("--max-wait", type=float, default=120.0,
                    help="seconds to wait for a quiet machine before each run; a run with over 10 %% foreign load is redone twice")
     p.add_argument("--in-order", action="store_true", help="no shuffle: the epoch reads the files in order")
+    p.add_argument("--fail-rate", type=float, default=0.01, help="share of the GETs that fail in the failing HTTP variant")
     args = p.parse_args(argv)
     SHUFFLE[0] = not args.in_order
     if args.quick:
         args.samples, args.reps, args.max_wait = 2048, 1, 0.0
     work = tempfile.mkdtemp(prefix="feedline-remote-bench-")
     server = S3Process(LATENCY)
+    web = failing = None
     try:
         path = os.path.join(work, "bench.store")
         make_store(path, args.samples)
         files = [os.path.join(d, f) for d, _, fs in os.walk(path) for f in fs if f.endswith(".arrow")]
         size = sum(os.path.getsize(f) for f in files)
         url = server.upload(path, "bench", "bench.store")
+        web, failing = HttpProcess(work, LATENCY, 0.0), HttpProcess(work, LATENCY, args.fail_rate)
+        http_url, failing_url = web.url + "bench.store", failing.url + "bench.store"
+        failing_name = f"HTTP cold, {args.fail_rate:.0%} failing"
         print(f"store: {args.samples} samples, {len(files)} files, {size / 1e6:.1f} MB; S3 at {server.endpoint}, "
               f"{LATENCY * 1000:.0f} ms per request")
         warm_dir = os.path.join(work, "warm-cache")
@@ -199,14 +235,20 @@ def main(argv=None) -> None:
             "S3 cold": lambda rep: pipeline(url, os.path.join(work, f"cold-{rep}-{time.monotonic_ns()}"), server.storage_options),
             "S3 cold, no read-ahead": lambda rep: pipeline(
                 url, os.path.join(work, f"cold-plain-{rep}-{time.monotonic_ns()}"), server.storage_options, read_ahead=False),
+            "HTTP cold": lambda rep: pipeline(http_url, os.path.join(work, f"http-{rep}-{time.monotonic_ns()}"), {}),
+            failing_name: lambda rep: pipeline(failing_url, os.path.join(work, f"fail-{rep}-{time.monotonic_ns()}"), {}),
         }
+        servers = {"HTTP cold": web, failing_name: failing}
         runs = {name: [] for name in variants}
         names = list(variants)
         for rep in range(args.reps):
             for name in names[rep % len(names):] + names[:rep % len(names)]:
+                host = servers.get(name, server)
                 for _attempt in range(3):
                     runner.wait_quiet(args.max_wait, log=lambda *_: None)
-                    m = epoch(variants[name](rep), server.proc.pid)
+                    injected = host.injected() if host is failing else 0
+                    m = epoch(variants[name](rep), host.proc.pid)
+                    m["injected"] = (host.injected() if host is failing else 0) - injected
                     if m["foreign"] <= 0.10:
                         break
                 if m["samples"] != args.samples:
@@ -222,13 +264,17 @@ def main(argv=None) -> None:
             rate = statistics.median(m["samples"] / m["seconds"] for m in ms)
             rows.append([name, f"{rate:.0f}", f"{rate / local_rate:.2f}", f"{statistics.median(m['first'] for m in ms):.3f}",
                          f"{statistics.median(m['cpu'] for m in ms):.2f}", f"{statistics.median(m['server_cpu'] for m in ms):.2f}",
-                         f"{max(m['foreign'] for m in ms):.0%}"])
+                         f"{max(m['foreign'] for m in ms):.0%}",
+                         f"{sum(m['injected'] for m in ms)} / {sum(m['retries'] for m in ms)} / {sum(m['failures'] for m in ms)}"])
         header = ["variant", f"samples/s (median of {args.reps})", "vs local", "first batch (s)", "CPU s, loader",
-                  "CPU s, S3 server", "foreign load (max)"]
-        print("\n" + markdown_table(header, rows, "lrrrrrr"))
+                  "CPU s, server", "foreign load (max)", "failed requests / retries / gave up (all reps)"]
+        print("\n" + markdown_table(header, rows, "lrrrrrrr"))
         print(f"\nload average during the run: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} on {os.cpu_count()} cores")
     finally:
         server.close()
+        for http in (web, failing):
+            if http is not None:
+                http.close()
         shutil.rmtree(work, ignore_errors=True)
 
 

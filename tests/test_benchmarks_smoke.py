@@ -144,8 +144,11 @@ def test_ray_overhead_benchmark_prints_each_work_and_call_kind():
 def test_remote_store_benchmark_checks_remote_batches_and_prints_each_variant():
     for module in ("moto", "s3fs", "pyarrow"):
         pytest.importorskip(module)
-    text = _run_script("remote_store", "--samples", "128", "--reps", "1", "--max-wait", "0")
+    # 1024 samples: 4 files and a manifest, so the seeded faults (the 4th GET at 30 %) do hit
+    text = _run_script("remote_store", "--samples", "1024", "--reps", "1", "--max-wait", "0", "--fail-rate", "0.3")
     assert "checked: remote batches are bit-identical to the local store's" in text
     rows = _table_rows(text)
-    assert {"local", "S3 warm", "S3 cold", "S3 cold, no read-ahead"} <= set(rows), rows
+    assert {"local", "S3 warm", "S3 cold", "S3 cold, no read-ahead", "HTTP cold", "HTTP cold, 30% failing"} <= set(rows), rows
+    injected, retries, gave_up = (int(v) for v in rows["HTTP cold, 30% failing"][-1].split(" / "))
+    assert injected > 0 and retries >= injected and gave_up == 0, rows["HTTP cold, 30% failing"]  # every sample came anyway
     assert rows["local"][1] == "1.00", "the reference row is 1.00 itself"
