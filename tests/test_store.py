@@ -206,6 +206,22 @@ def test_gather_across_many_files_and_record_batches_is_exact(tmp_path, monkeypa
         assert_gathered(store, data, order, copy_path)
 
 
+@pytest.mark.parametrize("count", [256, 200, 501])
+def test_a_batch_of_image_rows_is_gathered_exactly_in_pieces_or_whole(tmp_path, monkeypatch, count):
+    """Rows cut into pieces (so NumPy copies without the GIL) come back whole, in order, across record batches."""
+    monkeypatch.setattr(_writer, "BATCH_BYTES", 20_000)  # ~26 rows per record batch
+    images = np.random.default_rng(5).integers(0, 255, (600, 3, 16, 16), dtype=np.uint8)  # 768-byte rows
+    with StoreWriter(tmp_path / "i.store", rows_per_file=250) as w:
+        w.write({"image": images, "label": np.arange(600)})
+    store = open_store(tmp_path / "i.store")
+    assert len(store._starts) > 10
+    assert _reader._pieces(count, 768) == {256: 2, 200: 3, 501: 1}[count]
+    order = np.random.default_rng(count).integers(0, 600, count)
+    batch = store.gather(order)
+    np.testing.assert_array_equal(batch["image"], images[order])
+    np.testing.assert_array_equal(batch["label"], order)
+
+
 def test_gather_with_repeated_indices_and_an_empty_batch(tmp_path, monkeypatch, copy_path):
     data = nested_store(tmp_path / "n.store", monkeypatch)
     store = open_store(tmp_path / "n.store")

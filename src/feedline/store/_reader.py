@@ -33,6 +33,8 @@ __all__ = ["Store", "from_store", "open_store"]
 
 _COMPRESSED_CACHE = 8  # decompressed record batches kept per compressed group (~1 MiB each)
 _ROW_BY_ROW = 4 << 10  # a gather copies larger rows one by one, smaller ones per record batch (see _GatherPlan)
+_GIL_FREE_ABOVE = 500  # NumPy copies a fancy index without the GIL only above this many elements (see _pieces)
+_MIN_PIECE = 256  # bytes: the smallest piece of a row worth cutting for that
 
 
 class Store(Source):
@@ -384,9 +386,13 @@ class _GatherPlan:
         span = max(int(a) + b.nbytes for a, b in zip(addresses.tolist(), blocks)) - low
         if span < row_bytes:
             return None
-        rows_view = np.asarray(_RowWindow(low, span - row_bytes + 1, row_bytes, blocks))
         block = np.searchsorted(np.asarray(self.unique, dtype=self.chunks.dtype), self.chunks)  # unique is sorted
         offsets = (addresses - low)[block] + self.rows * row_bytes
+        pieces = _pieces(len(offsets), row_bytes)
+        if pieces > 1:  # each row as `pieces` consecutive elements: enough of them for NumPy to let the GIL go
+            offsets = (offsets[:, None] + np.arange(0, row_bytes, row_bytes // pieces)).reshape(-1)
+        element = row_bytes // pieces
+        rows_view = np.asarray(_RowWindow(low, span - element + 1, element, blocks))
         return rows_view[offsets].view(dtype).reshape((len(self.rows), *row_shape))
 
     def copy(self, blocks: list, out: np.ndarray) -> None:
@@ -408,6 +414,25 @@ class _GatherPlan:
         for block, (lo, hi) in zip(blocks, stretches):
             np.take(block, rows[lo:hi], axis=0, out=scratch[lo:hi], mode="clip")
         np.take(scratch, inverse, axis=0, out=out, mode="clip")
+
+
+def _pieces(rows: int, row_bytes: int) -> int:
+    """Into how many equal pieces to cut each row so that a fancy index copies more than `_GIL_FREE_ABOVE` elements.
+
+    NumPy releases the GIL for a fancy-index copy only above 500 elements
+    (its ``NPY_BEGIN_THREADS_THRESHOLDED``), whatever their size: a batch
+    of 256 image rows held it, and two threads gathered no faster than one.
+    Pieces of at least `_MIN_PIECE` bytes keep each copy a ``memcpy``; rows
+    too small for that are quick enough to copy holding the GIL.
+    """
+    if rows == 0 or rows > _GIL_FREE_ABOVE:
+        return 1
+    pieces = _GIL_FREE_ABOVE // rows + 1
+    while pieces * _MIN_PIECE <= row_bytes:
+        if row_bytes % pieces == 0:
+            return pieces
+        pieces += 1
+    return 1
 
 
 class _RowWindow:
