@@ -188,7 +188,9 @@ def test_automatic_choice_settles_on_processes_for_python_that_holds_the_gil(no_
 
 
 def test_automatic_choice_keeps_threads_for_work_that_releases_the_gil(no_leaks):
-    pipe = fl.from_arrays(np.arange(600)).map(mostly_waiting).batch(8)  # long enough for the trial to end
+    # Two workers: left to grow, the threads (a third of a core each) would reach the GIL's one core at
+    # 7 or more, where processes rightly win (tests/test_backend_trial.py tries that again).
+    pipe = fl.from_arrays(np.arange(600)).map(mostly_waiting, workers=2).batch(8)  # long enough for the trial to end
     with pipe:
         for _ in pipe:
             pass
