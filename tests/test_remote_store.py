@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 
 import numpy as np
@@ -115,6 +116,46 @@ def test_epoch_through_a_small_cache_stays_within_its_limit(local_store, http_se
     assert got == _epoch(fl.from_store(local_store).batch(16))
     assert len(_cache_files(tmp_path / "cache")) < 16 and cache.used_bytes() <= limit  # files were evicted
     assert sum(n for path, n in web.gets.items() if path.endswith(".arrow")) >= 16
+
+
+def _largest_on_disk(folder, seen: list, stop: threading.Event) -> None:
+    """Sample the bytes every file under ``folder`` takes (partial downloads too) every millisecond; keep the largest."""
+    while not stop.is_set():
+        total = 0
+        for here, _, names in os.walk(folder):
+            for name in names:
+                try:
+                    total += os.path.getsize(os.path.join(here, name))
+                except FileNotFoundError:
+                    pass  # renamed or evicted meanwhile
+        seen[0] = max(seen[0], total)
+        time.sleep(0.001)
+
+
+@pytest.mark.parametrize("backend", ["thread", "process"])
+def test_concurrent_downloads_never_take_the_cache_past_its_limit(local_store, http_server, backend, tmp_path, no_leaks):
+    """Downloads in flight reserve their size: complete and partial files stay within cache_limit at every moment."""
+    # Every third file download stalls half-way for 0.05 s, so partial files sit beside complete ones.
+    web = http_server(os.path.dirname(local_store), latency=0.01,
+                      faults=Faults(every=3, kinds=("stall",), only=".arrow", stall=0.05))
+    sizes = [os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(local_store) for f in fs if f.endswith(".arrow")]
+    limit = int(2.5 * max(sizes))
+    cache_dir = tmp_path / "cache"
+    cache_dir.mkdir()
+    seen, stop = [0], threading.Event()
+    sampler = threading.Thread(target=_largest_on_disk, args=(str(cache_dir), seen, stop), daemon=True)
+    sampler.start()
+    try:
+        remote = fl.from_store(web.url("train.store"), cache_dir=cache_dir, cache_limit=limit)
+        pipe = remote.shuffle(seed=4).map(lambda s: s, backend=backend, workers=4).batch(8)
+        got = _epoch(pipe)
+    finally:
+        stop.set()
+        sampler.join()
+    expected = _epoch(fl.from_store(local_store).shuffle(seed=4).map(lambda s: s, backend=backend, workers=4).batch(8))
+    assert got == expected  # every sample once, in order
+    assert any(kind == "stall" for _, kind in web.injected)
+    assert 0 < seen[0] <= limit, f"the cache took {seen[0]} bytes on disk at one moment; its limit is {limit}"
 
 
 def test_processes_share_the_cache_and_fetch_each_file_once(local_store, http_server, tmp_path):

@@ -11,7 +11,8 @@ in flight and the disk the read-ahead takes. Start: the first ``first``
 files (those the epoch's first task reads) are fetched alone, and only
 when they have arrived do the other requests start, so the first batch
 does not wait behind requests for files it does not need. A failed prefetch is counted
-and left for the reader, which retries it and reports it with its sample.
+and left for the reader, which retries it and reports it with its sample; one the cache
+has no room for right now (`CacheFull`) is left for the reader too, not counted.
 `stop()` ends the threads after their current request; they also end when
 every file is fetched, or after `IDLE_STOP` seconds in which no fetched file
 was read (an epoch abandoned half-way).
@@ -21,6 +22,8 @@ from __future__ import annotations
 
 import threading
 import time
+
+from ._remote_cache import CacheFull
 
 __all__ = ["ReadAhead"]
 
@@ -91,6 +94,9 @@ class ReadAhead:
                 return
             try:
                 self._fetch(file)
+            except CacheFull:  # the cache is full of files in use: the reader fetches this one when it needs it
+                with self._lock:
+                    self._end_one()
             except Exception as e:  # counted here, retried and reported by the reader that needs it
                 with self._lock:
                     self.failed.append((file, e))

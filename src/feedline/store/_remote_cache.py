@@ -13,10 +13,18 @@ and DDP ranks can share one cache directory):
   the file is renamed into place, not at the lock's next poll).
 - Use is recorded in the file's mtime: a reader sets it to now; the
   read-ahead sets it to `PREFETCHED` (downloaded, not read yet).
-- After each download, under the cache-wide lock (``.cache.lock``), files
-  are evicted until the total fits ``limit``: read files first, oldest use
-  first, then prefetched ones; a file whose lock is held (being written) is
-  passed over. A reader that finds a file complete maps it without taking
+- Before each download, under the cache-wide lock (``.cache.lock``), room
+  is made for it: complete files plus the downloads in progress (each one's
+  ``.tmp-<pid>-<random>-<size>`` file reserves its full size from the
+  moment it is created, under that lock; a dead writer's reservation does
+  not count) plus the new file must fit ``limit``, so the cache never holds
+  more, even with many downloads at once. Files are evicted for it: read
+  files first, oldest use first, then prefetched ones; a file whose lock is
+  held (being opened) is passed over. If nothing more can go (the rest is
+  being downloaded), a reader waits for downloads to end, up to
+  `ROOM_WAIT` seconds, then gets a `StoreError` that says to raise
+  ``cache_limit``; the read-ahead does not wait (`CacheFull`: it skips the
+  file, which its reader fetches when it needs it). A reader that finds a file complete maps it without taking
   the lock; if eviction removed it in between, the reader fetches it again.
   On POSIX a mapped file that is evicted stays readable through its mapping
   (its disk space is freed when the last mapping goes).
@@ -27,20 +35,28 @@ from __future__ import annotations
 import hashlib
 import os
 import secrets
+import sys
 import threading
+import time
 import zlib
 
 from .._optional import require
 from ._errors import StoreError
 
-__all__ = ["PREFETCHED", "ShardCache", "default_cache_dir", "parse_size"]
+__all__ = ["PREFETCHED", "ROOM_WAIT", "CacheFull", "ShardCache", "default_cache_dir", "parse_size"]
 
 PREFETCHED = 1.0  # mtime of a file the read-ahead fetched and no reader has used yet
 _GLOBAL_LOCK = ".cache.lock"
 _LOCK_POLL = 0.005  # seconds between tries of a file lock another process holds (filelock's default, 0.05, delays every wait)
 _COUNTERS = ("hits", "downloads", "bytes", "retries", "failures", "evicted")
+ROOM_WAIT = 60.0  # seconds a reader waits for room in a full cache (downloads in progress to end) before an error
+_ROOM_POLL = 0.02  # seconds between looks for room
 _UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
           "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
+
+
+class CacheFull(StoreError):
+    """No room in the cache for a file right now: the rest is being downloaded (see the module docstring)."""
 
 
 def parse_size(value, name: str = "cache_limit") -> int:
@@ -212,8 +228,7 @@ class ShardCache:
                 os.remove(entry.path)  # left by a downloader that died: we hold the lock, nobody writes it
         if os.path.exists(path):
             os.remove(path)  # wrong size: not what the manifest lists
-        self._make_room(size, keep=path)
-        tmp = f"{path}.tmp-{os.getpid()}-{secrets.token_hex(4)}"
+        tmp = self._reserve(key, size, keep=path, wait=0.0 if prefetch else ROOM_WAIT)
         try:
             download(tmp)
             got = os.path.getsize(tmp)
@@ -241,49 +256,79 @@ class ShardCache:
     # ------------------------------------------------------------ eviction
     def files(self) -> list[tuple[float, int, str]]:
         """``(mtime, size, path)`` of every complete file in the cache."""
-        out = []
+        return self._scan()[0]
+
+    def _scan(self) -> tuple[list, int]:
+        """Every complete file as ``(mtime, size, path)``, and the bytes live downloads have reserved."""
+        out, reserved = [], 0
         for folder, _, names in os.walk(self.root):
             for name in names:
-                if name.endswith(".lock") or ".tmp-" in name:
+                if name.endswith(".lock"):
                     continue
                 full = os.path.join(folder, name)
+                if ".tmp-" in name:
+                    reserved += _reservation(name)
+                    continue
                 try:
                     st = os.stat(full)
                 except FileNotFoundError:
                     continue
                 out.append((st.st_mtime, st.st_size, full))
-        return out
+        return out, reserved
 
     def used_bytes(self) -> int:
-        """Bytes the cache's complete files take."""
-        return sum(size for _, size, _ in self.files())
+        """Bytes the cache's complete files take, and the downloads in progress have reserved."""
+        files, reserved = self._scan()
+        return sum(size for _, size, _ in files) + reserved
 
-    def _make_room(self, size: int, keep: str) -> None:
-        with _filelock().FileLock(os.path.join(self.root, _GLOBAL_LOCK)).acquire(poll_interval=_LOCK_POLL):
-            files = self.files()
-            total = sum(s for _, s, _ in files) + size
-            if total <= self.limit:
-                return
-            # Read files, oldest use first; then the prefetched (unread) ones, which are about to be needed.
-            order = sorted(files, key=lambda f: (f[0] == PREFETCHED, f[0]))
-            for _, fsize, full in order:
+    def _reserve(self, key: str, size: int, keep: str, wait: float) -> str:
+        """Make room for ``size`` bytes and reserve it: the path of the (empty) temporary file to download into."""
+        deadline = time.monotonic() + wait
+        while True:
+            with _filelock().FileLock(os.path.join(self.root, _GLOBAL_LOCK)).acquire(poll_interval=_LOCK_POLL):
+                total = self._make_room(size, keep)
                 if total <= self.limit:
-                    break
-                if full == keep:
-                    continue
-                lock = self._lock(full)
-                try:
-                    lock.acquire(blocking=False)
-                except _filelock().Timeout:
-                    continue  # being written or opened right now
-                try:
-                    os.remove(full)
-                except (FileNotFoundError, PermissionError):  # gone already; mapped on Windows
-                    continue
-                finally:
-                    lock.release()
-                total -= fsize
-                self._count("evicted")
+                    tmp = f"{keep}.tmp-{os.getpid()}-{secrets.token_hex(4)}-{size}"
+                    open(tmp, "wb").close()  # the reservation: every process counts it from now on
+                    return tmp
+            if time.monotonic() >= deadline:
+                break
+            time.sleep(_ROOM_POLL)
+        if wait == 0:
+            raise CacheFull(f"no room for {key!r} in the cache now")
+        raise StoreError(
+            f"the cache {self.root!r} has no room for {key!r} ({size} bytes) within cache_limit={self.limit} bytes: "
+            f"{total - size} bytes are files being downloaded or opened, and none of them ended within {wait:.0f} s. "
+            "Raise cache_limit (it must hold the files that every worker and the read-ahead use at once)"
+        )
+
+    def _make_room(self, size: int, keep: str) -> int:
+        """Evict (under the cache-wide lock) until ``size`` more bytes fit; the total there would then be."""
+        files, reserved = self._scan()
+        total = sum(s for _, s, _ in files) + reserved + size
+        if total <= self.limit:
+            return total
+        # Read files, oldest use first; then the prefetched (unread) ones, which are about to be needed.
+        order = sorted(files, key=lambda f: (f[0] == PREFETCHED, f[0]))
+        for _, fsize, full in order:
+            if total <= self.limit:
+                break
+            if full == keep:
+                continue
+            lock = self._lock(full)
+            try:
+                lock.acquire(blocking=False)
+            except _filelock().Timeout:
+                continue  # being opened right now
+            try:
+                os.remove(full)
+            except (FileNotFoundError, PermissionError):  # gone already; mapped on Windows
+                continue
+            finally:
+                lock.release()
+            total -= fsize
+            self._count("evicted")
+        return total
 
     def mark_read(self, path: str) -> None:
         """Record that a reader used ``path`` (moves it to the recent end of the LRU order)."""
@@ -291,6 +336,23 @@ class ShardCache:
             os.utime(path)
         except FileNotFoundError:
             pass  # evicted since: its reader holds the mapping
+
+
+def _reservation(name: str) -> int:
+    """Bytes a download's temporary file reserves: its full size, while its writer lives (0 once it died)."""
+    try:
+        pid, _, size = name.rsplit(".tmp-", 1)[1].split("-")
+        pid, size = int(pid), int(size)
+    except ValueError:
+        return 0  # not a reservation (a temporary file of an older feedline): its writer locks the file instead
+    if pid != os.getpid() and sys.platform != "win32":  # (Windows: kept, removed when the file is fetched next)
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return 0  # its writer died; whoever fetches the file next removes it
+        except PermissionError:
+            pass  # alive, another user's
+    return size  # also if it was renamed into place since the listing (and so missed as a complete file)
 
 
 def _complete(path: str, size: int) -> bool:
