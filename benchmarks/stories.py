@@ -1,0 +1,234 @@
+"""The story examples' pipelines with the automatic choice against each backend set by hand (issue 15).
+
+Run (from the repository root, in the project's virtualenv with ``.[test]``):
+
+    python -m benchmarks.stories             # ~8 minutes on a 2-core host
+    python -m benchmarks.stories --quick     # smoke test: smaller data, one round
+
+For each example in ``examples/``, the feedline pipeline it builds, taken
+from the example itself: its definitions (imports, constants, functions,
+classes) are loaded from the file with its run code left out (every example
+runs at import: story 1 has no ``__main__`` guard on purpose), so the
+benchmark cannot drift from the examples. The stories:
+
+- ``story1``: the Keras ``Sequence`` with pure-Python augmentation, through
+  ``feedline.adapters.keras.from_keras_sequence`` (a batch per item);
+- ``story2 PNG``: 512x512 PNG image and mask pairs, decoded, cropped, one-hot;
+- ``story2 decoded``: the same, decoded once into memory-mapped arrays;
+- ``story3``: PNG files with a corrupt few, decoded, rotated, blurred,
+  resized, ``on_error="skip"``;
+- ``story4``: WAV files to band energies with per-frame Python.
+
+Each is run with ``backend=None`` (automatic), ``"thread"``, ``"process"``
+and ``"serial"`` (workers left to feedline), one epoch with start-up
+included, every run in a fresh interpreter (its imports not timed:
+describing the pipeline, starting workers and the epoch are), ``--reps``
+rounds in rotating order, medians. Every run must deliver the example's
+whole epoch (the rows are counted). Reported per story: samples/s of each
+setting, the automatic choice against the best and the worst hand setting
+and against serial, and the automatic choice's ``stats().decision``.
+
+Last run: benchmarks/RESULTS.md, section "## Story examples: automatic choice vs hand settings".
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import types
+
+from .tables import markdown_table
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+EXAMPLES = os.path.join(ROOT, "examples")
+SETTINGS = ("auto", "thread", "process", "serial")
+
+
+def load_definitions(path: str, name: str, overrides: dict | None = None) -> types.ModuleType:
+    """The example at ``path`` as a module of its definitions only: nothing of what it runs at import.
+
+    Kept: imports, function and class definitions, and assignments that
+    call nothing the example itself defines (constants, a lambda, NumPy
+    tables); dropped: bare calls (``main()``), ``if``/``with`` blocks and
+    assignments that run the example's own code (``plain = timed_fit(...)``).
+    ``overrides`` replace constants (smaller data for ``--quick``). The
+    module's name is not importable, so its functions are registered to
+    travel to process workers by value, as a script's do.
+    """
+    with open(path) as f:
+        tree = ast.parse(f.read(), path)
+    defined = {node.name for node in tree.body if isinstance(node, (ast.FunctionDef, ast.ClassDef))}
+
+    def runs_own_code(node) -> bool:
+        return any(isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in defined for n in ast.walk(node))
+
+    kept = [node for node in tree.body
+            if isinstance(node, (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.ClassDef))
+            or (isinstance(node, (ast.Assign, ast.AnnAssign)) and not runs_own_code(node))]
+    module = types.ModuleType(name)
+    module.__file__ = path
+    sys.modules[name] = module  # dataclasses and pickling look modules up by name
+    import cloudpickle
+
+    cloudpickle.register_pickle_by_value(module)  # to workers by value, as a script's functions go
+    exec(compile(ast.Module(body=kept, type_ignores=[]), path, "exec"), module.__dict__)
+    for key, value in (overrides or {}).items():
+        setattr(module, key, value)
+    return module
+
+
+QUICK = {  # smaller data for --quick (the smoke test)
+    "story1": {"BATCHES": 3, "BATCH_SIZE": 4, "SIZE": 16},
+    "story2": {"COUNT": 12},
+    "story3": {"COUNT": 40, "CORRUPT": {3, 17}},
+    "story4": {"COUNT": 48},
+}
+FILES = {"story1": "story1_keras_sequence_spawn.py", "story2": "story2_png_segmentation.py",
+         "story3": "story3_larger_than_memory.py", "story4": "story4_audio_overlap.py"}
+
+
+def prepare(story: str, folder: str, quick: bool) -> dict:
+    """Write the example's data (outside the clock); what a run needs to find it."""
+    ex = load_definitions(os.path.join(EXAMPLES, FILES[story]), f"_story_{story}", QUICK[story] if quick else None)
+    if story == "story2":
+        import numpy as np
+        from PIL import Image
+
+        images, masks = ex.make_dataset(folder)
+        for kind, paths in (("images", images), ("masks", masks)):
+            stored = np.lib.format.open_memmap(os.path.join(folder, f"{kind}.npy"), "w+", np.uint8,
+                                               (ex.COUNT, ex.SIDE, ex.SIDE, 3))
+            for i, p in enumerate(paths):
+                stored[i] = np.asarray(Image.open(p).convert("RGB"))
+            stored.flush()
+        return {"images": images, "masks": masks, "folder": folder}
+    if story == "story3":
+        paths, labels = ex.make_folder(folder)
+        return {"paths": paths, "labels": [int(v) for v in labels]}
+    if story == "story4":
+        paths, labels = ex.make_wavs(folder)
+        return {"paths": paths, "labels": [int(v) for v in labels]}
+    return {}
+
+
+def build(story: str, variant: str, ex, data: dict, backend):
+    """The pipeline the example builds (the same calls), with ``backend`` for its map; and the rows it must deliver."""
+    import numpy as np
+
+    import feedline as fl
+
+    kw = {} if backend is None else {"backend": backend}
+    if story == "story1":
+        from feedline.adapters.keras import from_keras_sequence
+
+        return from_keras_sequence(ex.DummySequence(), **kw), ex.BATCHES * ex.BATCH_SIZE
+    if story == "story2" and variant == "PNG":
+        pipe = fl.from_files(data["images"], labels=data["masks"]).shuffle(seed=0).map(ex.load_pair, **kw)
+        return pipe.batch(ex.BATCH, drop_remainder=True), ex.COUNT // ex.BATCH * ex.BATCH
+    if story == "story2":
+        stored = fl.from_arrays(np.load(os.path.join(data["folder"], "images.npy"), mmap_mode="r"),
+                                np.load(os.path.join(data["folder"], "masks.npy"), mmap_mode="r"))
+        crop = ex.crop_and_encode
+        pipe = stored.shuffle(seed=0).map(lambda pair, rng: crop(pair[0], pair[1], rng), **kw)
+        return pipe.batch(ex.BATCH, drop_remainder=True), ex.COUNT // ex.BATCH * ex.BATCH
+    if story == "story3":
+        load = ex.load
+        pipe = fl.from_files(data["paths"], labels=np.asarray(data["labels"])).shuffle(seed=42)
+        pipe = pipe.map(lambda s, rng: (load(s[0], rng), s[1]), on_error="skip", **kw).batch(ex.BATCH)
+        return pipe, ex.COUNT - len(ex.CORRUPT)
+    features = ex.features
+    pipe = fl.from_files(data["paths"], labels=np.asarray(data["labels"])).shuffle(seed=0)
+    return pipe.map(lambda s: (features(s[0]), s[1]), **kw).batch(ex.BATCH), ex.COUNT
+
+
+def run_once(argv) -> None:
+    """In a fresh interpreter: one epoch of one story with one setting; prints a JSON line."""
+    story, variant, setting, quick, data_file = argv[0], argv[1], argv[2], argv[3] == "1", argv[4]
+    import warnings
+
+    warnings.filterwarnings("ignore")
+    with open(data_file) as f:
+        data = json.load(f)
+    ex = load_definitions(os.path.join(EXAMPLES, FILES[story]), f"_story_{story}", QUICK[story] if quick else None)
+    import feedline  # noqa: F401 - imported before the clock, as the example's own imports are
+
+    start = time.perf_counter()
+    pipe, expected = build(story, variant, ex, data, None if setting == "auto" else setting)
+    rows = 0
+    with pipe:
+        for item in pipe:
+            rows += len(item[1]) if isinstance(item, tuple) else len(item)
+        seconds = time.perf_counter() - start
+        stats = pipe.stats()
+    print(json.dumps({"rows": rows, "expected": expected, "seconds": seconds,
+                      "ran_as": f"{stats.backend} x{stats.workers}", "decision": stats.decision}))
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.stories", description=__doc__.splitlines()[0])
+    parser.add_argument("--reps", type=int, default=3, help="rounds (each setting once per round, rotating order)")
+    parser.add_argument("--quick", action="store_true", help="small data and one round: a smoke test")
+    parser.add_argument("--only", action="append", help="run only these stories (e.g. --only story4)")
+    args = parser.parse_args(argv)
+    reps = 1 if args.quick else args.reps
+    cases = [("story1", "Sequence"), ("story2", "PNG"), ("story2", "decoded"), ("story3", "files"), ("story4", "WAV")]
+    if args.only:
+        cases = [c for c in cases if c[0] in args.only]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([os.path.join(ROOT, "src"), os.environ.get("PYTHONPATH", "")]),
+           "TF_CPP_MIN_LOG_LEVEL": "3", "KERAS_BACKEND": os.environ.get("KERAS_BACKEND", "numpy")}
+    print(f"load average at the start: {' '.join(f'{v:.2f}' for v in os.getloadavg())}; {os.cpu_count()} CPUs; "
+          f"{reps} round(s)")
+    rows_out = []
+    with tempfile.TemporaryDirectory(prefix="feedline-stories-") as work:
+        for story, variant in cases:
+            folder = os.path.join(work, story)
+            os.makedirs(folder, exist_ok=True)
+            data_file = os.path.join(folder, "data.json")
+            if not os.path.exists(data_file):
+                with open(data_file, "w") as f:
+                    json.dump(prepare(story, folder, args.quick), f)
+            runs = {s: [] for s in SETTINGS}
+            decisions = []
+            for rep in range(reps):
+                for setting in SETTINGS[rep % 4:] + SETTINGS[:rep % 4]:
+                    done = subprocess.run([sys.executable, "-m", "benchmarks.stories", "--one", story, variant, setting,
+                                           "1" if args.quick else "0", data_file],
+                                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+                    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+                    if done.returncode != 0 or not lines:
+                        raise SystemExit(f"benchmarks.stories: {story} {variant} {setting} failed:\n{done.stderr[-3000:]}")
+                    m = json.loads(lines[-1])
+                    if m["rows"] != m["expected"]:
+                        raise SystemExit(f"benchmarks.stories: {story} {variant} {setting} delivered {m['rows']} rows "
+                                         f"where the epoch has {m['expected']}")
+                    runs[setting].append(m)
+                    if setting == "auto":
+                        decisions.append(f"{m['ran_as']}: {m['decision']}")
+                    print(f"    {story} {variant:9s} {setting:8s} rep {rep}: {m['rows'] / m['seconds']:8.1f} samples/s "
+                          f"({m['ran_as']})", flush=True)
+            rate = {s: statistics.median(m["rows"] / m["seconds"] for m in runs[s]) for s in SETTINGS}
+            hand = {s: rate[s] for s in ("thread", "process", "serial")}
+            best, worst = max(hand, key=hand.get), min(hand, key=hand.get)
+            rows_out.append([f"{story} {variant}", *(f"{rate[s]:.1f}" for s in SETTINGS), best,
+                             f"{rate['auto'] / hand[best]:.2f}", f"{rate['auto'] / hand[worst]:.2f}",
+                             f"{rate['auto'] / rate['serial']:.2f}"])
+            print(f"  {story} {variant}: automatic choice, each round: " + " | ".join(decisions), flush=True)
+    header = ["story", "auto", "thread", "process", "serial", "best hand", "auto / best", "auto / worst", "auto / serial"]
+    print("\nsamples/s, one epoch with start-up, medians:\n")
+    print(markdown_table(header, rows_out, "lrrrrlrrr"))
+    print(f"\nload average at the end: {' '.join(f'{v:.2f}' for v in os.getloadavg())}")
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 1 and sys.argv[1] == "--one":
+        run_once(sys.argv[2:])
+    else:
+        main()
