@@ -37,15 +37,16 @@ def test_workers_fork_from_the_fork_server_by_default(monkeypatch, no_leaks):
     assert os.getpid() not in parents
 
 
-def test_describing_a_map_that_may_use_processes_starts_the_fork_server_ahead_of_iteration():
-    """Its start-up overlaps the user's own set-up; a thread map, or the fork server turned off, starts nothing."""
+def test_describing_a_process_map_starts_the_fork_server_ahead_of_iteration():
+    """Its start-up overlaps the user's own set-up; a thread map, an automatic one, or the fork server turned off, starts nothing."""
     code = (
         "import numpy as np, feedline as fl\n"
         "from feedline import testing\n"
         "p = fl.from_arrays(np.arange(4))\n"
         "p.map(lambda s: s, backend='thread')\n"
-        "print(len(testing.helper_pids()))\n"
         "p.map(lambda s: s)\n"
+        "print(len(testing.helper_pids()))\n"
+        "p.map(lambda s: s, backend='process')\n"
         "print(len(testing.helper_pids()))\n"
     )
     def run(**env):
@@ -57,12 +58,36 @@ def test_describing_a_map_that_may_use_processes_starts_the_fork_server_ahead_of
     assert run(FEEDLINE_FORKSERVER="0") == ["0", "0"]
 
 
+def test_automatic_choice_whose_threads_keep_the_cores_busy_never_starts_a_fork_server():
+    """Its imports would take the cores from the threads: it starts only when the trial needs processes."""
+    code = (
+        "import numpy as np, feedline as fl\n"
+        "from feedline import testing\n"
+        "import zlib\n"
+        "data = np.random.default_rng(0).integers(0, 4, 1 << 19, dtype=np.uint8).tobytes()\n"
+        "def heavy(s):\n"
+        "    return len(zlib.compress(data, 6))\n"  # zlib lets the GIL go while it compresses (on this thread)
+        "p = fl.from_arrays(np.arange(64)).map(heavy, workers=2).batch(4)\n"
+        "with p:\n"
+        "    n = sum(len(b) for b in p)\n"
+        "    print(n, p.stats().backend, len(testing.helper_pids()))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                         env={k: v for k, v in os.environ.items() if k != "FEEDLINE_FORKSERVER"})
+    assert out.returncode == 0, out.stderr
+    rows, backend, helpers = out.stdout.split()
+    assert rows == "64"
+    if backend != "thread":
+        pytest.skip(f"the trial did not see the threads keep both cores busy on this (busy) machine: {backend}")
+    assert helpers == "0", "no fork server should have started for threads that won at once"
+
+
 def test_a_fork_server_says_when_its_imports_are_done():
     """The automatic choice does not judge threads while a fork server still takes a core (`backends.warming_up`)."""
     code = (
         "import time, numpy as np, feedline as fl\n"
         "from feedline.backends import warming_up\n"
-        "fl.from_arrays(np.arange(4)).map(lambda s: s)\n"
+        "fl.from_arrays(np.arange(4)).map(lambda s: s, backend='process')\n"
         "print(warming_up())\n"
         "deadline = time.monotonic() + 60\n"
         "while warming_up() and time.monotonic() < deadline:\n"

@@ -18,13 +18,18 @@ def check_sendable(part) -> None:
 
 
 def warm_up(backend: str | None) -> None:
-    """Start, ahead of time, what an executor of ``backend`` (None: maybe processes) will need.
+    """Start, ahead of time, what an executor of ``backend="process"`` will need.
 
     The process backend's fork server imports NumPy and feedline once
-    (~0.1 s); started before the backend choice and the pickling of the
-    pipeline, that overlaps them. It holds no user state.
+    (~0.1-0.2 s of a core); started before the pickling of the pipeline,
+    that overlaps them. It holds no user state. Not for the automatic
+    choice (None): it starts process workers only once threads have shown
+    they hold the GIL (`feedline.engine._trial`), and a fork server
+    importing beside threads that keep every core busy took the cores they
+    needed (measured: the story examples whose threads win ran 0.76-0.90
+    of threads set by hand with it, 0.98-1.04 without).
     """
-    if backend not in (None, "process"):
+    if backend != "process":
         return
     from .process._executor import FIXED_VARS, use_forkserver, worker_env
     from .process._forkserver import forkserver

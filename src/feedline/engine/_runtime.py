@@ -157,14 +157,15 @@ def _close_all() -> None:
 
 
 def start_early(backend) -> None:
-    """Start, when a map is described, what running it will need: the fork server (POSIX).
+    """Start, when a ``backend="process"`` map is described, what running it will need: the fork server (POSIX).
 
     Its ~0.1-0.2 s of importing NumPy and feedline then overlaps the user's
     own set-up (building the model, opening files) instead of delaying the
     first batch. It holds no user state; one per process, reused by every
-    pipeline. A failure here is left for the real start to report.
+    pipeline. A failure here is left for the real start to report. The
+    automatic choice starts it only when it needs processes (`warm_up`).
     """
-    if backend not in (None, "process") or in_worker():
+    if backend != "process" or in_worker():
         return  # in a worker: a user module that builds a pipeline at import must not start a server per worker
     try:
         warm_up(backend)

@@ -10,7 +10,9 @@ without changing the output. `BackendTrial` is an `Executor` over two:
   busy). Threads that keep `KEEP_CORES` of their cores busy keep the work
   at once, and no process is started: processes could add at most ~10 %
   and would cost a start-up and a copy of every batch. Otherwise the
-  workers fork from the fork server (started when the map was described).
+  fork server starts and the workers fork from it (it is not started
+  ahead for the automatic choice: its imports beside threads that keep
+  every core busy cost short epochs 10-25 %).
 - Once every process worker is up, the tasks still queued for threads
   move to the processes, and new tasks go there too. Once the threads'
   running tasks are back, the processes have the machine to themselves and
