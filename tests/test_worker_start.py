@@ -58,6 +58,14 @@ def test_describing_a_process_map_starts_the_fork_server_ahead_of_iteration():
     assert run(FEEDLINE_FORKSERVER="0") == ["0", "0"]
 
 
+def _with_the_fork_server(code: str) -> list[str]:
+    """What ``code`` prints, run in a fresh interpreter with the fork server on (the default)."""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                         env={k: v for k, v in os.environ.items() if k != "FEEDLINE_FORKSERVER"})
+    assert out.returncode == 0, out.stderr
+    return out.stdout.split()
+
+
 def test_automatic_choice_whose_threads_keep_the_cores_busy_never_starts_a_fork_server():
     """Its imports would take the cores from the threads: it starts only when the trial needs processes."""
     code = (
@@ -72,10 +80,7 @@ def test_automatic_choice_whose_threads_keep_the_cores_busy_never_starts_a_fork_
         "    n = sum(len(b) for b in p)\n"
         "    print(n, p.stats().backend, len(testing.helper_pids()))\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
-                         env={k: v for k, v in os.environ.items() if k != "FEEDLINE_FORKSERVER"})
-    assert out.returncode == 0, out.stderr
-    rows, backend, helpers = out.stdout.split()
+    rows, backend, helpers = _with_the_fork_server(code)
     assert rows == "64"
     if backend != "thread":
         pytest.skip(f"the trial did not see the threads keep both cores busy on this (busy) machine: {backend}")
@@ -94,10 +99,7 @@ def test_a_fork_server_says_when_its_imports_are_done():
         "    time.sleep(0.01)\n"
         "print(warming_up())\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
-                         env={k: v for k, v in os.environ.items() if k != "FEEDLINE_FORKSERVER"})
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.split() == ["True", "False"]
+    assert _with_the_fork_server(code) == ["True", "False"]
 
 
 def _describe_a_pipeline_inside(v):
