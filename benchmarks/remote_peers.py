@@ -124,6 +124,8 @@ def _feedline_batches(spec: dict):
     with pipe:
         for _images, labels in pipe:
             yield np.asarray(labels)
+        stats = pipe.stats()
+        spec["ran_as"] = f"{stats.backend} x{stats.workers} ({stats.decision})"
 
 
 def _mosaic_batches(spec: dict):
@@ -187,7 +189,8 @@ def one_epoch(spec: dict) -> dict:
     seconds = time.perf_counter() - t0
     counts = np.bincount(np.concatenate(got).astype(np.int64), minlength=spec["samples"])
     return {"seconds": seconds, "first": first, "samples": int(counts.sum()), "cpu": runner._cpu_seconds() - cpu0,
-            "missing": int((counts == 0).sum()), "repeated": int((counts > 1).sum()), "extra": int(len(counts) - spec["samples"])}
+            "missing": int((counts == 0).sum()), "repeated": int((counts > 1).sum()), "extra": int(len(counts) - spec["samples"]),
+            "ran_as": spec.get("ran_as", "")}
 
 
 def run_child(spec: dict, env: dict) -> dict:
@@ -286,7 +289,8 @@ def main(argv=None) -> None:
                 _check(name, cache, m, args.samples)
                 runs[(name, cache)].append(m)
                 print(f"    {name:16s} {cache}, round {rep}: {m['samples'] / m['seconds']:7.0f} samples/s, "
-                      f"first batch {m['first']:.3f} s, foreign load {m['foreign']:.0%}", flush=True)
+                      f"first batch {m['first']:.3f} s, foreign load {m['foreign']:.0%}"
+                      + (f", ran as {m['ran_as']}" if m.get("ran_as") else ""), flush=True)
         _table(runs, loaders, args.reps)
         load = os.getloadavg()
         print(f"\nload average at the end: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} on {os.cpu_count()} cores")

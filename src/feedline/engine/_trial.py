@@ -34,11 +34,16 @@ without changing the output. `BackendTrial` is an `Executor` over two:
   process phase.
 - Threads could deliver at most their CPU rate, rows over the thread CPU
   time their tasks took (no GIL waits in it), times the cores they could
-  use. If the processes already deliver `NEAR_BOUND` of that, threads
-  cannot win by enough to matter and processes keep the work at once.
-  This is what makes the trial cheap where it matters most: on GIL-bound
-  work a thread phase costs ~4x its length (measuring threads first cost
-  a short epoch ~40 % of its time).
+  use. If the processes already deliver that much, threads cannot win
+  and processes keep the work at once; so they do at `NEAR_BOUND` of it
+  when the threads kept under `GIL_SIGN` of their cores busy side by side
+  (the GIL held them back: they reach well under their bound). This is
+  what makes the trial cheap where it matters most: on GIL-bound work a
+  thread phase costs ~4x its length (measuring threads first cost a short
+  epoch ~40 % of its time). Threads that kept more cores busy can come
+  close to their bound (warm JPEG reads from a store: 1.6 of 2 cores busy,
+  threads 8.4-11.4k samples/s where processes had reached 89 % of the
+  bound, 8.6k, and won at once in one epoch of four), so they are measured.
 - Otherwise threads get the work back, are measured alone once the
   processes' last tasks are in, and must be beaten by `PROCESS_MARGIN`
   (threads copy no batch and hold no memory per worker). Cores kept busy
@@ -76,11 +81,12 @@ import time
 
 from ..backends import Executor, warming_up
 
-__all__ = ["GIL_LIMIT", "MIN_SPAN", "NEAR_BOUND", "PROCESS_MARGIN", "BackendTrial"]
+__all__ = ["GIL_LIMIT", "GIL_SIGN", "MIN_SPAN", "NEAR_BOUND", "PROCESS_MARGIN", "BackendTrial"]
 
 MIN_SPAN = 0.05  # seconds of measured work per worker, at least: short tasks are noisy
 PROCESS_MARGIN = 1.1  # processes must deliver this much more than measured threads: threads copy no batch and hold no memory per worker
-NEAR_BOUND = 0.85  # processes delivering this share of the threads' upper bound win without a thread phase
+NEAR_BOUND = 0.85  # processes delivering this share of the threads' upper bound win without a thread phase ...
+GIL_SIGN = 0.65  # ... if the threads kept under this share of their usable cores busy side by side (else: all of it)
 STARTUP_SWITCH_INTERVAL = 0.0005  # seconds: the GIL hand-over interval while process workers start beside busy threads
 ABANDON_RATIO = 2.0  # a warm process worker this many times faster than every running thread task: those tasks move over
 IO_SHARE = 0.2  # thread tasks using less than this share of a core while they run wait on I/O: threads win at once
@@ -265,8 +271,8 @@ class BackendTrial(Executor):
         self._closed: set = set()
         self._started = time.perf_counter()
         self.decided_after: float | None = None  # seconds from the trial's start to its decision
-        self._short_switch = True
-        _SwitchInterval.shorten()
+        self._short_switch = False
+        self._shorten_switch()  # from the start: GIL-bound threads otherwise hold the consumer's judging back 5 ms a step
         threads.watch_progress(True)
 
     # -------------------------------------------------------- the interface
@@ -342,6 +348,11 @@ class BackendTrial(Executor):
         self._restore_switch()
         for executor in (self.threads, self.processes):
             executor.close()
+
+    def _shorten_switch(self) -> None:
+        if not self._short_switch:
+            self._short_switch = True
+            _SwitchInterval.shorten()
 
     def _restore_switch(self) -> None:
         if self._short_switch:
@@ -464,7 +475,7 @@ class BackendTrial(Executor):
         processes = self._measure[self.processes]
         if not self._threads_again and processes.done:
             bound = self._thread_bound()
-            if bound and processes.per_second >= NEAR_BOUND * bound:
+            if bound and processes.per_second >= self._at_once_share() * bound:
                 self.rates = {"thread": bound, "process": processes.per_second}
                 self.decided_after = now - self._started
                 self._settle("process", f"{self._cores_note()}processes {processes.per_second:,.0f} samples/s, "
@@ -477,6 +488,11 @@ class BackendTrial(Executor):
                 self._threads_alone_from = now
             if self._measure[self.threads].done:
                 self._decide()
+
+    def _at_once_share(self) -> float:
+        """The share of the threads' bound at which processes win without a thread phase (see the module docstring)."""
+        held_back = self._cores_kept is None or self._cores_kept < GIL_SIGN * self._usable  # no clocks: as if held back
+        return NEAR_BOUND if held_back else 1.0
 
     def _settle_if_waiting_on_io(self) -> None:
         """Thread tasks that use under `IO_SHARE` of a core while they run wait on I/O, not the GIL: threads, at once.
@@ -554,6 +570,7 @@ class BackendTrial(Executor):
     def _start_processes(self) -> None:
         """Start the process workers (see `_judge_gil`); a failure settles on threads with the reason."""
         self._processes_started = True
+        self._shorten_switch()
         try:
             fresh = self._make_processes()
         except Exception as exc:
@@ -623,8 +640,7 @@ class BackendTrial(Executor):
             self._processes_started = True  # measured as before: a drifting rate is not a start-up question
             self._ready = False
             self._warmed = set()
-            self._short_switch = True
-            _SwitchInterval.shorten()
+            self._shorten_switch()
         else:
             self.threads = fresh
             self._ready = True  # the process workers are up: they take the work and are measured first
