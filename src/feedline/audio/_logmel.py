@@ -1,8 +1,9 @@
 """`LogMel`: a log-mel spectrogram in NumPy, with constants computed once.
 
 Per call: frame the signal (a strided view, no copy), multiply by the
-window, real FFT (``numpy.fft.rfft`` in float64), power (float32),
-one matrix product with the mel filterbank, and decibels. The filterbank
+window, real FFT (``numpy.fft.rfft`` in float64), power, one matrix
+product with the mel filterbank (in float64, so that a batch, a sample and
+every BLAS thread count give the same float32 numbers), and decibels. The filterbank
 and window come from `feedline.audio._mel`, cached per configuration and
 process, so a call does no set-up work and a `LogMel` pickles as its
 settings alone (process workers build their constants on first use).
@@ -21,7 +22,7 @@ import threading
 
 import numpy as np
 
-from ._mel import mel_filterbank, periodic_hann
+from ._mel import mel_filterbank, mel_projection, periodic_hann
 
 __all__ = ["LogMel"]
 
@@ -226,17 +227,22 @@ class LogMel:
             spectrum = np.fft.rfft(windowed, axis=-1, out=_buffer("spectrum", spectrum_shape, np.complex128))
         else:
             spectrum = np.fft.rfft(windowed, axis=-1)
-        power = _buffer("power", spectrum_shape, np.float32)
+        power = _buffer("power", spectrum_shape, np.float64)
         if self.power == 2.0:
-            real = np.multiply(spectrum.real, spectrum.real, out=_buffer("real2", spectrum_shape, np.float64))
-            imag = np.multiply(spectrum.imag, spectrum.imag, out=_buffer("imag2", spectrum_shape, np.float64))
-            np.add(real, imag, out=power, casting="same_kind")  # summed in float64, stored as float32
+            np.multiply(spectrum.real, spectrum.real, out=power)
+            np.add(power, np.multiply(spectrum.imag, spectrum.imag, out=_buffer("imag2", spectrum_shape, np.float64)),
+                   out=power)
         else:
-            np.abs(spectrum, out=power, casting="same_kind")
+            np.abs(spectrum, out=power)
         # One 2-D matrix product for any leading shape (a stacked matmul is not BLAS in
-        # NumPy: 5x slower on a batch of 128), then decibels, then (..., n_mels, n_frames).
+        # NumPy: 5x slower on a batch of 128), in float64 so that the float32 result does
+        # not depend on the batch's shape or BLAS's threads (`mel_projection`); then
+        # decibels, then (..., n_mels, n_frames).
         flat = power.reshape(-1, n_freq)
-        mel = np.matmul(flat, self.filterbank().T, out=_buffer("mel", (flat.shape[0], self.n_mels), np.float32))
+        projection = mel_projection(self.sample_rate, self.n_fft, self.n_mels, self.f_min, self.f_max, self.htk, self.norm)
+        wide = np.matmul(flat, projection, out=_buffer("mel64", (flat.shape[0], self.n_mels), np.float64))
+        mel = _buffer("mel", wide.shape, np.float32)
+        np.copyto(mel, wide, casting="same_kind")
         np.maximum(mel, self.amin, out=mel)
         np.log10(mel, out=mel)
         mel *= 10.0

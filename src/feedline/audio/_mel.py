@@ -71,6 +71,22 @@ def mel_filterbank(sample_rate: int, n_fft: int, n_mels: int, f_min: float, f_ma
 
 
 @functools.lru_cache(maxsize=32)
+def mel_projection(sample_rate: int, n_fft: int, n_mels: int, f_min: float, f_max: float, htk: bool, norm: str | None) -> np.ndarray:
+    """`mel_filterbank`'s float32 values as float64, transposed: ``(1 + n_fft // 2, n_mels)``, read-only, cached.
+
+    The power spectrogram is projected onto the mel bands in float64 so that
+    every batch shape and BLAS thread count gives the same float32 result:
+    OpenBLAS's float32 kernels on AVX-512 machines summed in another order
+    for a batch than for one sample, and with several threads than with
+    one (1-ulp differences between backends); float64's rounding errors
+    are far below float32's step, so they vanish when the result is stored.
+    """
+    out = np.ascontiguousarray(mel_filterbank(sample_rate, n_fft, n_mels, f_min, f_max, htk, norm).T, dtype=np.float64)
+    out.setflags(write=False)
+    return out
+
+
+@functools.lru_cache(maxsize=32)
 def periodic_hann(n_fft: int, win_length: int) -> np.ndarray:
     """A periodic Hann window of ``win_length``, zero-padded to ``n_fft`` at both sides (librosa's layout), float64."""
     n = np.arange(win_length, dtype=np.float64)
