@@ -8,6 +8,11 @@ Two workloads where messaging, not the user's function, sets the speed:
 - ``unbatched``: ``from_arrays(arange(n)).map(add_one)`` without
   ``batch()`` (~1 us a sample): serial, threads and processes; from the
   second epoch the task size comes from the measured work per sample.
+- ``heavy``: 40 samples of ~50 ms of GIL-holding Python each, without
+  ``batch()`` (a Keras Sequence's items are such whole batches), one
+  epoch with start-up in a fresh pipeline, against a plain loop: process
+  x2 and the automatic choice (issue 14 asks >= 1.7x the loop for
+  process x2: a first epoch must spread 40 samples over the workers).
 
 Reported per loader: samples/s (median of the epochs after the first),
 the workers' busy share (`Stats.worker_busy_share`) and the consumer's CPU
@@ -38,6 +43,43 @@ def identity(sample):
 
 def add_one(value):
     return value + 1
+
+
+def heavy(value):
+    """~50 ms of pure Python (holds the GIL), the same result every time."""
+    total = 0
+    for i in range(HEAVY_LOOP):
+        total += i ^ int(value)
+    return total
+
+
+HEAVY_LOOP = 1_000_000  # ~50 ms on the 2-core machine of benchmarks/RESULTS.md
+
+
+def _heavy_first_epochs(count: int, reps: int) -> list:
+    """Seconds for one epoch of ``count`` heavy samples with start-up: a plain loop, process x2, automatic."""
+    import feedline as fl
+
+    samples = list(range(count))
+    expected = [heavy(s) for s in samples]
+    times = {"plain loop": [], "process x2": [], "automatic": []}
+    ran_as = {"plain loop": "1 thread"}
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        assert [heavy(s) for s in samples] == expected
+        times["plain loop"].append(time.perf_counter() - t0)
+        for name, backend in (("process x2", "process"), ("automatic", None)):
+            t0 = time.perf_counter()
+            with fl.from_sequence(samples).map(heavy, backend=backend, workers=2) as pipe:
+                got = list(pipe)
+                stats = pipe.stats()
+            times[name].append(time.perf_counter() - t0)
+            if got != expected:
+                raise SystemExit(f"benchmarks.small_tasks: {name} delivered other samples than the loop")
+            ran_as[name] = f"{stats.backend} x{stats.workers}"
+    loop = statistics.median(times["plain loop"])
+    return [[name, ran_as[name], f"{statistics.median(t):.3f}", f"{loop / statistics.median(t):.2f}x"]
+            for name, t in times.items()]
 
 
 def _feedline_epochs(pipe, epochs: int, per_task: int) -> dict:
@@ -116,6 +158,10 @@ def main(argv=None) -> None:
         rows.append(_row(backend, _feedline_epochs(pipe, epochs, 1)))
     print(f"\n## unbatched: add_one over {n_flat} integers, no batch(), {epochs} epochs\n")
     print(markdown_table(header, rows, "llrrr"))
+
+    count, reps = (8, 1) if args.quick else (40, 3)
+    print(f"\n## heavy: {count} samples of ~50 ms of Python, no batch(), one epoch with start-up, median of {reps}\n")
+    print(markdown_table(["loader", "ran as", "seconds", "x plain loop"], _heavy_first_epochs(count, reps), "llrr"))
 
 
 if __name__ == "__main__":

@@ -93,6 +93,13 @@ def test_first_batch_benchmark_times_each_setting_in_a_fresh_interpreter():
     assert all(float(cells[1].split()[0]) > 0 for cells in rows.values()), rows
 
 
+def test_small_tasks_benchmark_times_heavy_unbatched_samples_against_a_plain_loop():
+    rows = _table_rows(_run_script("small_tasks", "--quick"))
+    assert {"plain loop", "process x2", "automatic"} <= set(rows), rows
+    assert rows["plain loop"][2] == "1.00x" and rows["process x2"][0] == "process x2", rows
+    assert float(rows["process x2"][1]) > 0, rows
+
+
 def test_vocabulary_overhead_benchmark_counts_the_samples_of_each_step():
     rows = _table_rows(_run_script("vocabulary_overhead", "--quick", "--reps", "1"))
     samples = {name: cells[-1] for name, cells in rows.items() if len(cells) == 5}
