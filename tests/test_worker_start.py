@@ -49,19 +49,14 @@ def test_describing_a_process_map_starts_the_fork_server_ahead_of_iteration():
         "p.map(lambda s: s, backend='process')\n"
         "print(len(testing.helper_pids()))\n"
     )
-    def run(**env):
-        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=os.environ | env)
-        assert out.returncode == 0, out.stderr
-        return out.stdout.split()
-
-    assert run() == ["0", "1"]
-    assert run(FEEDLINE_FORKSERVER="0") == ["0", "0"]
+    assert _printed(code) == ["0", "1"]
+    assert _printed(code, FEEDLINE_FORKSERVER="0") == ["0", "0"]
 
 
-def _with_the_fork_server(code: str) -> list[str]:
-    """What ``code`` prints, run in a fresh interpreter with the fork server on (the default)."""
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
-                         env={k: v for k, v in os.environ.items() if k != "FEEDLINE_FORKSERVER"})
+def _printed(code: str, **env) -> list[str]:
+    """What ``code`` prints, run in a fresh interpreter; the fork server on (the default) unless ``env`` turns it off."""
+    base = {k: v for k, v in os.environ.items() if k != "FEEDLINE_FORKSERVER"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=base | env)
     assert out.returncode == 0, out.stderr
     return out.stdout.split()
 
@@ -80,7 +75,7 @@ def test_automatic_choice_whose_threads_keep_the_cores_busy_never_starts_a_fork_
         "    n = sum(len(b) for b in p)\n"
         "    print(n, '+'.join(sorted(p.stats().trial)), len(testing.helper_pids()))\n"
     )
-    rows, tried, helpers = _with_the_fork_server(code)
+    rows, tried, helpers = _printed(code)
     assert rows == "64"
     if tried != "thread":  # processes were tried too (and so started): the threads did not show at once that they
         pytest.skip(f"keep both cores busy, e.g. on a busy machine (tried: {tried})")
@@ -99,7 +94,7 @@ def test_a_fork_server_says_when_its_imports_are_done():
         "    time.sleep(0.01)\n"
         "print(warming_up())\n"
     )
-    assert _with_the_fork_server(code) == ["True", "False"]
+    assert _printed(code) == ["True", "False"]
 
 
 def _describe_a_pipeline_inside(v):

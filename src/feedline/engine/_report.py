@@ -73,7 +73,7 @@ def _input_bound_advice(stats, wait, busy, saturated, bottleneck, share):
     # nearly all their span (threads idle between tasks) are not GIL-bound.
     parallel = min(stats.workers, stats.cores)
     gil_bound = (stats.backend == "thread" and parallel >= 2 and cpu is not None and cores_used is not None
-                 and 0.2 <= cpu < max(1.3 / parallel, GIL_TASK_CPU) and cores_used < 0.65 * parallel)
+                 and 0.2 <= cpu < GIL_TASK_CPU and cores_used < 0.65 * parallel)
     off_cpu = saturated and cpu is not None and cpu < 0.2 and not gil_bound
     trial = stats.trial
     if gil_bound and trial.get("process") is not None and trial["process"] <= trial.get("thread", 0.0):

@@ -570,7 +570,6 @@ class BackendTrial(Executor):
     def _start_processes(self) -> None:
         """Start the process workers (see `_judge_gil`); a failure settles on threads with the reason."""
         self._processes_started = True
-        self._shorten_switch()
         try:
             fresh = self._make_processes()
         except Exception as exc:
