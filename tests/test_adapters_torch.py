@@ -168,6 +168,33 @@ def test_cuda_batches_arrive_on_the_device_in_order_and_intact(no_leaks):
     assert seen == reference
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_staging_runs_off_the_loop_thread_and_stops_when_the_loop_leaves(no_leaks):
+    import threading
+
+    def helpers():
+        return [t for t in threading.enumerate() if t.name.startswith("feedline-to-device")]
+
+    pinned_by = set()
+    real_pin = torch.Tensor.pin_memory
+
+    def spy(tensor, *args, **kwargs):
+        pinned_by.add(threading.current_thread().name)
+        return real_pin(tensor, *args, **kwargs)
+
+    pipe = fl.from_arrays(np.arange(64 * 1024, dtype=np.float32).reshape(64, 1024)).map(lambda r: r + 1, backend="thread").batch(8)
+    torch.Tensor.pin_memory = spy
+    try:
+        with pipe:
+            it = iter(pipe.torch(device="cuda"))
+            first = next(it)
+            assert torch.equal(first.cpu(), torch.arange(8 * 1024, dtype=torch.float32).reshape(8, 1024) + 1)
+            assert helpers(), "staging runs on a helper thread"
+            it.close()  # leaving the loop early
+    finally:
+        torch.Tensor.pin_memory = real_pin
+    assert pinned_by and threading.current_thread().name not in pinned_by, pinned_by
+    assert not helpers(), "the helper thread stopped with the loop"
 def test_without_torch_the_error_names_the_extra():
     script = textwrap.dedent(
         """

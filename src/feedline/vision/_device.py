@@ -38,6 +38,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .._helper_thread import OrderedHelper
 from .._optional import require
 from ._crop import RATIO, SCALE
 from ._decode import decode, size_of
@@ -342,16 +343,29 @@ class DeviceJpegDecoder:
         """
         if isinstance(depth, bool) or not isinstance(depth, int) or depth < 0:
             raise ValueError(f"DeviceJpegDecoder.ahead(depth=...) must be an integer >= 0, got {depth!r}")
+        torch = sys.modules["torch"]
         iterator = iter(batches)
+        # On CUDA the decode runs on a helper thread, on the stream that is current here, so the loop's thread
+        # keeps launching the step while nvJPEG's host part (Huffman decoding, GIL released) runs.
+        threaded = self.device.type == "cuda"
+        stream = torch.cuda.current_stream(self.device) if threaded else None
+
+        def decode(batch):
+            if stream is None:
+                return self.decode_batch(batch)
+            with torch.cuda.stream(stream):
+                return self.decode_batch(batch)
+
         ready: collections.deque = collections.deque()
         try:
-            for batch in iterator:
-                ready.append(self.decode_batch(batch))
-                del batch
-                if len(ready) > depth:
-                    yield ready.popleft()
-            while ready:
-                yield ready.popleft()
+            with OrderedHelper(decode, threaded=threaded, name="feedline-device-decode") as helper:
+                for batch in iterator:
+                    ready.append(helper.submit(batch))
+                    del batch
+                    if len(ready) > depth:
+                        yield helper.result(ready.popleft())
+                while ready:
+                    yield helper.result(ready.popleft())
         finally:
             close = getattr(iterator, "close", None)
             if close is not None:
