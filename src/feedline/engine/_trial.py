@@ -17,6 +17,12 @@ without changing the output. `BackendTrial` is an `Executor` over two:
   move to the processes, and new tasks go there too. Once the threads'
   running tasks are back, the processes have the machine to themselves and
   are measured (each worker's first task, its warm-up, is left out).
+- While the process workers start beside threads judged held back by the
+  GIL, only `KEEP_RUNNING` of them (or as many as the cores they kept
+  busy) go on; the rest wait before their next sample until the workers
+  are up. Sixteen GIL-bound threads otherwise starve the consumer thread
+  that starts the workers (2.3 s instead of ~0.2 s for sixteen), and one
+  core's worth of Python runs as fast on two threads as on sixteen.
 - While the process workers start, the interpreter hands the GIL over
   every `STARTUP_SWITCH_INTERVAL` instead of every 5 ms: their hand-shake
   runs in a consumer thread, and threads that hold the GIL made it wait
@@ -75,6 +81,7 @@ reason are in ``stats().decision`` and ``stats().trial``.
 
 from __future__ import annotations
 
+import math
 import sys
 import threading
 import time
@@ -98,6 +105,7 @@ DRIFT_RATIO = 0.6  # the winner's samples/s per worker fell below this share of 
 DRIFT_WINDOWS = 2  # ... for this many windows in a row (a window: 4 tasks per worker, at least 8)
 RETRIAL_AFTER = 10.0  # seconds after a decision before it may be revisited; doubled each time a trial confirms the winner
 GIL_LIMIT = (0.8, 1.25)  # cores that threads grown for I/O keep busy between them when the GIL is what limits them
+KEEP_RUNNING = 2  # threads held back by the GIL that go on while process workers start (the rest wait: `_start_processes`)
 
 
 class _Measure:
@@ -268,6 +276,7 @@ class BackendTrial(Executor):
         self._threads_again = False  # the bound did not settle it: threads are measured alone
         self._threads_alone_from = None  # threads measured from here (the processes' last task is back)
         self._abandoned = False  # the threads' running tasks were taken back once
+        self._handover: list = []  # tasks queued for threads when the processes came up, sent with the paused ones given back
         self._closed: set = set()
         self._started = time.perf_counter()
         self.decided_after: float | None = None  # seconds from the trial's start to its decision
@@ -389,12 +398,20 @@ class BackendTrial(Executor):
             self._settle("thread", f"process workers failed to start ({type(exc).__name__}: {exc}): threads")
             return
         if self._ready:
-            for key, task in self.threads.take_queued():
-                if self._owner.get(key) is self.threads:  # not cancelled meanwhile
-                    self._owner[key] = self.processes
-                    self._outstanding[self.threads] -= 1
-                    self._outstanding[self.processes] += 1
-                    self.processes.submit(key, task)
+            queued = self.threads.take_queued()
+            if self.threads.resume(give_back=True):  # paused tasks come back: they go first, in key order (`_move_returned`)
+                self._handover = queued
+            else:
+                self._hand_over(queued)
+
+    def _hand_over(self, tasks) -> None:
+        """Submit ``(key, task)`` pairs the threads hold no more to the processes, earliest first."""
+        for key, task in sorted(tasks, key=lambda pair: pair[0]):
+            if self._owner.get(key) is self.threads:  # not cancelled meanwhile
+                self._owner[key] = self.processes
+                self._outstanding[self.threads] -= 1
+                self._outstanding[self.processes] += 1
+                self.processes.submit(key, task)
 
     def _collect(self, executor: Executor, events: list) -> list:
         if executor is self.threads:
@@ -458,14 +475,12 @@ class BackendTrial(Executor):
 
     def _move_returned(self) -> None:
         """Tasks the threads gave back run on the processes; what the threads did of them counts for their bound."""
+        moving, self._handover = self._handover, []
         for key, returned in self.threads.take_returned():
             self._thread_rows += returned.rows
             self._thread_cpu += returned.cpu
-            if self._owner.get(key) is self.threads:  # not cancelled meanwhile
-                self._owner[key] = self.processes
-                self._outstanding[self.threads] -= 1
-                self._outstanding[self.processes] += 1
-                self.processes.submit(key, returned.task)
+            moving.append((key, returned.task))
+        self._hand_over(moving)
 
     def _advance(self) -> None:
         now = time.perf_counter()
@@ -500,12 +515,20 @@ class BackendTrial(Executor):
         A thread that holds the GIL uses a core while it runs (two of them:
         half a core each); one whose tasks mostly wait (files, the network)
         cannot be helped by processes, and measuring processes on such work
-        took seconds while the worker count stayed at one per core.
+        took seconds while the worker count stayed at one per core. Many
+        threads that hold the GIL also use little each (16 of them: 1/16 of
+        a core, less than `IO_SHARE`), so the shortcut needs the threads
+        together to use under `GIL_LIMIT`'s low end of a core as well: 16
+        threads of pure Python on a 16-core machine were taken for I/O,
+        grown to 113 and delivered 142 samples/s where 16 processes
+        delivered 1,900 (benchmarks/server_check.py on an H100 host).
         """
         if (self.winner is not None or not self._io_shortcut or self._thread_tasks < self.workers
                 or self._thread_span < self.workers * MIN_SPAN or self._thread_cpu >= IO_SHARE * self._thread_span):
             return
         share = self._thread_cpu / self._thread_span
+        if self.threads.workers * share >= GIL_LIMIT[0]:
+            return  # side by side they may use a core between them: the GIL's share, not I/O (judged by `_judge_gil`)
         self.rates = {"thread": self.workers * self._thread_rows / self._thread_span}
         self.decided_after = time.perf_counter() - self._started
         self._settle("thread", f"thread tasks used {share:.0%} of a core while they ran: they wait on I/O, "
@@ -575,6 +598,8 @@ class BackendTrial(Executor):
         except Exception as exc:
             self._settle("thread", f"process workers failed to start ({type(exc).__name__}: {exc}): threads")
             return
+        if self._cores_kept is not None:  # judged held back by the GIL: few threads deliver as much meanwhile
+            self.threads.pause_beyond(max(KEEP_RUNNING, math.ceil(self._cores_kept)))
         waiting = self.processes
         fresh.set_window_share(waiting.share)
         self._outstanding[fresh] = self._outstanding.pop(waiting)
@@ -608,6 +633,7 @@ class BackendTrial(Executor):
             note = f"tried again after {self._retry_reason}: {note}"
             self._retrial_after = self._retrial_after * 2 if confirmed else RETRIAL_AFTER
         self.winner, self.note = winner, note
+        self.threads.resume()
         self._settled_at = time.perf_counter()
         self._decided_rate = self.rates.get(winner, 0.0) / max(1, self._measure[self._winning()].workers)
         self._drift = _Drift()
