@@ -34,10 +34,11 @@ without changing the output. `BackendTrial` is an `Executor` over two:
   the starting workers) is given back at its next sample and runs again on
   a process: waiting for it would hold the measurement back for longest
   exactly where threads are slowest.
-- Thread tasks that use under `IO_SHARE` of a core while they run wait
-  on I/O (files, the network), not on the GIL: threads keep the work at
-  once, and the worker tuner can add threads without waiting for a
-  process phase.
+- Thread tasks that use under `IO_SHARE` of a core while they run, and
+  under `IO_TOGETHER` of a core all together (sixteen threads holding the
+  GIL use 1/16 of a core each, but a core together), wait on I/O (files,
+  the network), not on the GIL: threads keep the work at once, and the
+  worker tuner can add threads without waiting for a process phase.
 - Threads could deliver at most their CPU rate, rows over the thread CPU
   time their tasks took (no GIL waits in it), times the cores they could
   use. If the processes already deliver that much, threads cannot win
@@ -96,7 +97,8 @@ NEAR_BOUND = 0.85  # processes delivering this share of the threads' upper bound
 GIL_SIGN = 0.65  # ... if the threads kept under this share of their usable cores busy side by side (else: all of it)
 STARTUP_SWITCH_INTERVAL = 0.0005  # seconds: the GIL hand-over interval while process workers start beside busy threads
 ABANDON_RATIO = 2.0  # a warm process worker this many times faster than every running thread task: those tasks move over
-IO_SHARE = 0.2  # thread tasks using less than this share of a core while they run wait on I/O: threads win at once
+IO_SHARE = 0.2  # thread tasks using less than this share of a core while they run wait on I/O: threads win at once ...
+IO_TOGETHER = 0.5  # ... if all the threads together use less than this much of a core too (else it may be the GIL's share)
 EVIDENCE_SPAN = 0.05  # seconds every thread must stay busy side by side before `KEEP_CORES` is judged
 IDLE_SHARE = 0.05  # ... none of them waiting for tasks more than this share of the stretch
 KEEP_CORES = 0.9  # threads keeping this share of the cores they could use busy (~1 / PROCESS_MARGIN) keep the work at once
@@ -518,16 +520,19 @@ class BackendTrial(Executor):
         took seconds while the worker count stayed at one per core. Many
         threads that hold the GIL also use little each (16 of them: 1/16 of
         a core, less than `IO_SHARE`), so the shortcut needs the threads
-        together to use under `GIL_LIMIT`'s low end of a core as well: 16
-        threads of pure Python on a 16-core machine were taken for I/O,
-        grown to 113 and delivered 142 samples/s where 16 processes
-        delivered 1,900 (benchmarks/server_check.py on an H100 host).
+        together to use under `IO_TOGETHER` of a core as well: 16 threads
+        of pure Python on a 16-core machine were taken for I/O, grown to
+        113 and delivered 142 samples/s where 16 processes delivered 1,900
+        (benchmarks/server_check.py on an H100 host). With 0.8 there, one
+        epoch in three still grew them (to 128, then processes at 128):
+        sixteen threads passing the GIL between sixteen cores use less
+        than a core between them.
         """
         if (self.winner is not None or not self._io_shortcut or self._thread_tasks < self.workers
                 or self._thread_span < self.workers * MIN_SPAN or self._thread_cpu >= IO_SHARE * self._thread_span):
             return
         share = self._thread_cpu / self._thread_span
-        if self.threads.workers * share >= GIL_LIMIT[0]:
+        if self.threads.workers * share >= IO_TOGETHER:
             return  # side by side they may use a core between them: the GIL's share, not I/O (judged by `_judge_gil`)
         self.rates = {"thread": self.workers * self._thread_rows / self._thread_span}
         self.decided_after = time.perf_counter() - self._started
