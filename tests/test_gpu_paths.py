@@ -14,8 +14,8 @@
 - `python -m benchmarks.gpu_training --dry-run` runs end to end and prints
   its table.
 
-Nothing here needs a GPU; what still has to run on one is listed in
-docs/adapters.md, "Status of the device paths".
+Most of this needs no GPU; the tests marked `needs_gpu` ran on an H100
+(2026-11-25, docs/adapters.md, "Status of the device paths").
 """
 
 from __future__ import annotations
