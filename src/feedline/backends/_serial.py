@@ -5,6 +5,7 @@ from __future__ import annotations
 import collections
 
 from .._batch_memory import reusing_arrays
+from .._gc_freeze import GcFreeze
 from ..worker import run_task
 from ._base import Event, Executor
 
@@ -23,6 +24,8 @@ class SerialExecutor(Executor):
         self.queue: collections.deque = collections.deque()
         self.streams: dict = {}
         self.arrays = reusing_arrays()  # large batch arrays used again once the consumer lets go
+        self._frozen = True
+        GcFreeze.hold()  # the per-sample Python runs here: keep the collector off the objects already here
 
     def submit(self, key, task, affinity=None):
         self.queue.append((key, task))
@@ -38,3 +41,8 @@ class SerialExecutor(Executor):
 
     def cancel(self, generation):
         self.queue = collections.deque(item for item in self.queue if item[0][0] != generation)
+
+    def close(self):
+        if self._frozen:
+            self._frozen = False
+            GcFreeze.release()

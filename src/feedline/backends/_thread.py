@@ -18,6 +18,7 @@ import threading
 import time
 
 from .._batch_memory import reusing_arrays
+from .._gc_freeze import GcFreeze
 from ..worker import Result, TaskError, run_task
 from ._base import Event, Executor
 
@@ -77,6 +78,8 @@ class ThreadExecutor(Executor):
         self.threads = []
         self.arrays = reusing_arrays()  # large batch arrays used again once the consumer lets go
         self._pool = next(_names)
+        self._frozen = True
+        GcFreeze.hold()  # the per-sample Python runs here: keep the collector off the objects already here
         for n, inbox in enumerate(self.inboxes):
             self._start_thread(n, inbox)
 
@@ -280,3 +283,6 @@ class ThreadExecutor(Executor):
             thread.join(timeout=2.0)
         self.threads = []
         self.arrays.clear()
+        if self._frozen:
+            self._frozen = False
+            GcFreeze.release()
