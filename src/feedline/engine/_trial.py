@@ -107,7 +107,8 @@ DRIFT_RATIO = 0.6  # the winner's samples/s per worker fell below this share of 
 DRIFT_WINDOWS = 2  # ... for this many windows in a row (a window: 4 tasks per worker, at least 8)
 RETRIAL_AFTER = 10.0  # seconds after a decision before it may be revisited; doubled each time a trial confirms the winner
 GIL_LIMIT = (0.8, 1.25)  # cores that threads grown for I/O keep busy between them when the GIL is what limits them
-KEEP_RUNNING = 2  # threads held back by the GIL that go on while process workers start (the rest wait: `_start_processes`)
+KEEP_RUNNING = 2  # threads held back by the GIL that go on while process workers start (the rest wait: `_start_processes`) ...
+PAUSE_LIMIT = 2.0  # ... for at most this many seconds: workers slower to come up than that do not stall the threads' tasks
 
 
 class _Measure:
@@ -279,6 +280,7 @@ class BackendTrial(Executor):
         self._threads_alone_from = None  # threads measured from here (the processes' last task is back)
         self._abandoned = False  # the threads' running tasks were taken back once
         self._handover: list = []  # tasks queued for threads when the processes came up, sent with the paused ones given back
+        self._paused_at: float | None = None  # when threads were paused for the process workers' start
         self._closed: set = set()
         self._started = time.perf_counter()
         self.decided_after: float | None = None  # seconds from the trial's start to its decision
@@ -399,7 +401,11 @@ class BackendTrial(Executor):
         except Exception as exc:  # the workers cannot start here: threads it is, and the report says why
             self._settle("thread", f"process workers failed to start ({type(exc).__name__}: {exc}): threads")
             return
+        if not self._ready and self._paused_at is not None and time.perf_counter() - self._paused_at > PAUSE_LIMIT:
+            self._paused_at = None
+            self.threads.resume()  # the paused threads hold tasks the consumer may be waiting for
         if self._ready:
+            self._paused_at = None
             queued = self.threads.take_queued()
             if self.threads.resume(give_back=True):  # paused tasks come back: they go first, in key order (`_move_returned`)
                 self._handover = queued
@@ -605,6 +611,7 @@ class BackendTrial(Executor):
             return
         if self._cores_kept is not None:  # judged held back by the GIL: few threads deliver as much meanwhile
             self.threads.pause_beyond(max(KEEP_RUNNING, math.ceil(self._cores_kept)))
+            self._paused_at = time.perf_counter()
         waiting = self.processes
         fresh.set_window_share(waiting.share)
         self._outstanding[fresh] = self._outstanding.pop(waiting)
