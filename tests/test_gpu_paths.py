@@ -259,6 +259,16 @@ def test_device_decoder_layouts_dtypes_and_normalisation(jpeg_files, torch):
     np.testing.assert_allclose(nhwc.float().numpy(), pixels / 255.0, atol=0.01)
 
 
+def test_device_decoder_puts_each_image_in_its_own_row_when_cpu_cropped_ones_sit_between(jpeg_files, torch):
+    jpegs = [fv.plan_random_resized_crop(p, 32, np.random.default_rng(i)) for i, p in enumerate(jpeg_files[:6])]
+    png = fv.plan_random_resized_crop(encoded(photo(60, 50, 9), "PNG"), 32, np.random.default_rng(9))
+    decoder = fv.DeviceJpegDecoder("cpu", decode="cpu", dtype="uint8", layout="NHWC")
+    mixed = decoder(jpegs[:3] + [png] + jpegs[3:]).numpy()
+    alone = decoder(jpegs).numpy()
+    np.testing.assert_array_equal(mixed[3], png.pixels)
+    np.testing.assert_array_equal(np.delete(mixed, 3, axis=0), alone)
+
+
 def test_device_decoder_ahead_decodes_crops_inside_batches(jpeg_files, torch, no_leaks):
     def plan(path, rng):
         return fv.plan_random_resized_crop(path, 40, rng)

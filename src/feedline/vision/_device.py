@@ -296,7 +296,11 @@ class DeviceJpegDecoder:
         area, nearest = p[:, 3] > 0, mode == "nearest"
         rows_w = resample_weights(torch, k_h, grid_h, p[:, 0], area, None, nearest)  # (n, out_h, max h)
         cols_w = resample_weights(torch, k_w, grid_w, p[:, 1], area, p[:, 2] > 0, nearest)  # (n, out_w, max w)
-        for k, (c, image, row) in enumerate(zip(crops, images, rows)):
+        # Each crop into one zero-padded (chunk, max h, 3, max w) float block: one copy kernel per image. Then
+        # rows and columns are one batched GEMM each for the whole chunk (the padding meets zero weights).
+        # Per image, two GEMMs and the crop's own copies launched from Python took 20 ms a batch of 256 on an H100.
+        block = torch.zeros((len(crops), grid_h.shape[-1], 3, grid_w.shape[-1]), dtype=torch.float32, device=self.device)
+        for k, (c, image) in enumerate(zip(crops, images)):
             got = (int(image.shape[-2]), int(image.shape[-1]))
             if got != c.image_size:
                 raise RuntimeError(f"DeviceJpegDecoder: {c.name} decoded to {got[0]}x{got[1]} but its header says "
@@ -304,10 +308,13 @@ class DeviceJpegDecoder:
             if image.shape[0] == 1:
                 image = image.expand(3, -1, -1)
             top, left, h, w = c.box
-            # (h, 3, w) float, contiguous: the crop's only copy; then rows, then columns, each one GEMM.
-            region = image[:3, top : top + h, left : left + w].permute(1, 0, 2).to(torch.float32).reshape(h, 3 * w)
-            tall = torch.matmul(rows_w[k, :, :h], region).view(out_h * 3, w)
-            torch.matmul(tall, cols_w[k, :, :w].transpose(0, 1), out=out[row].view(out_h * 3, out_w))
+            block[k, :h, :, :w].copy_(image[:3, top : top + h, left : left + w].permute(1, 0, 2))
+        n, max_h, _, max_w = block.shape
+        tall = torch.bmm(rows_w, block.view(n, max_h, 3 * max_w)).view(n, out_h * 3, max_w)
+        if rows == list(range(rows[0], rows[0] + n)):  # the usual case: written in place
+            torch.bmm(tall, cols_w.transpose(1, 2), out=out[rows[0] : rows[0] + n].view(n, out_h * 3, out_w))
+        else:  # some rows of the chunk were cropped on the CPU (PNG, grey, CMYK)
+            out[torch.as_tensor(rows, device=self.device)] = torch.bmm(tall, cols_w.transpose(1, 2)).view(n, out_h, 3, out_w)
 
     def _finish(self, torch, out):
         """``(n, out_h, 3, out_w)`` float32 -> the asked dtype and layout."""
