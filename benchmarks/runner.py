@@ -217,16 +217,53 @@ def _helper_pids() -> set[int]:
 
 
 def _helper_cpu_seconds() -> float:
-    """CPU of the fork servers and of the workers they reaped (not in RUSAGE_CHILDREN until a server exits)."""
-    total, tick = 0.0, os.sysconf("SC_CLK_TCK")
+    """CPU of the fork servers, of the workers they reaped, and of their workers still running.
+
+    None of it is in RUSAGE_CHILDREN until a server exits (and a server
+    that outlives the process measuring it never is), so a loader's CPU
+    would otherwise leave out its process workers and count them as other
+    programs' load.
+    """
+    total = 0.0
     for pid in _helper_pids():
+        fields = _stat_fields(pid)
+        if fields is None:
+            continue
+        total += _ticks(fields[11:15])  # utime, stime, cutime, cstime (the reaped workers)
+        for child in _children(pid):
+            child_fields = _stat_fields(child)
+            if child_fields is not None:
+                total += _ticks(child_fields[11:13])  # a worker still running: utime, stime
+    return total
+
+
+def _stat_fields(pid: int) -> list[str] | None:
+    """``/proc/PID/stat`` after the command name (field 3 onwards), or None if the process is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+
+
+def _children(pid: int) -> list[int]:
+    """The live children of ``pid`` (Linux: every thread's ``children`` list)."""
+    kids = []
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return kids
+    for tid in tasks:
         try:
-            with open(f"/proc/{pid}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
+            with open(f"/proc/{pid}/task/{tid}/children") as f:
+                kids += [int(v) for v in f.read().split()]
         except OSError:
             continue
-        total += sum(int(v) for v in fields[11:15]) / tick  # utime, stime, cutime, cstime
-    return total
+    return kids
+
+
+def _ticks(values) -> float:
+    return sum(int(v) for v in values) / os.sysconf("SC_CLK_TCK")
 
 
 def _io_stall_seconds() -> float:
