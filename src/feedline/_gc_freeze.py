@@ -23,36 +23,23 @@ from __future__ import annotations
 
 import gc
 import os
-import threading
+
+from ._counted import CountedSetting
 
 __all__ = ["GcFreeze"]
 
 
-class GcFreeze:
-    """Counted holds: the first freezes (if it may), the last one out unfreezes what it froze."""
+class GcFreeze(CountedSetting):
+    """A hold on the freeze: ``hold = GcFreeze()`` while in-process workers live, ``hold.release()`` after."""
 
-    _lock = threading.Lock()
-    _holders = 0
-    _froze = False
+    @staticmethod
+    def apply() -> bool:
+        allowed = os.environ.get("FEEDLINE_GC_FREEZE", "1") != "0" and gc.isenabled() and gc.get_freeze_count() == 0
+        if allowed:
+            gc.freeze()
+        return allowed
 
-    @classmethod
-    def hold(cls) -> None:
-        with cls._lock:
-            if cls._holders == 0 and _allowed():
-                gc.freeze()
-                cls._froze = True
-            cls._holders += 1
-
-    @classmethod
-    def release(cls) -> None:
-        with cls._lock:
-            if cls._holders == 0:
-                return
-            cls._holders -= 1
-            if cls._holders == 0 and cls._froze:
-                cls._froze = False
-                gc.unfreeze()
-
-
-def _allowed() -> bool:
-    return os.environ.get("FEEDLINE_GC_FREEZE", "1") != "0" and gc.isenabled() and gc.get_freeze_count() == 0
+    @staticmethod
+    def undo(froze: bool) -> None:
+        if froze:
+            gc.unfreeze()

@@ -24,8 +24,7 @@ class SerialExecutor(Executor):
         self.queue: collections.deque = collections.deque()
         self.streams: dict = {}
         self.arrays = reusing_arrays()  # large batch arrays used again once the consumer lets go
-        self._frozen = True
-        GcFreeze.hold()  # the per-sample Python runs here: keep the collector off the objects already here
+        self._gc_freeze = GcFreeze()  # the per-sample Python runs here: keep the collector off the objects already here
 
     def submit(self, key, task, affinity=None):
         self.queue.append((key, task))
@@ -43,6 +42,4 @@ class SerialExecutor(Executor):
         self.queue = collections.deque(item for item in self.queue if item[0][0] != generation)
 
     def close(self):
-        if self._frozen:
-            self._frozen = False
-            GcFreeze.release()
+        self._gc_freeze.release()

@@ -78,8 +78,7 @@ class ThreadExecutor(Executor):
         self.threads = []
         self.arrays = reusing_arrays()  # large batch arrays used again once the consumer lets go
         self._pool = next(_names)
-        self._frozen = True
-        GcFreeze.hold()  # the per-sample Python runs here: keep the collector off the objects already here
+        self._gc_freeze = GcFreeze()  # the per-sample Python runs here: keep the collector off the objects already here
         for n, inbox in enumerate(self.inboxes):
             self._start_thread(n, inbox)
 
@@ -283,6 +282,4 @@ class ThreadExecutor(Executor):
             thread.join(timeout=2.0)
         self.threads = []
         self.arrays.clear()
-        if self._frozen:
-            self._frozen = False
-            GcFreeze.release()
+        self._gc_freeze.release()

@@ -84,9 +84,9 @@ from __future__ import annotations
 
 import math
 import sys
-import threading
 import time
 
+from .._counted import CountedSetting
 from ..backends import Executor, warming_up
 
 __all__ = ["GIL_LIMIT", "GIL_SIGN", "MIN_SPAN", "NEAR_BOUND", "PROCESS_MARGIN", "BackendTrial"]
@@ -176,27 +176,18 @@ class _Drift:
         return f"{self.last:,.0f} samples/s per worker, was {decided:,.0f}"
 
 
-class _SwitchInterval:
+class _SwitchInterval(CountedSetting):
     """A shorter GIL switch interval while any trial's process workers start; the previous one after the last."""
 
-    _lock = threading.Lock()
-    _holders = 0
-    _saved = 0.005
+    @staticmethod
+    def apply() -> float:
+        saved = sys.getswitchinterval()
+        sys.setswitchinterval(min(saved, STARTUP_SWITCH_INTERVAL))
+        return saved
 
-    @classmethod
-    def shorten(cls) -> None:
-        with cls._lock:
-            if cls._holders == 0:
-                cls._saved = sys.getswitchinterval()
-                sys.setswitchinterval(min(cls._saved, STARTUP_SWITCH_INTERVAL))
-            cls._holders += 1
-
-    @classmethod
-    def restore(cls) -> None:
-        with cls._lock:
-            cls._holders -= 1
-            if cls._holders == 0:
-                sys.setswitchinterval(cls._saved)
+    @staticmethod
+    def undo(saved: float) -> None:
+        sys.setswitchinterval(saved)
 
 
 class _NotStarted(Executor):
@@ -284,7 +275,7 @@ class BackendTrial(Executor):
         self._closed: set = set()
         self._started = time.perf_counter()
         self.decided_after: float | None = None  # seconds from the trial's start to its decision
-        self._short_switch = False
+        self._switch: _SwitchInterval | None = None
         self._shorten_switch()  # from the start: GIL-bound threads otherwise hold the consumer's judging back 5 ms a step
         threads.watch_progress(True)
 
@@ -363,14 +354,13 @@ class BackendTrial(Executor):
             executor.close()
 
     def _shorten_switch(self) -> None:
-        if not self._short_switch:
-            self._short_switch = True
-            _SwitchInterval.shorten()
+        if self._switch is None:
+            self._switch = _SwitchInterval()
 
     def _restore_switch(self) -> None:
-        if self._short_switch:
-            self._short_switch = False
-            _SwitchInterval.restore()
+        if self._switch is not None:
+            self._switch.release()
+            self._switch = None
 
     # --------------------------------------------------------------- trial
     def _live(self) -> list:
