@@ -14,6 +14,12 @@ Protocol (one writer, one reader per slot):
   garbage collected, a finalizer queues the slot id, and the consumer sends
   it back to the worker with its next message. Only then may the worker
   reuse the slot, so a batch the user still holds is never overwritten.
+- Hand-back goes through shared memory too: each worker has a `ReleaseRing`
+  of words in its status segment; the consumer writes a released slot id
+  there and the worker takes it when it next needs a slot. No message and
+  no wake-up of the worker per batch (issue 14: on a tiny map every other
+  batch cost a `Release` message, and its wake-up took the worker's core).
+  Only when the ring is full does the id travel with the next message.
 - Back-pressure is not done here: the consumer bounds the number of tasks
   in flight, so a worker holds at most (in-flight tasks + batches the user
   still references) slots.
@@ -35,7 +41,7 @@ import numpy as np
 from .._tree import flatten, unflatten
 from ._shm import Segment, unlink
 
-__all__ = ["SlotReader", "SlotWriter"]
+__all__ = ["ReleaseRing", "SlotReader", "SlotWriter"]
 
 _ALIGN = 64
 
@@ -60,12 +66,56 @@ def _views(buffer, layout, total):
     return flat, arrays
 
 
-class SlotWriter:
-    """Worker side: a pool of slots, reused once the consumer releases them."""
+class ReleaseRing:
+    """Slot ids handed back from the consumer to a worker through shared words, without a message.
 
-    def __init__(self, prefix: str, max_free: int = 4):
+    One writer (the consumer: `push`) and one reader (the worker: `take`).
+    A word holds ``slot id + 1``, or 0 when empty; the consumer writes a
+    word only after the worker emptied it, and each side walks the words in
+    the same order. Each word is written whole by one side at a time, so no
+    lock and no ordering between words is needed: a reader that does not
+    see a word yet stops there and finds it on its next call.
+
+    >>> words = memoryview(bytearray(4 * 8)).cast("q")
+    >>> consumer, worker = ReleaseRing(words), ReleaseRing(words)
+    >>> [consumer.push(s) for s in (7, 0, 3, 5, 9)]
+    [True, True, True, True, False]
+    >>> worker.take(), consumer.push(9), worker.take()
+    ([7, 0, 3, 5], True, [9])
+    """
+
+    def __init__(self, words):
+        self.words = words  # a memoryview cast to "q" (int64), shared by both processes
+        self.position = 0
+
+    def push(self, slot: int) -> bool:
+        """Hand ``slot`` back; False if the ring is full (then send it with a message)."""
+        if self.words[self.position]:
+            return False
+        self.words[self.position] = slot + 1
+        self.position = (self.position + 1) % len(self.words)
+        return True
+
+    def take(self) -> list[int]:
+        """The slot ids handed back since the last call, in order."""
+        taken, words = [], self.words
+        while words[self.position]:
+            taken.append(words[self.position] - 1)
+            words[self.position] = 0
+            self.position = (self.position + 1) % len(words)
+        return taken
+
+
+class SlotWriter:
+    """Worker side: a pool of slots, reused once the consumer releases them.
+
+    ``returned`` is the worker's `ReleaseRing`, read whenever a slot is needed.
+    """
+
+    def __init__(self, prefix: str, max_free: int = 4, returned: ReleaseRing | None = None):
         self.prefix = prefix
         self.max_free = max_free
+        self.returned = returned
         self.slots: dict[int, Segment] = {}
         self.free: set[int] = set()
         self.announced: set[int] = set()
@@ -74,6 +124,8 @@ class SlotWriter:
         self._pending = None  # (slot id, layout, total, arrays) from the last alloc
 
     def _take(self, total: int) -> int:
+        if self.returned is not None:
+            self.release(self.returned.take())
         fitting = [s for s in self.free if self.slots[s].size >= total]
         if fitting:
             slot = min(fitting, key=lambda s: self.slots[s].size)

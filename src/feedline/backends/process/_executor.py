@@ -40,7 +40,7 @@ import numpy as np
 
 from ..._errors import WorkerError
 from ...transport._shm import Segment, segment_prefix, sweep, unlink
-from ...transport._slots import SlotReader
+from ...transport._slots import ReleaseRing, SlotReader
 from ...transport._transfer import SharedArrays, check_picklable, dumps_for_workers
 from ...worker import Result, TaskError
 from ...worker._protocol import Done, PartError, Ready, Release, RunTask, SendPart, Stop
@@ -48,7 +48,7 @@ from ...worker._wire import decode, encode
 from .._base import Event, Executor, PartNotPicklable
 from .._pool import MAX_ATTEMPTS, TaskPool
 from ._forkserver import forkserver
-from ._main import BLAS_VARS, STATUS_WORDS
+from ._main import BLAS_VARS, RING_WORDS, STATUS_WORDS
 
 __all__ = ["MAX_ATTEMPTS", "ProcessExecutor"]
 
@@ -75,7 +75,7 @@ def describe_exit(code: int | None) -> str:
 
 
 class _Worker:
-    __slots__ = ("id", "position", "proc", "conn", "ready", "outstanding", "reader", "status", "started")
+    __slots__ = ("id", "position", "proc", "conn", "ready", "outstanding", "reader", "status", "ring", "started")
 
     def __init__(self, wid, position, proc, reader):
         self.id, self.position, self.proc, self.reader = wid, position, proc, reader
@@ -83,6 +83,7 @@ class _Worker:
         self.ready = False
         self.outstanding: collections.OrderedDict = collections.OrderedDict()
         self.status = None
+        self.ring = None  # its `ReleaseRing`, in the status segment: freed slots go back without a message
         self.started = time.monotonic()
 
     def current_index(self) -> int:
@@ -238,6 +239,7 @@ class ProcessExecutor(Executor):
             self.readable.add(conn, worker)
             worker.status = Segment.attach(hello.status_segment)
             unlink(hello.status_segment)
+            worker.ring = ReleaseRing(memoryview(worker.status.buf).cast("q")[STATUS_WORDS : STATUS_WORDS + RING_WORDS])
 
     # ------------------------------------------------------------- dispatch
     def submit(self, key, task, affinity=None):
@@ -275,10 +277,12 @@ class ProcessExecutor(Executor):
             pass  # its death is handled when wait() sees the EOF
 
     def _take_releases(self) -> None:
-        """Slots the consumer let go since the last dispatch, by worker, for the next message to each."""
+        """Slots the consumer let go since the last dispatch: into each worker's ring, else its next message."""
         while self.released:
             wid, slot = self.released.popleft()
-            self._releasing[wid].append(slot)
+            worker = self.by_id.get(wid)
+            if worker is None or worker.ring is None or not worker.ring.push(slot):
+                self._releasing[wid].append(slot)
 
     def _send_releases(self) -> None:
         """A `Release` to each worker whose freed slots no task carried."""

@@ -42,7 +42,8 @@ BLAS_VARS = (
 )
 
 
-STATUS_WORDS = 3  # int64 words of a worker's status segment: task number, sample index, sample start (ns)
+STATUS_WORDS = 3  # int64 words of a worker's status segment: task number, sample index, sample start (ns) ...
+RING_WORDS = 64  # ... then the words of its `ReleaseRing`: slots the consumer hands back
 
 
 def _parent_alive(parent_pid: int) -> bool:
@@ -101,7 +102,7 @@ def run(boot: dict) -> None:
 
     from ...transport import _transfer
     from ...transport._shm import Segment, sweep, unlink
-    from ...transport._slots import SlotWriter
+    from ...transport._slots import ReleaseRing, SlotWriter
     from ...worker import Result, TaskError, run_task
     from ...worker._protocol import Done, Hello, PartError, Ready, Release, RunTask, SendPart, Stop
     from ...worker._wire import decode, encode
@@ -112,11 +113,11 @@ def run(boot: dict) -> None:
     posix_term = hasattr(signal, "pthread_sigmask") and hasattr(signal, "SIGTERM")
     if posix_term:
         signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
-    writer = SlotWriter(f"{prefix}w{wid}_")
-    # Status words: [task number, sample index (-1: none), monotonic_ns when that sample began].
-    status_seg = Segment.create(f"{prefix}w{wid}_status", STATUS_WORDS * 8)
+    # Status words: [task number, sample index (-1: none), monotonic_ns when that sample began], then the ring.
+    status_seg = Segment.create(f"{prefix}w{wid}_status", (STATUS_WORDS + RING_WORDS) * 8)
     status = np.ndarray((STATUS_WORDS,), np.int64, buffer=status_seg.buf)
     status[:] = -1
+    writer = SlotWriter(f"{prefix}w{wid}_", returned=ReleaseRing(memoryview(status_seg.buf).cast("q")[STATUS_WORDS : STATUS_WORDS + RING_WORDS]))
 
     def cleanup(parent_gone: bool) -> None:
         writer.close()
