@@ -105,6 +105,18 @@ def test_ray_output_is_bit_identical_to_serial_in_order_every_index_once(ray_cle
         assert pipe.stats().backend == "ray"
 
 
+def test_cheap_batches_on_ray_go_several_per_task_from_the_second_epoch_with_the_serial_bytes(ray_clean):
+    expected = epochs(pipeline(augment, "serial", n=4_000), 2)
+    pipe = pipeline(augment, "ray", n=4_000)
+    with pipe:
+        got = []
+        for _ in range(2):
+            got.append([snapshot(b) for b in pipe])
+            stats = pipe.stats()
+    assert got == expected
+    assert stats.tasks < stats.batches / 2, f"{stats.tasks} tasks for {stats.batches} cheap batches: one message each"
+
+
 def test_ray_output_is_the_same_for_one_and_two_actors(ray_clean):
     one = epochs(pipeline(augment, "ray", workers=1), 1)
     two = epochs(pipeline(augment, "ray", workers=2), 1)

@@ -106,7 +106,7 @@ def test_every_field_is_checked_for_type_and_range(no_leaks):
         refused(pipe, {**state, "skipped": "none"}, "skipped", "must be a list")
         refused(pipe, {**state, "skipped": [[3, 4]]}, "skipped", "item 0")
         refused(pipe, {**state, "my_step": 12}, "my_step", "not a field", "beside the state")
-        refused(pipe, {**state, "chunk": 4}, "chunk", "this one batches")
+        refused(pipe, {**state, "chunk": 3}, "chunk", "not a whole number of batches of 4")
         refused(pipe, {**state, "streams": {}}, "streams", "generator source")
 
 
@@ -116,7 +116,7 @@ def test_fields_must_fit_the_pipeline_and_each_other(no_leaks):
         for k in range(9):  # every position of the epoch (8: its end) validates, with a digest to match
             assert pipe.resume(_state.seal({**state, "task": k, "batches": k})) is not None
         refused(pipe, {**state, "task": 9}, "task", "8 tasks of 4 samples")
-        refused(pipe, {**state, "offset": 1}, "offset", "always has offset 0")
+        refused(pipe, {**state, "offset": 1}, "offset", "a multiple of the batch size, 4")
         refused(pipe, {**state, "task": 4}, "task", "state['batches'] is 3")
         refused(pipe, {**state, "batches": 2}, "task", "state['batches'] is 2")
         refused(pipe, {**state, "skipped": [[1, "x"]]}, "skipped", "never skips")

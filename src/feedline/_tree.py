@@ -9,6 +9,7 @@ tree is split into ``(skeleton, arrays)`` and rebuilt on the other side.
 from __future__ import annotations
 
 import numbers
+from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -16,7 +17,19 @@ import numpy as np
 from ._batch_memory import new_arrays
 from ._errors import SampleError
 
-__all__ = ["Leaf", "collate_into", "concat_pieces", "flatten", "flatten_all", "slice_rows", "unflatten"]
+__all__ = ["BatchGroup", "Leaf", "collate_into", "concat_pieces", "flatten", "flatten_all", "slice_rows", "unflatten"]
+
+
+@dataclass
+class BatchGroup:
+    """The payload of a task that holds several whole batches (see `feedline.pipeline._plan.Plan.groups_batches`), in order.
+
+    Each batch is collated on its own, exactly as a task of one batch would
+    collate it (dtypes, shapes and errors per batch), so grouping tasks
+    never changes a batch; it only spares a message per batch.
+    """
+
+    batches: list
 
 
 class Leaf:

@@ -24,8 +24,10 @@ import collections
 import time
 import warnings
 
+import numpy as np
+
 from .._errors import FeedlineError, SampleError
-from .._tree import slice_rows
+from .._tree import BatchGroup, flatten, slice_rows
 from ..worker import Task
 from ._buckets import Buckets
 from ._recut import Recut
@@ -58,6 +60,7 @@ class EpochIterator:
         self._done: dict[int, object] = {}
         self._out: collections.deque = collections.deque()  # (item, resume point, rows)
         self._last_rows = 0
+        self._batch_bytes = None  # bytes of one whole batch, from the first (sizes tasks of several batches)
         # A collate that passes whole batches through (a Keras Sequence's) counts the samples in each.
         self._rows_of = getattr(plan.part.collate, "rows_of", None)
         self._recut = None if plan.part.aligned or self._unbatched or plan.window else _recut_for(plan, state)
@@ -93,11 +96,13 @@ class EpochIterator:
         else:
             self._order = plan.epoch_indices(epoch)
             count = len(self._order)
-            # A checkpoint names its task grid (older ones: 64 samples a task, unbatched).
-            chunk = state.get("chunk", OLD_CHUNK) if state is not None and self._unbatched else None
-            if state is None and self._unbatched:
-                chunk = runtime.unbatched_chunk  # measured on the last epoch (None on the first)
-            self._step, self._num_tasks = task_grid(plan, count, chunk)
+            # A checkpoint names its task grid (older ones: 64 samples a task, unbatched; a batch a task, batched).
+            chunk = None
+            if state is not None:
+                chunk = state.get("chunk", OLD_CHUNK) if self._unbatched else state.get("chunk")
+            elif self._unbatched or plan.groups_batches:
+                chunk = runtime.learned_chunk  # measured on the last epoch (None on the first)
+            self._step, self._num_tasks, self._covered = task_grid(plan, count, chunk)
             plan.part.source.read_ahead(self._order[start_task * self._step:])  # e.g. a remote store fetches these files, in order
         self._next_submit = self._next_take = start_task
 
@@ -149,7 +154,7 @@ class EpochIterator:
                 if number >= self._num_tasks:
                     return
                 step = self._step
-                task = Task(self.epoch, number, indices=self._order[number * step : (number + 1) * step])
+                task = Task(self.epoch, number, indices=self._order[number * step : min((number + 1) * step, self._covered)])
                 affinity = None
             self._executor.submit((self._generation, number), task, affinity)
             self._next_submit += 1
@@ -176,6 +181,9 @@ class EpochIterator:
         self.stats_.add_counts(self._plan.part.source.take_counters())  # the consumer's own (a remote store's read-ahead)
         self._skip_log.extend((number, index, reason) for index, reason in result.skipped)
         if result.error is not None:
+            if isinstance(result.payload, BatchGroup):  # the whole batches before the failure come first
+                payload, rows, _, skip = self._undelivered(result)
+                self._emit_whole_batches(payload, rows, number, skip, finished=False)
             self._error = result.error
             self._out.append((_ERROR, result.error, 0))
             return
@@ -202,7 +210,7 @@ class EpochIterator:
             return
         if self._plan.part.aligned:
             if rows:
-                self._out.append((payload, {"task": number + 1, "offset": 0}, rows))
+                self._emit_whole_batches(payload, rows, number, skip)
             return
         if rows:
             self._recut.add(payload, rows, number, result.rows, indices)
@@ -213,10 +221,34 @@ class EpochIterator:
         payload, rows, indices = result.payload, result.rows, result.indices
         skip, self._skip_rows = self._skip_rows, 0
         if skip and rows:
-            payload = payload[skip:] if self._unbatched else cut(payload, skip, rows, rows=rows)
+            if isinstance(payload, BatchGroup):  # a resumed task of several batches: the offset is whole batches
+                payload = BatchGroup(payload.batches[skip // self._size :])
+            else:
+                payload = payload[skip:] if self._unbatched else cut(payload, skip, rows, rows=rows)
             indices = indices[skip:] if indices is not None else None
             rows -= skip
         return payload, rows, indices, skip
+
+    def _emit_whole_batches(self, payload, rows: int, number: int, skip: int, finished: bool = True) -> None:
+        """Queue the batches of an aligned task: one, or several (`BatchGroup`, or rows read in bulk) cut apart here.
+
+        Each batch's resume point is just after it: the next task once the
+        task's last batch is out (``finished``), else this task again, past
+        the rows delivered so far (``skip``: those delivered before a resume).
+        """
+        size = self._size
+        group = payload.batches if isinstance(payload, BatchGroup) else None
+        if self._batch_bytes is None:
+            self._batch_bytes = _batch_bytes(group[0] if group else payload, min(rows, size) if group else rows, size)
+        if group is None and rows <= size:
+            point = {"task": number + 1, "offset": 0} if finished else {"task": number, "offset": skip + rows}
+            self._out.append((payload, point, rows))
+            return
+        for j, start in enumerate(range(0, rows, size)):
+            end = min(rows, start + size)
+            batch = group[j] if group is not None else slice_rows(payload, start, end, rows=rows)
+            point = {"task": number + 1, "offset": 0} if finished and end == rows else {"task": number, "offset": skip + end}
+            self._out.append((batch, point, end - start))
 
     def _recut_rows(self, result, number: int, before: dict, after: dict) -> None:
         """A generator task's rows join the re-cut; a resumed first task drops the rows already delivered."""
@@ -371,9 +403,12 @@ class EpochIterator:
                 stacklevel=_user_stacklevel(),
             )
         self._refresh()
-        if self._unbatched and not self._plan.streaming and self._runtime.backend in ("process", "ray"):  # where a task is a message
-            learned = measured_chunk(self.stats_.task_seconds, self.stats_.samples, len(self._order), self._runtime.workers)
-            self._runtime.unbatched_chunk = learned or self._runtime.unbatched_chunk
+        plan = self._plan
+        if (self._unbatched or plan.groups_batches) and not plan.streaming and self._runtime.backend in ("process", "ray"):
+            # where a task is a message: its size from the work measured per sample
+            learned = measured_chunk(self.stats_.task_seconds, self.stats_.samples, len(self._order), self._runtime.workers,
+                                     batch=self._size, batch_bytes=self._batch_bytes or 0)
+            self._runtime.learned_chunk = learned or self._runtime.learned_chunk
         self._runtime.publish(self.stats_)
 
     def _abort(self) -> None:
@@ -426,7 +461,7 @@ class EpochIterator:
             state.update(task=0, offset=self._point.get("offset", 0), streams=streams)
         else:
             state.update(task=self._point["task"], offset=self._point["offset"])
-            if self._unbatched:
+            if self._unbatched or self._step != self._size:
                 state["chunk"] = self._step  # samples per task: the grid "task" counts in
         if "buckets" in self._point:
             state["buckets"] = self._point["buckets"]  # bucket_by_length: rows of each bucket handed out since "task"
@@ -449,6 +484,12 @@ class EpochIterator:
 
 
 _ERROR = object()
+
+
+def _batch_bytes(batch, rows: int, size: int) -> int:
+    """Bytes of the arrays of a whole batch of ``size`` rows, from ``batch`` of ``rows`` rows."""
+    arrays = flatten(batch)[1] if rows else []
+    return int(sum(a.nbytes for a in arrays if isinstance(a, np.ndarray)) * size / max(1, rows))
 
 
 def _recut_for(plan, state):

@@ -68,7 +68,7 @@ class Runtime:
         self._active = None  # weakref to the current iterator
         self._supersede = None  # weak method: tells the current iterator it was superseded
         self._latest_stats = None
-        self.unbatched_chunk: int | None = None  # samples per task of the next unbatched epoch, measured (see _state.measured_chunk)
+        self.learned_chunk: int | None = None  # samples per task of the next epoch, measured (see _state.measured_chunk)
         self.closed = False
         _live.add(self)
 

@@ -73,37 +73,57 @@ def seal(state: dict) -> dict:
 
 # ------------------------------------------------------------ the task grid
 TARGET_TASK_SECONDS = 0.01  # an unbatched task's work, once measured: ~100x a task's messaging (0.1 ms), so it costs ~1 %
-MAX_CHUNK = 4096  # samples per unbatched task at most: bounds what one task holds in memory
+MAX_CHUNK = 4096  # samples per task at most (unbatched, or several batches): bounds what one task holds in memory ...
+MAX_TASK_BYTES = 4 << 20  # ... and the bytes of the batches one task holds (its slot is reused once all are dropped)
 TASKS_PER_WORKER = 8  # an unbatched epoch keeps at least this many tasks per worker: balance, and work queued behind each
 
 
-def measured_chunk(task_seconds: float, rows: int, count: int, workers: int) -> int | None:
-    """Samples per task for the next unbatched epoch, from the last one's work per sample (None: nothing measured).
+def measured_chunk(task_seconds: float, rows: int, count: int, workers: int, batch: int | None = None,
+                   batch_bytes: int = 0) -> int | None:
+    """Samples per task for the next epoch, from the last one's work per sample (None: nothing measured).
 
     Used where a task is a message to another process (process and Ray
     workers): cheap samples (a few us each) took ~64 per task before, so
     messaging dominated (process x2 110-150k samples/s, 190-200k with
-    this); expensive ones get one per task. Threads and the calling thread
-    keep the first epoch's grid (longer tasks measured no faster there). The grid is recorded in every checkpoint
-    (``chunk``), so a resumed epoch runs on the grid it was cut with.
+    this); expensive ones get one per task. With ``batch`` (a pipeline
+    whose tasks may hold several whole batches, `Plan.groups_batches`), a
+    whole number of batches, each of ``batch_bytes``, at most
+    `MAX_TASK_BYTES` together. Threads and the calling thread keep the
+    first epoch's grid (longer tasks measured no faster there). The grid
+    is recorded in every checkpoint (``chunk``), so a resumed epoch runs
+    on the grid it was cut with.
+
+    >>> measured_chunk(0.5, 50_000, 50_000, 2, batch=256, batch_bytes=786_432)  # 2.6 ms a batch: 3 a task
+    768
+    >>> measured_chunk(2.0, 1_000, 1_000, 2, batch=32)  # 64 ms a batch: one
+    32
     """
     if rows <= 0 or task_seconds <= 0:
         return None
     per_sample = task_seconds / rows
-    chunk = int(TARGET_TASK_SECONDS / per_sample)
-    return max(1, min(chunk, MAX_CHUNK, count // (TASKS_PER_WORKER * max(1, workers))))
+    chunk = min(int(TARGET_TASK_SECONDS / per_sample), MAX_CHUNK)
+    tasks = TASKS_PER_WORKER * max(1, workers)
+    if batch is None:
+        return max(1, min(chunk, count // tasks))
+    batches = min(chunk // batch, count // batch // tasks)
+    if batch_bytes > 0:
+        batches = min(batches, MAX_TASK_BYTES // batch_bytes)
+    return batch * max(1, batches)
 
 
-def task_grid(plan, count: int, chunk: int | None) -> tuple[int, int]:
-    """``(samples per task, number of tasks)`` of an indexed epoch of ``count`` samples.
+def task_grid(plan, count: int, chunk: int | None) -> tuple[int, int, int]:
+    """``(samples per task, number of tasks, samples the tasks cover)`` of an indexed epoch of ``count`` samples.
 
-    ``chunk``: the samples per task a resumed state names (unbatched
-    pipelines), or None for the pipeline's own grid.
+    ``chunk``: the samples per task a resumed state names, or the one
+    measured on the last epoch (`measured_chunk`); None for the
+    pipeline's own grid (a batch per task, when it batches). Under
+    ``drop_remainder`` the tasks of an aligned plan stop at the last whole
+    batch.
     """
-    unbatched = plan.part.batch_size is None
-    step = chunk if (unbatched and chunk is not None) else plan.task_size(count)
-    whole = plan.drop_remainder and plan.part.aligned and not unbatched
-    return step, (count // step if whole else -(-count // step))
+    batch = plan.part.batch_size
+    step = chunk if chunk is not None else plan.task_size(count)
+    covered = count // batch * batch if (batch and plan.drop_remainder and plan.part.aligned) else count
+    return step, -(-covered // step), covered
 
 
 # ------------------------------------------------------------------- checks
@@ -274,32 +294,39 @@ def _check_indexed(state: dict, out: dict, plan) -> None:
     if "streams" in state:
         raise StateRefused("streams", "is for a generator source; this pipeline reads an indexed source",
                            "resume with the pipeline that saved it")
-    unbatched = plan.part.batch_size is None
-    if "chunk" in state and not unbatched:
-        raise StateRefused("chunk", "is written only for pipelines without batch(); this one batches",
-                           "resume with the pipeline that saved it")
+    batch = plan.part.batch_size
+    unbatched = batch is None
+    if "chunk" in state and not unbatched and not (plan.groups_batches and out["chunk"] % batch == 0):
+        problem = (f"is {out['chunk']} samples per task, not a whole number of batches of {batch}" if plan.groups_batches
+                   else "is written only for pipelines without batch() or whose tasks may hold several batches; "
+                   "this one batches, a batch per task")
+        raise StateRefused("chunk", problem, "resume with the pipeline that saved it")
     order = plan.epoch_indices(out["epoch"])
     count = len(order)
-    chunk = out.get("chunk", OLD_CHUNK) if unbatched else None
-    step, tasks = task_grid(plan, count, chunk)
+    chunk = out.get("chunk", OLD_CHUNK) if unbatched else out.get("chunk")
+    step, tasks, covered = task_grid(plan, count, chunk)
     task, offset = out["task"], out["offset"]
     if task > tasks:
         raise StateRefused("task", f"is {task}, but epoch {out['epoch']} of this pipeline has {tasks} tasks of {step} samples "
                            f"(the task after the last batch is at most {tasks}, the end of the epoch)")
-    rows = min(step, count - task * step) if task < tasks else 0
-    if offset and (task == tasks or plan.part.aligned and not unbatched):
-        where = "at the end of the epoch" if task == tasks else "of a pipeline whose tasks are whole batches"
-        raise StateRefused("offset", f"is {offset}, but a state {where} always has offset 0")
+    rows = min(step, covered - task * step) if task < tasks else 0
+    whole_batches = plan.part.aligned and not unbatched  # each task is one batch, or several whole ones
+    if offset and task == tasks:
+        raise StateRefused("offset", f"is {offset}, but a state at the end of the epoch always has offset 0")
+    if offset % (batch or 1) and whole_batches:
+        raise StateRefused("offset", f"is {offset}, but the tasks of this pipeline are whole batches, so its offset "
+                           f"is always a multiple of the batch size, {batch}")
     if task < tasks and offset >= rows:
         raise StateRefused("offset", f"is {offset}, but task {task} holds only {rows} samples (the offset counts "
                            "those already delivered, fewer than the task holds)")
-    consumed = min(count, task * step)
+    consumed = min(covered, task * step)
     if out["batches"] > consumed + offset and not _bucketed(plan):
         raise StateRefused("batches", f"is {out['batches']}, more than the {consumed + offset} samples delivered before "
                            f"task {task}, offset {offset}")
-    if plan.part.aligned and out["batches"] != (consumed + offset if unbatched else task):
+    if plan.part.aligned and out["batches"] != (consumed + offset if unbatched else -(-(consumed + offset) // batch)):
         what = (f"every sample is one item, so {consumed + offset} items come before task {task}, offset {offset}"
-                if unbatched else f"every task is one batch, so {task} batches come before task {task}")
+                if unbatched else f"every batch holds {batch} samples (the epoch's last may hold fewer), so "
+                f"{-(-(consumed + offset) // batch)} batches come before task {task}, offset {offset}")
         raise StateRefused("task", f"is {task} and state['offset'] {offset}, but state['batches'] is {out['batches']}: "
                            f"in this pipeline {what}")
     skipped = out["skipped"] = [list(item) for item in state["skipped"]]

@@ -38,7 +38,7 @@ import weakref
 
 import numpy as np
 
-from .._tree import flatten, unflatten
+from .._tree import BatchGroup, flatten, unflatten
 from ._shm import Segment, unlink
 
 __all__ = ["ReleaseRing", "SlotReader", "SlotWriter"]
@@ -121,7 +121,7 @@ class SlotWriter:
         self.announced: set[int] = set()
         self.retired: list[int] = []
         self._ids = itertools.count()
-        self._pending = None  # (slot id, layout, total, arrays) from the last alloc
+        self._pending: list = []  # (slot id, layout, total, arrays) of each alloc of the task being run
 
     def _take(self, total: int) -> int:
         if self.returned is not None:
@@ -150,35 +150,43 @@ class SlotWriter:
 
         Arrays of Python objects (e.g. integers beyond 64 bits) cannot live in
         shared memory: they get ordinary arrays, and `place` declines them.
+        A task may allocate several (a `BatchGroup`); `publish` then places
+        them and frees what no batch used.
         """
-        if self._pending is not None:
-            self.free.add(self._pending[0])
-            self._pending = None
         if any(np.dtype(dtype).hasobject for _, dtype in specs):
             return [np.empty(shape, dtype) for shape, dtype in specs]
         layout, total = _layout(specs)
         slot = self._take(total)
         _, arrays = _views(self.slots[slot].buf, layout, total)
-        self._pending = (slot, layout, total, arrays)
+        self._pending.append((slot, layout, total, arrays))
         return arrays
 
-    def place(self, tree) -> dict:
-        """Publish ``tree``; return the message fields that describe it, or None if it must be pickled.
+    def publish(self, payload) -> dict | None:
+        """The message fields for a task's batch (or ``{"group": [...]}`` for a `BatchGroup`); None: pickle it.
 
-        A batch holding an array of Python objects is pickled with the message instead.
+        Slots allocated for the task but not holding a published batch are
+        free again afterwards.
         """
+        try:
+            if payload is None:
+                return None
+            if isinstance(payload, BatchGroup):
+                if any(_has_objects(batch) for batch in payload.batches):
+                    return None
+                return {"group": [self.place(batch) for batch in payload.batches]}
+            return None if _has_objects(payload) else self.place(payload)
+        finally:
+            self.free.update(pending[0] for pending in self._pending)
+            self._pending.clear()
+
+    def place(self, tree) -> dict:
+        """Publish ``tree`` (a batch without arrays of objects); return the message fields that describe it."""
         skeleton, arrays = flatten(tree)
-        if any(a.dtype.hasobject for a in arrays):
-            if self._pending is not None:
-                self.free.add(self._pending[0])
-                self._pending = None
-            return None
-        pending, self._pending = self._pending, None
-        if pending is not None and len(arrays) == len(pending[3]) and all(a is b for a, b in zip(arrays, pending[3])):
-            slot, layout, total, _ = pending
-        else:
-            if pending is not None:
-                self.free.add(pending[0])
+        collated_here = [k for k, pending in enumerate(self._pending)
+                         if len(arrays) == len(pending[3]) and all(a is b for a, b in zip(arrays, pending[3]))]
+        if collated_here:
+            slot, layout, total, _ = self._pending.pop(collated_here[0])
+        else:  # not collated in place (a collate= of the user's, or map_batch): copied in
             layout, total = _layout([(a.shape, a.dtype) for a in arrays])
             slot = self._take(total)
             _, dest = _views(self.slots[slot].buf, layout, total)
@@ -202,6 +210,10 @@ class SlotWriter:
         self.slots.clear()
 
 
+def _has_objects(tree) -> bool:
+    return any(a.dtype.hasobject for a in flatten(tree)[1])
+
+
 class SlotReader:
     """Consumer side, one per worker: maps slots and builds zero-copy views.
 
@@ -216,6 +228,9 @@ class SlotReader:
         self.maps: dict[int, Segment] = {}
 
     def open(self, fields: dict):
+        """The batch that `SlotWriter.place` described in ``fields`` (a `BatchGroup` for ``{"group": [...]}``)."""
+        if "group" in fields:
+            return BatchGroup([self.open(one) for one in fields["group"]])
         for slot in fields["retired"]:
             self.maps.pop(slot, None)
         slot = fields["slot"]

@@ -4,7 +4,8 @@ Imports only `feedline._tree`, `feedline._errors` and `feedline.transport`,
 so a process worker or Ray actor loads little beyond NumPy.
 """
 
+from .._tree import BatchGroup
 from ._kernel import run_task, sample_rng
 from ._protocol import Result, Task, TaskError
 
-__all__ = ["Result", "Task", "TaskError", "run_task", "sample_rng"]
+__all__ = ["BatchGroup", "Result", "Task", "TaskError", "run_task", "sample_rng"]

@@ -16,7 +16,7 @@ import time
 import numpy as np
 
 from .._batch_memory import new_arrays
-from .._tree import collate_into
+from .._tree import BatchGroup, collate_into
 from ._protocol import Result, Task, TaskError
 
 __all__ = ["run_task", "sample_rng"]
@@ -57,11 +57,13 @@ def _run(part, task: Task, alloc, progress, streams) -> Result:
     result = Result()
     times = result.times
     source = part.source
+    size = part.batch_size
+    grouped = bool(size) and task.indices is not None and len(task.indices) > size  # several whole batches (aligned plans)
     if part.bulk_read and task.indices is not None:
         t0 = time.perf_counter()
         batch = source.gather(task.indices, alloc or new_arrays)
         times["read"] = time.perf_counter() - t0
-        result.rows = len(task.indices)
+        result.rows = len(task.indices)  # several batches' rows (no map_batch then): the consumer cuts them apart
         result.payload = _batch_steps(part, batch, times)
         return result
 
@@ -104,7 +106,9 @@ def _run(part, task: Task, alloc, progress, streams) -> Result:
                 result.skipped.append((index, f"{name}: {type(exc).__name__}: {exc}"))
                 continue
             result.error = TaskError.from_exception(exc, index, source.where(index), name)
-            return result
+            if not grouped or len(samples) < size:
+                return result
+            break  # the whole batches before this sample are delivered first, then the error (as one batch a task would)
         if keep:
             samples.append(sample)
             kept.append(index)
@@ -113,6 +117,8 @@ def _run(part, task: Task, alloc, progress, streams) -> Result:
     times["read"] = read_time
     for op, spent in zip(part.ops, op_times):
         times[op.name] = times.get(op.name, 0.0) + spent
+    if grouped:
+        return _collate_group(part, samples, kept, alloc, result)
     result.rows = len(samples)
     if not part.aligned:
         result.indices = kept
@@ -138,6 +144,50 @@ def _run(part, task: Task, alloc, progress, streams) -> Result:
         result.payload = _batch_steps(part, batch, times)
     except Exception as exc:
         result.error = TaskError.from_exception(exc, kept[0], None, "map_batch")
+    return result
+
+
+def _collate_group(part, samples: list, kept: list, alloc, result: Result) -> Result:
+    """Collate a task of several whole batches one batch at a time, into a `BatchGroup`.
+
+    A failure (a sample's, already in ``result.error``, or a batch's here)
+    keeps the batches before it, so they are delivered before the error
+    is raised, exactly as tasks of one batch each would deliver them.
+    """
+    size = part.batch_size
+    if result.error is not None:
+        del samples[len(samples) // size * size :]
+    collated, groups = [], []
+    t0 = time.perf_counter()
+    for start in range(0, len(samples), size):
+        rows, indices = samples[start : start + size], kept[start : start + size]
+        try:
+            collated.append(part.collate(rows) if part.collate is not None
+                            else collate_into(rows, indices, alloc if (alloc is not None and not part.batch_ops) else new_arrays))
+            groups.append(indices)
+        except Exception as exc:
+            row = getattr(exc, "row", None)
+            index = indices[row] if isinstance(row, int) and 0 <= row < len(indices) else getattr(exc, "index", indices[0])
+            result.error = TaskError.from_exception(exc, index, part.source.where(index), "batch")
+            break
+    result.times["batch"] = time.perf_counter() - t0
+    return _step_group(part, collated, groups, result)
+
+
+def _step_group(part, batches: list, indices: list, result: Result) -> Result:
+    """Run the worker's batch steps on each batch of a group; the group is the batches before any failure."""
+    done = []
+    for batch, first in zip(batches, (ids[0] for ids in indices)):
+        try:
+            done.append(_batch_steps(part, batch, result.times))
+        except Exception as exc:
+            result.error = TaskError.from_exception(exc, int(first), None, "map_batch")
+            break
+    if result.error is not None:
+        result.rows = len(done) * part.batch_size
+    else:
+        result.rows = sum(len(ids) for ids in indices)
+    result.payload = BatchGroup(done) if done else None
     return result
 
 

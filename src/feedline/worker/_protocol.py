@@ -101,7 +101,7 @@ class TaskError:
 class Result:
     """What a worker returns for a task."""
 
-    payload: object = None  # batch tree, piece, or list of samples; None if no rows
+    payload: object = None  # batch tree, piece, list of samples, or `BatchGroup`; None if no rows
     rows: int = 0
     indices: list | None = None  # the rows' sample indices, when filter/skip may drop some (names a sample in a re-cut error)
     skipped: list = field(default_factory=list)  # [(index, reason)]

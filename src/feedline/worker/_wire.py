@@ -96,7 +96,8 @@ def _done_to_wire(message: Done):
     values = tuple(getattr(result, name) for name in _RESULT_FIELDS)
     fields = message.fields
     if fields is not None:
-        fields = dict(fields, skeleton=_skeleton_to_wire(fields["skeleton"]))
+        fields = ({"group": [_fields_to_wire(one) for one in fields["group"]]} if "group" in fields
+                  else _fields_to_wire(fields))
     _check_plain((message.key, values, fields))
     return message.key, values, fields
 
@@ -129,9 +130,14 @@ def _check_plain(value) -> None:
 def _done_from_wire(wire) -> Done:
     key, values, fields = wire
     result = Result(**dict(zip(_RESULT_FIELDS, values)))
-    if fields is not None:
-        fields["skeleton"] = _skeleton_from_wire(fields["skeleton"])
+    for one in (() if fields is None else fields["group"] if "group" in fields else (fields,)):
+        one["skeleton"] = _skeleton_from_wire(one["skeleton"])
     return Done(key, result, fields)
+
+
+def _fields_to_wire(fields: dict) -> dict:
+    """One batch's slot fields (`SlotWriter.place`) with its skeleton as tagged tuples."""
+    return dict(fields, skeleton=_skeleton_to_wire(fields["skeleton"]))
 
 
 def _skeleton_to_wire(node):

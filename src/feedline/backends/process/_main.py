@@ -206,9 +206,11 @@ def run(boot: dict) -> None:
                 status[1] = -1
                 fields = None
                 if result.payload is not None and part.batch_size is not None:
-                    fields = writer.place(result.payload)  # None: not for shared memory, pickled instead
+                    fields = writer.publish(result.payload)  # None: not for shared memory, pickled instead
                     if fields is not None:
                         result.payload = None
+                else:
+                    writer.publish(None)  # nothing to place: the slots the task took are free again
                 try:
                     send(Done(key, result, fields))
                 except (OSError, EOFError):  # the consumer is gone

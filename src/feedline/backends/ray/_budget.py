@@ -27,7 +27,7 @@ import weakref
 
 import numpy as np
 
-from ..._tree import flatten
+from ..._tree import BatchGroup, flatten
 
 __all__ = ["DEFAULT_SHARE", "ByteBudget"]
 
@@ -66,7 +66,7 @@ class ByteBudget:
 
     def track(self, payload) -> int:
         """Count a fetched batch until the memory its arrays view is released; return its bytes."""
-        _, leaves = flatten(payload)
+        _, leaves = flatten(payload.batches if isinstance(payload, BatchGroup) else payload)
         owners: dict[int, list] = {}
         for leaf in leaves:
             if isinstance(leaf, np.ndarray):
