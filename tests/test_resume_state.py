@@ -80,6 +80,7 @@ def test_the_four_bad_states_of_the_issue_are_refused_naming_the_field(no_leaks)
         refused(pipe, {**state, "task": 10**9}, "task", "1000000000", "tasks")
         refused(pipe, {**state, "batches": "3"}, "batches", "must be an integer", "'3'")
         refused(pipe, {**state, "skipped": [1, 2]}, "skipped", "[index, reason] pairs", "item 0 is 1")
+        refused(pipe, {**state, "chunk": 8}, "chunk", "re-cuts its batches")
     with build("unbatched") as pipe:
         state = state_after(pipe, 5)
         refused(pipe, {**state, "offset": 99}, "offset", "holds only")

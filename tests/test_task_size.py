@@ -151,6 +151,9 @@ def test_a_checkpoint_inside_a_task_of_several_batches_resumes_exactly(no_leaks)
     with _images(n, "thread", workers=3) as fresh:  # another backend, no grid measured: the state's grid is used
         tail = list(fresh.resume(state))
     _same_batches(head + tail, list(_images(n, "serial").epoch(1)))
+    with _images(n, "process", workers=2).prefetch(3) as fresh:  # a depth of the user's: no grouping of its own
+        tail = list(fresh.resume(state))
+    _same_batches(head + tail, list(_images(n, "serial").epoch(1)))
 
 
 def test_a_failing_sample_inside_a_task_of_several_batches_comes_after_the_batches_before_it(tmp_path, no_leaks):

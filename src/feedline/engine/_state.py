@@ -296,10 +296,10 @@ def _check_indexed(state: dict, out: dict, plan) -> None:
                            "resume with the pipeline that saved it")
     batch = plan.part.batch_size
     unbatched = batch is None
-    if "chunk" in state and not unbatched and not (plan.groups_batches and out["chunk"] % batch == 0):
-        problem = (f"is {out['chunk']} samples per task, not a whole number of batches of {batch}" if plan.groups_batches
-                   else "is written only for pipelines without batch() or whose tasks may hold several batches; "
-                   "this one batches, a batch per task")
+    if "chunk" in state and not unbatched and not (plan.part.aligned and out["chunk"] % batch == 0):
+        problem = (f"is {out['chunk']} samples per task, not a whole number of batches of {batch}" if plan.part.aligned
+                   else "is written only for pipelines whose tasks are whole batches (or without batch()); this one "
+                   "re-cuts its batches (filter or on_error='skip'), a batch's worth of samples per task")
         raise StateRefused("chunk", problem, "resume with the pipeline that saved it")
     order = plan.epoch_indices(out["epoch"])
     count = len(order)
