@@ -2,8 +2,10 @@
 
 Two workloads where messaging, not the user's function, sets the speed:
 - ``tiny``: a per-sample identity map over 3x32x32 uint8 samples, batch
-  256 (~1 ms of work per task): process x2 at the default prefetch depth
-  and at 4 tasks per worker, and torch's DataLoader (fork, 2 workers,
+  256 (~0.5 ms of work per batch): process x2 at the default prefetch
+  depth (from the second epoch the engine puts several batches in a
+  task, `Plan.groups_batches`) and at 4 tasks per worker (a depth set
+  by hand: a batch per task), and torch's DataLoader (fork, 2 workers,
   the same map) beside them.
 - ``unbatched``: ``from_arrays(arange(n)).map(add_one)`` without
   ``batch()`` (~1 us a sample): serial, threads and processes; from the

@@ -149,7 +149,7 @@ class SlotWriter:
         """Destination arrays for a batch, inside one slot (see `collate_into`).
 
         Arrays of Python objects (e.g. integers beyond 64 bits) cannot live in
-        shared memory: they get ordinary arrays, and `place` declines them.
+        shared memory: they get ordinary arrays, and `publish` declines them (the batch is pickled).
         A task may allocate several (a `BatchGroup`); `publish` then places
         them and frees what no batch used.
         """
@@ -170,18 +170,18 @@ class SlotWriter:
         try:
             if payload is None:
                 return None
-            if isinstance(payload, BatchGroup):
-                if any(_has_objects(batch) for batch in payload.batches):
-                    return None
-                return {"group": [self.place(batch) for batch in payload.batches]}
-            return None if _has_objects(payload) else self.place(payload)
+            batches = payload.batches if isinstance(payload, BatchGroup) else [payload]
+            flat = [flatten(batch) for batch in batches]
+            if any(a.dtype.hasobject for _, arrays in flat for a in arrays):
+                return None
+            fields = [self._place(*one) for one in flat]
+            return {"group": fields} if isinstance(payload, BatchGroup) else fields[0]
         finally:
             self.free.update(pending[0] for pending in self._pending)
             self._pending.clear()
 
-    def place(self, tree) -> dict:
-        """Publish ``tree`` (a batch without arrays of objects); return the message fields that describe it."""
-        skeleton, arrays = flatten(tree)
+    def _place(self, skeleton, arrays) -> dict:
+        """Publish a flattened batch (no arrays of objects); return the message fields that describe it."""
         collated_here = [k for k, pending in enumerate(self._pending)
                          if len(arrays) == len(pending[3]) and all(a is b for a, b in zip(arrays, pending[3]))]
         if collated_here:
@@ -210,10 +210,6 @@ class SlotWriter:
         self.slots.clear()
 
 
-def _has_objects(tree) -> bool:
-    return any(a.dtype.hasobject for a in flatten(tree)[1])
-
-
 class SlotReader:
     """Consumer side, one per worker: maps slots and builds zero-copy views.
 
@@ -228,7 +224,7 @@ class SlotReader:
         self.maps: dict[int, Segment] = {}
 
     def open(self, fields: dict):
-        """The batch that `SlotWriter.place` described in ``fields`` (a `BatchGroup` for ``{"group": [...]}``)."""
+        """The batch that `SlotWriter.publish` described in ``fields`` (a `BatchGroup` for ``{"group": [...]}``)."""
         if "group" in fields:
             return BatchGroup([self.open(one) for one in fields["group"]])
         for slot in fields["retired"]:
