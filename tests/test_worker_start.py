@@ -53,10 +53,28 @@ def test_describing_a_process_map_starts_the_fork_server_ahead_of_iteration():
     assert _printed(code, FEEDLINE_FORKSERVER="0") == ["0", "0"]
 
 
-def _printed(code: str, **env) -> list[str]:
+def test_describing_an_automatic_map_starts_the_fork_server_ahead_only_on_many_cores():
+    """On 8 cores or more its imports take one core of many while the threads run; on fewer, a core they need."""
+    code = (
+        "import sys, numpy as np, feedline as fl\n"
+        "from feedline import testing\n"
+        "from feedline.engine import _runtime\n"
+        "_runtime.default_workers = lambda: int(sys.argv[1])\n"
+        "p = fl.from_arrays(np.arange(4))\n"
+        "p.map(lambda s: s, workers=1)\n"  # one worker: never processes
+        "print(len(testing.helper_pids()))\n"
+        "p.map(lambda s: s)\n"
+        "print(len(testing.helper_pids()))\n"
+    )
+    assert _printed(code, args=["16"]) == ["0", "1"]
+    assert _printed(code, args=["4"]) == ["0", "0"]
+    assert _printed(code, args=["16"], FEEDLINE_FORKSERVER="0") == ["0", "0"]
+
+
+def _printed(code: str, args: list[str] = (), **env) -> list[str]:
     """What ``code`` prints, run in a fresh interpreter; the fork server on (the default) unless ``env`` turns it off."""
     base = {k: v for k, v in os.environ.items() if k != "FEEDLINE_FORKSERVER"}
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=base | env)
+    out = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=300, env=base | env)
     assert out.returncode == 0, out.stderr
     return out.stdout.split()
 

@@ -23,11 +23,13 @@ def warm_up(backend: str | None) -> None:
     The process backend's fork server imports NumPy and feedline once
     (~0.1-0.2 s of a core); started before the pickling of the pipeline,
     that overlaps them. It holds no user state. Not for the automatic
-    choice (None): it starts process workers only once threads have shown
-    they hold the GIL (`feedline.engine._trial`), and a fork server
-    importing beside threads that keep every core busy took the cores they
-    needed (measured: the story examples whose threads win ran 0.76-0.90
-    of threads set by hand with it, 0.98-1.04 without).
+    choice (None) here: it starts process workers only once threads have
+    shown they hold the GIL (`feedline.engine._trial`), and on 2 cores a
+    fork server importing beside threads that keep every core busy took
+    the cores they needed (measured: the story examples whose threads win
+    ran 0.76-0.90 of threads set by hand with it, 0.98-1.04 without); on
+    8 cores or more, `feedline.engine._runtime.start_early` starts it for
+    the automatic choice too, when its map is described.
     """
     if backend != "process":
         return

@@ -156,17 +156,31 @@ def _close_all() -> None:
         runtime.close()
 
 
-def start_early(backend) -> None:
-    """Start, when a ``backend="process"`` map is described, what running it will need: the fork server (POSIX).
+START_AHEAD_CORES = 8  # the automatic choice starts the fork server when its map is described on this many cores or more
+
+
+def start_early(backend, workers: int | None = None) -> None:
+    """Start, when a map is described, what running it will need: the fork server (POSIX).
 
     Its ~0.1-0.2 s of importing NumPy and feedline then overlaps the user's
     own set-up (building the model, opening files) instead of delaying the
     first batch. It holds no user state; one per process, reused by every
-    pipeline. A failure here is left for the real start to report. The
-    automatic choice starts it only when it needs processes (`warm_up`).
+    pipeline. A failure here is left for the real start to report.
+
+    For ``backend="process"`` always. For the automatic choice (None) only
+    on machines with `START_AHEAD_CORES` cores or more: whether it needs
+    processes is known only once its threads have run, and on such a
+    machine the server's imports take one core of many meanwhile; on 2
+    cores they took a core the threads needed (short epochs of threads
+    that won ran 10-25 % slower), so there the trial starts it only when it
+    needs processes (`warm_up`).
     """
-    if backend != "process" or in_worker():
+    if in_worker():
         return  # in a worker: a user module that builds a pipeline at import must not start a server per worker
+    if backend is None and (workers is None or workers > 1) and default_workers() >= START_AHEAD_CORES:
+        backend = "process"
+    if backend != "process":
+        return
     try:
         warm_up(backend)
     except Exception:  # the executor's own start reports what is wrong, with context

@@ -10,9 +10,11 @@ without changing the output. `BackendTrial` is an `Executor` over two:
   busy). Threads that keep `KEEP_CORES` of their cores busy keep the work
   at once, and no process is started: processes could add at most ~10 %
   and would cost a start-up and a copy of every batch. Otherwise the
-  fork server starts and the workers fork from it (it is not started
-  ahead for the automatic choice: its imports beside threads that keep
-  every core busy cost short epochs 10-25 %).
+  fork server starts and the workers fork from it (on fewer than 8
+  cores it is not started ahead for the automatic choice: its imports
+  beside threads that keep every core busy cost short epochs 10-25 %;
+  on more, `feedline.engine._runtime.start_early` starts it when the
+  map is described, and the threads are judged once it is up).
 - Once every process worker is up, the tasks still queued for threads
   move to the processes, and new tasks go there too. Once the threads'
   running tasks are back, the processes have the machine to themselves and

@@ -160,7 +160,7 @@ class Pipeline:
         step = Map(fn, workers=workers, backend=backend, on_error=on_error, ordered=ordered, ray=ray, timeout=timeout)
         from ..engine._runtime import start_early  # start-up cost, as in _ensure_runtime
 
-        start_early(step.backend)
+        start_early(step.backend, workers)
         return self._with(step)
 
     def filter(self, pred) -> "Pipeline":
