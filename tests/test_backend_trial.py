@@ -11,12 +11,14 @@ from __future__ import annotations
 import os
 import sys
 import time
+import types
 
 import numpy as np
 import pytest
 
 import feedline as fl
 from feedline import testing
+from feedline.backends import Executor
 from feedline.backends._thread import ThreadExecutor
 from feedline.worker import Task
 
@@ -237,3 +239,79 @@ def test_threads_grown_for_io_that_meet_the_gil_are_tried_against_processes_and_
         pytest.skip("the worker tuner did not grow the threads (the machine's CPUs were not idle enough)")
     assert "tried again after" in decision and "threads kept" in decision, decision
     assert set(trial) == {"thread", "process"}, f"both must be measured again, not threads settled at once on I/O: {decision}"
+
+
+# ------------------------------------------------------------- the GIL verdict, on scripted clocks
+class _ScriptedThreads:
+    """Two threads as the trial reads them: CPU clocks and samples begun, advanced by the test."""
+
+    name, cores, workers, restarts = "thread", 2, 2, 0
+
+    def __init__(self, cores_kept: float, samples_per_second: float, begun: int):
+        self.cores_kept, self.rate, self.begun, self.now = cores_kept, samples_per_second, begun, 0.0
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+    def side_by_side(self):
+        begun = self.begun + int(self.rate * self.now)
+        return [(True, self.cores_kept / 2 * self.now, 0.0, begun) for _ in range(2)]
+
+    def watch_progress(self, on: bool) -> None:
+        pass
+
+    def pause_beyond(self, keep: int) -> None:
+        pass
+
+    def resume(self, give_back: bool = False) -> bool:
+        return False
+
+    def close(self) -> None:
+        pass
+
+
+class _Started(Executor):  # process workers that never come up: the trial only starts them
+    name, workers, restarts = "process", 2, 0
+
+    def set_window_share(self, tasks) -> None:
+        pass
+
+    def wait_ready(self, timeout=None) -> bool:
+        return False
+
+    def close(self) -> None:
+        pass
+
+
+def _verdict_after(monkeypatch, threads: _ScriptedThreads, seconds: float) -> str | None:
+    """Poll the trial's GIL verdict every 5 ms of scripted time: 'process', 'thread', or None (no verdict yet)."""
+    from feedline.engine import _trial
+
+    clock = types.SimpleNamespace(perf_counter=lambda: threads.now, process_time=lambda: threads.cores_kept * threads.now)
+    monkeypatch.setattr(_trial, "time", clock)
+    monkeypatch.setattr(_trial, "warming_up", lambda: False)
+    trial = _trial.BackendTrial(threads, _Started, 2)
+    try:
+        while threads.now < seconds:
+            threads.advance(0.005)
+            trial._judge_gil()
+            if trial.processes_started or trial.winner is not None:
+                return "process" if trial.processes_started else trial.winner
+        return None
+    finally:
+        trial.close()
+
+
+def test_threads_that_plainly_hold_the_gil_start_the_processes_on_early_evidence(monkeypatch):
+    from feedline.engine._trial import EARLY_SPAN, EVIDENCE_SPAN
+
+    # two threads of short pure-Python samples, past their first: one core between them
+    assert _verdict_after(monkeypatch, _ScriptedThreads(1.0, 400, begun=2), EARLY_SPAN + 0.01) == "process"
+    # the same while the first samples still run (imports, first calls): the whole stretch decides
+    assert _verdict_after(monkeypatch, _ScriptedThreads(1.0, 20, begun=1), EARLY_SPAN + 0.01) is None
+    assert _verdict_after(monkeypatch, _ScriptedThreads(1.0, 20, begun=1), EVIDENCE_SPAN + 0.01) == "process"
+    # audio-like: 1.5 of 2 cores is not plain: judged on the whole stretch, still processes
+    assert _verdict_after(monkeypatch, _ScriptedThreads(1.5, 400, begun=2), EARLY_SPAN + 0.01) is None
+    assert _verdict_after(monkeypatch, _ScriptedThreads(1.5, 400, begun=2), EVIDENCE_SPAN + 0.01) == "process"
+    # threads that keep both cores busy keep the work, and never early
+    assert _verdict_after(monkeypatch, _ScriptedThreads(1.95, 400, begun=2), EVIDENCE_SPAN + 0.01) == "thread"

@@ -101,7 +101,10 @@ STARTUP_SWITCH_INTERVAL = 0.0005  # seconds: the GIL hand-over interval while pr
 ABANDON_RATIO = 2.0  # a warm process worker this many times faster than every running thread task: those tasks move over
 IO_SHARE = 0.2  # thread tasks using less than this share of a core while they run wait on I/O: threads win at once ...
 IO_TOGETHER = 0.5  # ... if all the threads together use less than this much of a core too (else it may be the GIL's share)
-EVIDENCE_SPAN = 0.05  # seconds every thread must stay busy side by side before `KEEP_CORES` is judged
+EVIDENCE_SPAN = 0.05  # seconds every thread must stay busy side by side before `KEEP_CORES` is judged ...
+EARLY_SPAN = 0.02  # ... or only this long, to start the process workers, when the threads kept under `EARLY_SHARE` of their
+EARLY_SHARE = 0.6  # cores busy and each began `EARLY_SAMPLES` samples in the stretch, its first sample done before it
+EARLY_SAMPLES = 2
 IDLE_SHARE = 0.05  # ... none of them waiting for tasks more than this share of the stretch
 KEEP_CORES = 0.9  # threads keeping this share of the cores they could use busy (~1 / PROCESS_MARGIN) keep the work at once
 START_PROCESSES_AFTER = 0.3  # seconds: no verdict on the GIL by then (threads kept waiting for tasks; Windows: at once): start the process workers anyway
@@ -547,7 +550,12 @@ class BackendTrial(Executor):
         resizes, NumPy on large arrays) keep every core busy (1.81-1.99 of
         2 for jpeg, seg and store). The threads' CPU clocks are read at each
         poll: a stretch starts when every thread is busy and is judged after
-        `EVIDENCE_SPAN` seconds (a thread that waited for tasks more than
+        `EVIDENCE_SPAN` seconds, or after `EARLY_SPAN` when it is plain that
+        the GIL holds them (under `EARLY_SHARE` of their cores busy, every
+        thread past its first sample, whose imports and first calls can
+        hold the GIL in any work, and through `EARLY_SAMPLES` more: on the
+        suite's gil workload the processes then start at 0.05-0.08 s
+        instead of 0.08-0.09 s) (a thread that waited for tasks more than
         `IDLE_SHARE` of it starts it again, and so does a fork server still
         importing: it takes a core meanwhile). Threads that keep `KEEP_CORES`
         of the cores they could use busy (the cores left over by the rest of
@@ -582,11 +590,17 @@ class BackendTrial(Executor):
         if any(now_[2] - was[2] > IDLE_SHARE * span for now_, was in zip(clocks, before)):
             self._baseline = None  # one waited for tasks meanwhile: not side by side
             return
-        if span < EVIDENCE_SPAN:
+        if span < EARLY_SPAN:
             return
-        self._cores_kept = sum(now_[1] - was[1] for now_, was in zip(clocks, before)) / span
-        self._cores_others = max(0.0, (time.process_time() - process_cpu) / span - self._cores_kept)
-        if self._cores_kept < KEEP_CORES * min(self._usable, self.cores - self._cores_others):
+        kept = sum(now_[1] - was[1] for now_, was in zip(clocks, before)) / span
+        others = max(0.0, (time.process_time() - process_cpu) / span - kept)
+        usable = min(self._usable, self.cores - others)
+        if span < EVIDENCE_SPAN:
+            warm = all(was[3] >= 2 and now_[3] - was[3] >= EARLY_SAMPLES for now_, was in zip(clocks, before))
+            if not (warm and kept < EARLY_SHARE * usable):
+                return  # not plain yet: the whole stretch decides
+        self._cores_kept, self._cores_others = kept, others
+        if kept < KEEP_CORES * usable:
             self._start_processes()
             return
         self.rates = {"thread": sum(now_[3] - was[3] for now_, was in zip(clocks, before)) / span}  # samples begun
