@@ -121,7 +121,7 @@ class _OneRequestAtATime:
         time.sleep(max(0.0, start + self.seconds - time.perf_counter()))
 
 
-def test_growth_that_does_not_raise_the_workers_rate_stops_and_says_why(no_leaks):
+def test_growth_that_does_not_raise_the_workers_rate_is_undone_and_says_why(no_leaks):
     server = _OneRequestAtATime(0.004)  # more workers only queue behind each other
 
     def waits_for_a_rate_limited_server(v):
@@ -132,11 +132,13 @@ def test_growth_that_does_not_raise_the_workers_rate_stops_and_says_why(no_leaks
     out, counts, stats = _counts_per_batch(pipe)
     assert out == [list(range(k, k + 4)) for k in range(0, 600, 4)]
     _skip_if_the_machine_was_busy(stats)
-    stopped = [d for d in stats.decisions if d.startswith("worker count stays at")]
-    if stats.busy_windows and not stopped:
+    undone = [d for d in stats.decisions if "raised the workers' rate only" in d]
+    if stats.busy_windows and not undone:
         pytest.skip("other programs kept this machine's CPUs busy: the growth came too late to be judged")
-    assert len(_grown(stats)) == 1, stats.decisions  # it grew once (tasks wait, using no CPU) ...
-    assert stopped and "raised the workers' rate only" in stopped[0], stats.decisions  # ... saw no gain, and stopped
+    grown = [d for d in _grown(stats) if "wait on I/O" in d]
+    assert len(grown) == 1, stats.decisions  # it grew once (tasks wait, using no CPU) ...
+    assert undone and undone[0].startswith(f"workers {max(counts)} -> {counts[0]}: growing it"), stats.decisions
+    assert counts[0] < max(counts) and counts[-1] == counts[0], counts  # ... saw no gain, and went back
 
 
 def _augment(v, rng):
@@ -185,3 +187,30 @@ def test_short_tasks_get_more_of_them_queued_per_worker_once():
 def test_long_tasks_or_a_consumer_that_does_not_wait_keep_the_depth():
     assert _depth_after_one_window(task_ms=20.0) == (4, [])
     assert _depth_after_one_window(task_ms=1.0, waited=False) == (4, [])
+
+
+def test_a_thread_pool_that_shrinks_finishes_what_its_other_threads_hold_and_lets_them_go(no_leaks):
+    from feedline.backends._thread import ThreadExecutor
+    from feedline.worker import Task
+
+    part = fl.from_arrays(np.arange(64)).map(waits_on_io, backend="thread").batch(4).plan.part
+    pool = ThreadExecutor(part, 6)
+    try:
+        for k in range(12):  # two tasks queued on every thread
+            pool.submit((0, k), Task(0, k, indices=np.arange(4 * k, 4 * k + 4)))
+        assert pool.shrink(2) and pool.workers == 2
+        assert not pool.grow(4), "a pool that shrank does not grow again"
+        for k in range(12, 16):
+            pool.submit((0, k), Task(0, k, indices=np.arange(4 * k, 4 * k + 4)))
+        events, deadline = [], time.monotonic() + 30
+        while len(events) < 16 and time.monotonic() < deadline:
+            events += pool.wait(0.05)
+        assert sorted(e.key[1] for e in events) == list(range(16)), "every task held before the shrink is finished"
+        late = {e.result.worker for e in events if e.key[1] >= 12}
+        assert late <= {0, 1}, f"tasks after the shrink ran on threads {late}"
+        deadline = time.monotonic() + 10
+        while sum(t.is_alive() for t in pool.threads) > 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert sum(t.is_alive() for t in pool.threads) == 2, "the threads let go should end"
+    finally:
+        pool.close()

@@ -90,5 +90,9 @@ class Executor:
         """Run ``workers`` workers from now on (more than now); False if this backend cannot add workers."""
         return False
 
+    def shrink(self, workers: int) -> bool:
+        """Run only ``workers`` workers from now on (fewer than now); False if this backend cannot let workers go."""
+        return False
+
     def close(self) -> None:
         """Stop the workers and release every resource; idempotent."""

@@ -62,6 +62,7 @@ class ThreadExecutor(Executor):
         self.pending = 0
         self.cancelled: set[int] = set()
         self._pinned = False  # a stream shard was pinned to a thread: the count must not change
+        self._shrunk = False  # threads were let go (`shrink`): their slots in the lists below stay, unused
         self.running: list[_Running | None] = [None] * workers
         self.idle = [0.0] * workers  # seconds each thread waited for a task
         self.begun = [0] * workers  # samples each thread began while watched
@@ -93,7 +94,7 @@ class ThreadExecutor(Executor):
 
     def grow(self, workers: int) -> bool:
         """Add threads up to ``workers`` (tasks pinned to a stream shard keep their thread: affinity is modulo the count)."""
-        if workers <= self.workers or self._pinned:
+        if workers <= self.workers or self._pinned or self._shrunk:
             return False
         for n in range(self.workers, workers):
             self.inboxes.append(queue.SimpleQueue())
@@ -103,6 +104,21 @@ class ThreadExecutor(Executor):
             self.begun.append(0)
             self._start_thread(n, self.inboxes[n])
         self.workers = workers
+        return True
+
+    def shrink(self, workers: int) -> bool:
+        """Keep ``workers`` threads: new tasks go only to them; the others finish what they hold, then end.
+
+        For a growth that did not pay (`WorkerTuner`: threads that waited on
+        the GIL, not on I/O, and slowed each other down). A pool that shrank
+        does not grow again.
+        """
+        if not 1 <= workers < self.workers or self._pinned:
+            return False
+        for inbox in self.inboxes[workers : self.workers]:
+            inbox.put(_STOP)  # after the tasks already queued there
+        self.workers = workers
+        self._shrunk = True
         return True
 
     def _work(self, n, inbox):

@@ -30,8 +30,11 @@ settles and the next is compared with the last one before, on the
 workers' rate (workers x rows per task-second: per task, so batches that
 arrive in bursts, in order, do not skew it). A growth that raised it less
 than `WorkerTuner.GAIN` stops further growth, and the decision says so (a
-shared lock, a connection limit or the server limits the work, not the
-worker count). The count never shrinks: the executors cannot remove workers.
+shared lock, a connection limit, the server or the GIL limits the work,
+not the worker count); the count goes back to where it was where the
+backend can let workers go (threads: `Executor.shrink`; threads waiting on
+the GIL look like threads waiting on I/O from their clocks, and more of
+them slow each other down). Process workers stay.
 """
 
 from __future__ import annotations
@@ -142,7 +145,6 @@ class WorkerTuner:
         self._asked = None  # (count asked for, count before, the workers' samples/s before) until granted
         self._grown = None  # (count before, the workers' samples/s before) of a growth not yet judged
         self._settling = False  # the window right after a growth: new workers start, old tasks drain; not judged
-        self._note = None  # a decision to report once (growth stopped)
 
     def observe(self, stats, batch_bytes: int | None) -> int | None:
         """Record one batch (``stats``: the epoch's counters so far); return a new worker count, or None."""
@@ -178,11 +180,12 @@ class WorkerTuner:
             before, before_rate = self._grown
             self._grown = None
             if rate < self.GAIN * before_rate:
-                self.stopped = self._note = (
-                    f"worker count stays at {self.workers}: growing it from {before} raised the workers' rate "
-                    f"only {rate / before_rate - 1:+.0%} ({before_rate:.0f} -> {rate:.0f} samples/s); "
-                    "something else limits them (a shared lock or connection limit, the server, the GIL)")
-                return None
+                # Undone where the backend can (threads that waited on the GIL slowed each other down)
+                self.stopped = self.last_reason = (
+                    f"growing it from {before} raised the workers' rate only {rate / before_rate - 1:+.0%} "
+                    f"({before_rate:.0f} -> {rate:.0f} samples/s); something else limits them (a shared lock or "
+                    "connection limit, the server, the GIL)")
+                return before
         self._asked = None
         if waited / wall < self.WAIT_SHARE or cpu / span >= IO_CPU_SHARE:
             return None
@@ -196,11 +199,6 @@ class WorkerTuner:
         self.last_reason = (f"the consumer waited {waited / wall:.0%} of the time while tasks used the CPU "
                             f"{cpu / span:.0%} of theirs (they wait on I/O)")
         return new
-
-    def take_note(self) -> str | None:
-        """A decision that changed no count (growth stopped), once; None if there is none."""
-        note, self._note = self._note, None
-        return note
 
     def _wanted(self, cpu_share: float) -> int:
         """Workers that would keep every core busy at this CPU share per task; at least twice as many as now."""

@@ -115,6 +115,13 @@ class SerialOrThreads(Executor):
         self.workers = workers
         return True
 
+    def shrink(self, workers: int) -> bool:
+        """Threads only, once they won."""
+        if self.winner != "thread" or not self.threads.shrink(workers):
+            return False
+        self.workers = workers
+        return True
+
     def close(self) -> None:
         self.serial.close()
         if not self._threads_closed:

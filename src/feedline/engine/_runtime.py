@@ -104,10 +104,16 @@ class Runtime:
         """
         old = self.workers
         wanted = self.worker_tuner.observe(stats, self.tuner.batch_bytes)
+        if wanted is not None and wanted < old:  # a growth that did not pay: undone where the backend can let workers go
+            if self.executor.shrink(wanted):
+                self._follow_workers()
+                return f"workers {old} -> {self.workers}: {self.worker_tuner.last_reason}"
+            self.worker_tuner.workers = old
+            return f"worker count stays at {old}: {self.worker_tuner.last_reason}"
         if wanted is None or not self.executor.grow(wanted):
             if wanted is not None:
                 self.worker_tuner.workers = old  # this backend cannot add workers (yet): ask again later
-            return self.worker_tuner.take_note()  # issue 15: "worker count stays at N" when growth did not help
+            return None
         self._follow_workers()
         return f"workers {old} -> {self.workers}: {self.worker_tuner.last_reason}"
 

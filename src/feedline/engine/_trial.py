@@ -353,6 +353,14 @@ class BackendTrial(Executor):
             self._grown, self._grown_from = _Measure(workers), time.perf_counter()
         return True
 
+    def shrink(self, workers: int) -> bool:
+        """Once the trial is over: the winner lets workers go, where it can (threads)."""
+        if self.winner is None or not self._winning().shrink(workers):
+            return False
+        self.workers = workers
+        self._grown = None
+        return True
+
     def close(self) -> None:
         self._restore_switch()
         for executor in (self.threads, self.processes):
