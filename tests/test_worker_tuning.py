@@ -132,7 +132,7 @@ def test_growth_that_does_not_raise_the_workers_rate_is_undone_and_says_why(no_l
     out, counts, stats = _counts_per_batch(pipe)
     assert out == [list(range(k, k + 4)) for k in range(0, 600, 4)]
     _skip_if_the_machine_was_busy(stats)
-    undone = [d for d in stats.decisions if "raised the workers' rate only" in d]
+    undone = [d for d in stats.decisions if "changed the workers' rate" in d]
     if stats.busy_windows and not undone:
         pytest.skip("other programs kept this machine's CPUs busy: the growth came too late to be judged")
     grown = [d for d in _grown(stats) if "wait on I/O" in d]
@@ -214,3 +214,40 @@ def test_a_thread_pool_that_shrinks_finishes_what_its_other_threads_hold_and_let
         assert sum(t.is_alive() for t in pool.threads) == 2, "the threads let go should end"
     finally:
         pool.close()
+
+
+class _Counters:
+    """The epoch's counters as the worker tuner reads them (`feedline.Stats`), advanced a batch at a time."""
+
+    def __init__(self):
+        self.task_cpu_seconds = self.task_seconds = self.wait_seconds = self.wall_seconds = 0.0
+        self.tasks = self.samples = 0
+        self.task_spans = []
+
+    def batch(self, *, task_seconds: float, cpu_share: float, wall: float, rows: int = 4) -> None:
+        self.tasks += 1
+        self.task_seconds += task_seconds
+        self.task_cpu_seconds += cpu_share * task_seconds
+        self.wall_seconds += wall
+        self.wait_seconds += 0.9 * wall
+        self.samples += rows
+        self.task_spans.append((0, 0.0, task_seconds, self.tasks, rows))
+
+
+def test_a_growth_after_which_fewer_samples_arrive_is_undone_even_if_tasks_look_faster(monkeypatch):
+    from feedline.engine import _autotune
+
+    monkeypatch.setattr(_autotune, "machine_idle", lambda: None)  # the machine's load plays no part here
+    tuner, stats = _autotune.WorkerTuner(2, 2, enabled=True), _Counters()
+    asked = None
+    for _ in range(4):  # tasks at 10 % CPU while the consumer waits: more workers are asked for
+        stats.batch(task_seconds=0.01, cpu_share=0.1, wall=0.005)
+        asked = tuner.observe(stats, None) or asked
+    assert asked and asked > 2
+    tuner.workers = asked  # granted, as the runtime does
+    answers = []
+    for _ in range(3 * asked):  # a window to settle, then one judged: each task as short, but samples arrive half as fast
+        stats.batch(task_seconds=0.01, cpu_share=0.1, wall=0.01)
+        answers.append(tuner.observe(stats, None))
+    assert 2 in answers, answers
+    assert "samples delivered -50%" in tuner.stopped, tuner.stopped
