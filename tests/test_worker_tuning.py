@@ -161,11 +161,11 @@ def test_a_grown_worker_count_gives_the_same_batches_as_a_fixed_one(backend, no_
     assert max(counts) > stats.cores, stats.decisions  # the comparison is against a count that did change
 
 
-def _depth_after_one_window(task_ms: float, waited: bool = True) -> tuple[int, list]:
+def _depth_after_one_window(task_ms: float, waited: bool = True, messages=None) -> tuple[int, list]:
     from feedline.engine import Stats
     from feedline.engine._autotune import DepthTuner
 
-    tuner = DepthTuner(depth=4, workers=2, enabled=True)
+    tuner = DepthTuner(depth=4, workers=2, enabled=True, messages=messages)
     stats = Stats("process", 2, 4, "test")
     decisions = []
     for _ in range(DepthTuner.WINDOW):
@@ -187,6 +187,26 @@ def test_short_tasks_get_more_of_them_queued_per_worker_once():
 def test_long_tasks_or_a_consumer_that_does_not_wait_keep_the_depth():
     assert _depth_after_one_window(task_ms=20.0) == (4, [])
     assert _depth_after_one_window(task_ms=1.0, waited=False) == (4, [])
+
+
+def test_short_tasks_queue_deeper_only_where_a_task_is_a_message():
+    """Threads take tasks from an in-process queue: a deeper one only keeps more batches alive (slower store reads)."""
+    assert _depth_after_one_window(task_ms=1.0, messages=lambda: False) == (4, [])
+    assert _depth_after_one_window(task_ms=1.0, messages=lambda: True)[0] == 8
+
+
+def test_short_store_reads_on_threads_keep_two_tasks_per_thread(tmp_path, no_leaks):
+    from feedline.store import StoreWriter
+
+    with StoreWriter(tmp_path / "s") as w:
+        w.write({"x": np.zeros((4096, 3, 16, 16), np.uint8)})
+    with fl.from_store(tmp_path / "s").shuffle(seed=0).batch(64) as pipe:
+        for _ in range(3):
+            for _ in pipe:
+                pass
+        stats, runtime = pipe.stats(), testing.runtime(pipe)
+        assert not any(d.startswith("prefetch depth") for d in stats.decisions), stats.decisions
+        assert runtime.depth == max(2, 2 * runtime.workers), (runtime.depth, runtime.workers, stats.decisions)
 
 
 def test_a_thread_pool_that_shrinks_finishes_what_its_other_threads_hold_and_lets_them_go(no_leaks):
@@ -240,7 +260,7 @@ def test_a_growth_after_which_fewer_samples_arrive_is_undone_even_if_tasks_look_
     monkeypatch.setattr(_autotune, "machine_idle", lambda: None)  # the machine's load plays no part here
     tuner, stats = _autotune.WorkerTuner(2, 2, enabled=True), _Counters()
     asked = None
-    for _ in range(4):  # tasks at 10 % CPU while the consumer waits: more workers are asked for
+    for _ in range(8):  # tasks at 10 % CPU while the consumer waits: more workers are asked for
         stats.batch(task_seconds=0.01, cpu_share=0.1, wall=0.005)
         asked = tuner.observe(stats, None) or asked
     assert asked and asked > 2

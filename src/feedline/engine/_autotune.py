@@ -66,8 +66,9 @@ class DepthTuner:
 
     WINDOW = 16  # batches per decision
 
-    def __init__(self, depth: int, workers: int, enabled: bool):
+    def __init__(self, depth: int, workers: int, enabled: bool, messages=None):
         self.depth, self.workers, self.enabled = depth, workers, enabled
+        self._messages = messages  # () -> whether a task is a message to another process now (None: always)
         self.batch_bytes = None
         self._waited = 0
         self._blocked = 0
@@ -82,8 +83,15 @@ class DepthTuner:
         result and answered; on a busy machine that round trip can take as
         long as a 1 ms task. Measured (tiny map, batch 256, process x2): two
         tasks per worker kept the workers 78-81 % busy, four 83-87 %, eight
-        no better than four.
+        no better than four. Only where a task is a message to another
+        process: threads take theirs from an in-process queue, and a deeper
+        queue only keeps more batches alive (shuffled 3 MiB store reads on 2
+        threads: 12.5-12.9 GiB/s at a depth of 2, 7.4-10.0 at the 10-12 this
+        rule gave them: batches that no longer fit the caches, and memory
+        handed back and forth less warm).
         """
+        if self._messages is not None and not self._messages():
+            return None
         waited_since = stats.wait_seconds - self._base[0]  # since the first batch: the workers' start-up left out
         wall = stats.wall_seconds - self._base[1]
         if stats.tasks <= 0 or wall <= 0 or waited_since < WAITING * wall:
@@ -133,7 +141,8 @@ class DepthTuner:
 class WorkerTuner:
     """More workers while the consumer waits on workers that wait on I/O; stops when more did not help (module docstring)."""
 
-    MIN_BATCHES = 2  # batches per window at least; a window also spans one task per worker (`_window_done`)
+    MIN_BATCHES = 2  # batches per window at least; a window also spans one task per worker (`_window_done`) ...
+    MIN_SECONDS = 0.02  # ... and this long: rates over less than a few scheduler ticks are noise (0.3 ms batches)
     WINDOW = 8  # batches per window when the tasks are not clearly off the CPU (`CLEAR_IO_SHARE`)
     WAIT_SHARE = 0.3  # the consumer waited at least this share of the window's time: input-bound
     GAIN = 1.1  # a growth must raise the workers' rate this much, else the count goes back where it was ...
@@ -218,8 +227,9 @@ class WorkerTuner:
         return limit
 
     def _window_done(self, now) -> bool:
-        """At least `MIN_BATCHES` batches and one task per worker (about one task's time)."""
-        return self._seen >= self.MIN_BATCHES and now[4] - self._start[4] >= self.workers
+        """At least `MIN_BATCHES` batches, one task per worker (about one task's time) and `MIN_SECONDS`."""
+        return (self._seen >= self.MIN_BATCHES and now[4] - self._start[4] >= self.workers
+                and now[3] - self._start[3] >= self.MIN_SECONDS)
 
     def _restart(self, now) -> None:
         self._start, self._seen, self._idle_start = now, 0, machine_idle()

@@ -61,13 +61,15 @@ class Runtime:
                 raise _pickling_error(plan, e.__cause__ or e) from (e.__cause__ or e)
         self.cores = self.executor.cores
         self.depth = plan.depth or max(2, 2 * self.workers)  # two tasks per worker: one running, one queued
-        self.tuner = DepthTuner(self.depth, self.workers, enabled=plan.depth is None and self.executor.prefetches)
+        self.tuner = DepthTuner(self.depth, self.workers, enabled=plan.depth is None and self.executor.prefetches,
+                                messages=lambda: self.backend in ("process", "ray"))
         self.worker_tuner = WorkerTuner(self.workers, self.cores, enabled=plan.workers is None and backend in ("auto", "thread", "process", "serial-or-thread"))
         self.set_depth(self.depth)
         self._generations = itertools.count()
         self._active = None  # weakref to the current iterator
         self._supersede = None  # weak method: tells the current iterator it was superseded
         self._latest_stats = None
+        self._depth_before_growth: int | None = None  # the prefetch depth before the worker tuner's last growth
         self.learned_chunk: int | None = None  # samples per task of the next epoch, measured (see _state.measured_chunk)
         self.closed = False
         _live.add(self)
@@ -107,13 +109,18 @@ class Runtime:
         if wanted is not None and wanted < old:  # a growth that did not pay: undone where the backend can let workers go
             if self.executor.shrink(wanted):
                 self._follow_workers()
+                if self._depth_before_growth is not None:  # the depth the growth raised goes back too
+                    self.set_depth(max(self._depth_before_growth, 2 * self.workers))
+                    self.tuner.depth = self.depth
                 return f"workers {old} -> {self.workers}: {self.worker_tuner.last_reason}"
             self.worker_tuner.workers = old
             return f"worker count stays at {old}: {self.worker_tuner.last_reason}"
+        depth = self.depth
         if wanted is None or not self.executor.grow(wanted):
             if wanted is not None:
                 self.worker_tuner.workers = old  # this backend cannot add workers (yet): ask again later
             return None
+        self._depth_before_growth = depth
         self._follow_workers()
         return f"workers {old} -> {self.workers}: {self.worker_tuner.last_reason}"
 
