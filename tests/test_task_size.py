@@ -176,3 +176,35 @@ def test_a_failing_sample_inside_a_task_of_several_batches_comes_after_the_batch
     assert len(delivered) == 1000 // 16, "every whole batch before the failing one is delivered first, as with a batch per task"
     assert isinstance(info.value.__cause__, ValueError)
     np.testing.assert_array_equal(delivered[-1][1], np.arange(976, 992))
+
+
+def test_store_reads_in_bulk_go_several_batches_per_gather_within_the_cache_and_are_unchanged(tmp_path, no_leaks):
+    from feedline.engine._state import cache_share
+    from feedline.store import StoreWriter
+
+    if cache_share(2) <= 0:
+        pytest.skip("this system does not say how large its CPU caches are (Linux /sys): no grouping of bulk reads")
+    x = np.random.default_rng(0).integers(0, 255, (6_000, 3, 8, 8), dtype=np.uint8)
+    with StoreWriter(tmp_path / "s") as w:
+        w.write({"x": x, "i": np.arange(len(x))})
+
+    def pipeline():
+        return fl.from_store(tmp_path / "s").shuffle(seed=3).batch(16)
+
+    with pipeline() as pipe:
+        epochs = [list(pipe.epoch(k)) for k in range(3)]
+        tasks, batches = pipe.stats().tasks, pipe.stats().batches
+        it = pipe.epoch(3)
+        head = [next(it) for _ in range(5)]
+        state = it.state()
+        it.close()
+    assert tasks < batches / 2, f"{tasks} gathers for {batches} batches of 1 KiB rows: one each"
+    assert state.get("chunk", 16) > 16 and state["offset"] > 0, state
+    for k, got in enumerate(epochs):
+        for batch in got:
+            np.testing.assert_array_equal(batch["x"], x[batch["i"]])
+        assert sorted(np.concatenate([b["i"] for b in got]).tolist()) == list(range(len(x))), f"epoch {k}"
+        assert [b["i"].tolist() for b in got] == [b["i"].tolist() for b in pipeline().epoch(k)], f"epoch {k}"
+    with pipeline() as fresh:
+        tail = list(fresh.resume(state))
+    assert [b["i"].tolist() for b in head + tail] == [b["i"].tolist() for b in pipeline().epoch(3)]

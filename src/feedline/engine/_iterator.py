@@ -31,7 +31,7 @@ from .._tree import BatchGroup, flatten, slice_rows
 from ..worker import Task
 from ._buckets import Buckets
 from ._recut import Recut
-from ._state import OLD_CHUNK, STATE_VERSION, measured_chunk, seal, task_grid
+from ._state import MAX_TASK_BYTES, OLD_CHUNK, STATE_VERSION, cache_share, measured_chunk, seal, task_grid
 from ._stats import Stats
 from ._window import WindowShuffle
 
@@ -403,11 +403,14 @@ class EpochIterator:
                 stacklevel=_user_stacklevel(),
             )
         self._refresh()
-        plan = self._plan
-        if (self._unbatched or plan.groups_batches) and not plan.streaming and self._runtime.backend in ("process", "ray"):
-            # where a task is a message: its size from the work measured per sample
-            learned = measured_chunk(self.stats_.task_seconds, self.stats_.samples, len(self._order), self._runtime.workers,
-                                     batch=self._size, batch_bytes=self._batch_bytes or 0)
+        plan, backend, workers = self._plan, self._runtime.backend, self._runtime.workers
+        messages = backend in ("process", "ray")  # where a task is a message: its size from the work measured per sample
+        bulk = plan.part.bulk_read and plan.groups_batches and backend in ("thread", "serial")  # one gather for several batches
+        decided = getattr(self._runtime.executor, "winner", "") is not None  # an automatic choice's trial measures on its grid
+        if (self._unbatched or plan.groups_batches) and not plan.streaming and (messages or bulk) and decided:
+            learned = measured_chunk(self.stats_.task_seconds, self.stats_.samples, len(self._order), workers,
+                                     batch=self._size, batch_bytes=self._batch_bytes or 0,
+                                     max_bytes=MAX_TASK_BYTES if messages else cache_share(workers))
             self._runtime.learned_chunk = learned or self._runtime.learned_chunk
         self._runtime.publish(self.stats_)
 
