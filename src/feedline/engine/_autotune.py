@@ -31,14 +31,15 @@ workers' rate (workers x rows per task-second: per task, so batches that
 arrive in bursts, in order, do not skew it). A growth that raised it less
 than `WorkerTuner.GAIN` stops further growth, and the decision says so (a
 shared lock, a connection limit, the server or the GIL limits the work,
-not the worker count), and so does a growth after which the consumer got
-under `WorkerTuner.KEEP_DELIVERED` of the samples a second it got before
-(threads that wait on the GIL can each look faster per task while fewer
-samples arrive: bulk store reads grown from 2 to 5 threads, per-task rate
-+13 %, samples delivered -20 %); the count goes back to where it was where
-the backend can let workers go (threads: `Executor.shrink`; threads waiting on
-the GIL look like threads waiting on I/O from their clocks, and more of
-them slow each other down). Process workers stay.
+not the worker count); so does one after which the consumer got under
+`WorkerTuner.KEEP_DELIVERED` of the samples a second it got before. Such
+a growth is undone where the backend can let workers go (threads:
+`Executor.shrink`): threads that wait on the GIL look like threads that
+wait on I/O from their clocks, and more of them slow each other down,
+each even looking faster per task while fewer samples arrive (bulk store
+reads grown from 2 to 5 threads: per-task rate +13 %, samples delivered
+-20 %). Process workers stay. Windows last `WorkerTuner.MIN_SECONDS` at
+least: rates over a few scheduler ticks are noise.
 """
 
 from __future__ import annotations
@@ -139,7 +140,7 @@ class DepthTuner:
 
 
 class WorkerTuner:
-    """More workers while the consumer waits on workers that wait on I/O; stops when more did not help (module docstring)."""
+    """More workers while the consumer waits on workers that wait on I/O; undoes a growth that did not help (module docstring)."""
 
     MIN_BATCHES = 2  # batches per window at least; a window also spans one task per worker (`_window_done`) ...
     MIN_SECONDS = 0.02  # ... and this long: rates over less than a few scheduler ticks are noise (0.3 ms batches)
