@@ -9,6 +9,7 @@ with the GIL released, so the loop's thread keeps launching the step.
 
 from __future__ import annotations
 
+import collections
 import concurrent.futures
 
 __all__ = ["OrderedHelper"]
@@ -40,6 +41,22 @@ class OrderedHelper:
     def result(self, pending):
         """The result of a `submit` (waits for it; its exception is raised here)."""
         return pending if self._pool is None else pending.result()
+
+    def ahead(self, items, depth: int):
+        """``fn(item)`` for each of ``items``, in order, each submitted ``depth`` items before it is yielded.
+
+        >>> with OrderedHelper(lambda v: v + 1) as helper:
+        ...     list(helper.ahead(range(4), depth=2))
+        [1, 2, 3, 4]
+        """
+        pending: collections.deque = collections.deque()
+        for item in items:
+            pending.append(self.submit(item))
+            del item  # the helper holds it only as long as it needs it
+            if len(pending) > depth:
+                yield self.result(pending.popleft())
+        while pending:
+            yield self.result(pending.popleft())
 
     def __enter__(self):
         return self

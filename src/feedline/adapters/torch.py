@@ -10,7 +10,6 @@ tensors, so no host sync and no early reuse. Details: docs/adapters.md, "PyTorch
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import sys
 import warnings
@@ -150,16 +149,10 @@ class TorchLoader:
                 map_structure(lambda t: t.record_stream(current) if isinstance(t, torch.Tensor) else None, moved)
             return moved
 
-        staged: collections.deque = collections.deque()
         # Exit order matters: the helper finishes (its copies read the batches' shared memory) before `batches` closes.
         with contextlib.closing(batches), OrderedHelper(stage, threaded=cuda, name="feedline-to-device") as staging:
-            for batch in batches:
-                staged.append(staging.submit(batch))
-                del batch
-                if len(staged) > self.depth:
-                    yield hand_out(*staging.result(staged.popleft()))
-            while staged:
-                yield hand_out(*staging.result(staged.popleft()))
+            for moved, event in staging.ahead(batches, self.depth):
+                yield hand_out(moved, event)
 
     def __repr__(self) -> str:
         where = "cpu" if self.device is None else str(self.device)

@@ -31,7 +31,6 @@ on the CPU in the worker with the same box and flip, and only uploaded.
 
 from __future__ import annotations
 
-import collections
 import sys
 import warnings
 from dataclasses import dataclass
@@ -363,16 +362,9 @@ class DeviceJpegDecoder:
             with torch.cuda.stream(stream):
                 return self.decode_batch(batch)
 
-        ready: collections.deque = collections.deque()
         try:
             with OrderedHelper(decode, threaded=threaded, name="feedline-device-decode") as helper:
-                for batch in iterator:
-                    ready.append(helper.submit(batch))
-                    del batch
-                    if len(ready) > depth:
-                        yield helper.result(ready.popleft())
-                while ready:
-                    yield helper.result(ready.popleft())
+                yield from helper.ahead(iterator, depth)
         finally:
             close = getattr(iterator, "close", None)
             if close is not None:
