@@ -127,23 +127,7 @@ def _run(part, task: Task, alloc, progress, streams) -> Result:
     if part.batch_size is None:
         result.payload = samples
         return result
-    t0 = time.perf_counter()
-    try:
-        if part.collate is not None:
-            batch = part.collate(samples)
-        else:
-            direct = alloc if (alloc is not None and not part.batch_ops) else new_arrays
-            batch = collate_into(samples, kept, direct)
-    except Exception as exc:
-        row = getattr(exc, "row", None)  # a collate that names the row it failed on (padded_batch)
-        index = kept[row] if isinstance(row, int) and 0 <= row < len(kept) else getattr(exc, "index", kept[0])
-        result.error = TaskError.from_exception(exc, index, source.where(index) if not isinstance(index, tuple) else None, "batch")
-        return result
-    times["batch"] = time.perf_counter() - t0
-    try:
-        result.payload = _batch_steps(part, batch, times)
-    except Exception as exc:
-        result.error = TaskError.from_exception(exc, kept[0], None, "map_batch")
+    result.payload, result.error = _one_batch(part, samples, kept, alloc, times)
     return result
 
 
@@ -157,38 +141,37 @@ def _collate_group(part, samples: list, kept: list, alloc, result: Result) -> Re
     size = part.batch_size
     if result.error is not None:
         del samples[len(samples) // size * size :]
-    collated, groups = [], []
-    t0 = time.perf_counter()
+    batches = []
     for start in range(0, len(samples), size):
-        rows, indices = samples[start : start + size], kept[start : start + size]
-        try:
-            collated.append(part.collate(rows) if part.collate is not None
-                            else collate_into(rows, indices, alloc if (alloc is not None and not part.batch_ops) else new_arrays))
-            groups.append(indices)
-        except Exception as exc:
-            row = getattr(exc, "row", None)
-            index = indices[row] if isinstance(row, int) and 0 <= row < len(indices) else getattr(exc, "index", indices[0])
-            result.error = TaskError.from_exception(exc, index, part.source.where(index), "batch")
+        batch, error = _one_batch(part, samples[start : start + size], kept[start : start + size], alloc, result.times)
+        if error is not None:
+            result.error = error
             break
-    result.times["batch"] = time.perf_counter() - t0
-    return _step_group(part, collated, groups, result)
-
-
-def _step_group(part, batches: list, indices: list, result: Result) -> Result:
-    """Run the worker's batch steps on each batch of a group; the group is the batches before any failure."""
-    done = []
-    for batch, first in zip(batches, (ids[0] for ids in indices)):
-        try:
-            done.append(_batch_steps(part, batch, result.times))
-        except Exception as exc:
-            result.error = TaskError.from_exception(exc, int(first), None, "map_batch")
-            break
-    if result.error is not None:
-        result.rows = len(done) * part.batch_size
-    else:
-        result.rows = sum(len(ids) for ids in indices)
-    result.payload = BatchGroup(done) if done else None
+        batches.append(batch)
+    result.rows = len(batches) * size if result.error is not None else len(samples)
+    result.payload = BatchGroup(batches) if batches else None
     return result
+
+
+def _one_batch(part, rows: list, indices: list, alloc, times: dict):
+    """Collate ``rows`` and run the worker's batch steps on them: ``(batch, None)``, or ``(None, TaskError)``."""
+    t0 = time.perf_counter()
+    try:
+        if part.collate is not None:
+            batch = part.collate(rows)
+        else:
+            direct = alloc if (alloc is not None and not part.batch_ops) else new_arrays
+            batch = collate_into(rows, indices, direct)
+    except Exception as exc:
+        row = getattr(exc, "row", None)  # a collate that names the row it failed on (padded_batch)
+        index = indices[row] if isinstance(row, int) and 0 <= row < len(indices) else getattr(exc, "index", indices[0])
+        where = part.source.where(index) if not isinstance(index, tuple) else None
+        return None, TaskError.from_exception(exc, index, where, "batch")
+    times["batch"] = times.get("batch", 0.0) + time.perf_counter() - t0
+    try:
+        return _batch_steps(part, batch, times), None
+    except Exception as exc:
+        return None, TaskError.from_exception(exc, indices[0], None, "map_batch")
 
 
 def _timed_out(limit: float) -> TimeoutError:
