@@ -18,6 +18,7 @@ separate version number for this, since the format is otherwise unchanged.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import numbers
@@ -88,10 +89,11 @@ def measured_chunk(task_seconds: float, rows: int, count: int, workers: int, bat
     this); expensive ones get one per task. With ``batch`` (a pipeline
     whose tasks may hold several whole batches, `Plan.groups_batches`), a
     whole number of batches, each of ``batch_bytes``, at most ``max_bytes``
-    together (`MAX_TASK_BYTES`; for bulk reads on threads, `cache_share`). Threads and the calling thread keep the
-    first epoch's grid (longer tasks measured no faster there). The grid
-    is recorded in every checkpoint (``chunk``), so a resumed epoch runs
-    on the grid it was cut with.
+    together (`MAX_TASK_BYTES`; for bulk reads on threads or the calling
+    thread, `cache_share`). Otherwise threads and the calling thread keep
+    the first epoch's grid (longer tasks measured no faster there). The
+    grid is recorded in every checkpoint (``chunk``), so a resumed epoch
+    runs on the grid it was cut with.
 
     >>> measured_chunk(0.5, 50_000, 50_000, 2, batch=256, batch_bytes=786_432)  # 2.6 ms a batch: 3 a task
     768
@@ -122,8 +124,9 @@ def cache_share(workers: int) -> int:
     return int(0.75 * _last_level_cache()) // max(1, workers)
 
 
+@functools.lru_cache(maxsize=1)
 def _last_level_cache() -> int:
-    """Bytes of the largest CPU cache of cpu0 (Linux /sys), or 0."""
+    """Bytes of the largest CPU cache of cpu0 (Linux /sys), or 0; read once."""
     import glob
 
     sizes = []

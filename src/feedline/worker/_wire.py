@@ -136,7 +136,7 @@ def _done_from_wire(wire) -> Done:
 
 
 def _fields_to_wire(fields: dict) -> dict:
-    """One batch's slot fields (`SlotWriter.place`) with its skeleton as tagged tuples."""
+    """One batch's slot fields (`SlotWriter.publish`) with its skeleton as tagged tuples."""
     return dict(fields, skeleton=_skeleton_to_wire(fields["skeleton"]))
 
 

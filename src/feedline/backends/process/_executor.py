@@ -40,7 +40,7 @@ import numpy as np
 
 from ..._errors import WorkerError
 from ...transport._shm import Segment, segment_prefix, sweep, unlink
-from ...transport._slots import ReleaseRing, SlotReader
+from ...transport._slots import SlotReader
 from ...transport._transfer import SharedArrays, check_picklable, dumps_for_workers
 from ...worker import Result, TaskError
 from ...worker._protocol import Done, PartError, Ready, Release, RunTask, SendPart, Stop
@@ -48,7 +48,7 @@ from ...worker._wire import decode, encode
 from .._base import Event, Executor, PartNotPicklable
 from .._pool import MAX_ATTEMPTS, TaskPool
 from ._forkserver import forkserver
-from ._main import BLAS_VARS, RING_WORDS, STATUS_WORDS
+from ._main import BLAS_VARS, STATUS_WORDS, status_ring
 
 __all__ = ["MAX_ATTEMPTS", "ProcessExecutor"]
 
@@ -239,7 +239,7 @@ class ProcessExecutor(Executor):
             self.readable.add(conn, worker)
             worker.status = Segment.attach(hello.status_segment)
             unlink(hello.status_segment)
-            worker.ring = ReleaseRing(memoryview(worker.status.buf).cast("q")[STATUS_WORDS : STATUS_WORDS + RING_WORDS])
+            worker.ring = status_ring(worker.status.buf)
 
     # ------------------------------------------------------------- dispatch
     def submit(self, key, task, affinity=None):

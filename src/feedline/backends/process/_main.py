@@ -46,6 +46,13 @@ STATUS_WORDS = 3  # int64 words of a worker's status segment: task number, sampl
 RING_WORDS = 64  # ... then the words of its `ReleaseRing`: slots the consumer hands back
 
 
+def status_ring(buffer):
+    """The `ReleaseRing` over a worker's status segment (``buffer``), as the worker and the consumer both see it."""
+    from ...transport._slots import ReleaseRing
+
+    return ReleaseRing(memoryview(buffer).cast("q")[STATUS_WORDS : STATUS_WORDS + RING_WORDS])
+
+
 def _parent_alive(parent_pid: int) -> bool:
     if sys.platform == "win32":
         from ..._winproc import windows_process_alive  # Windows only
@@ -102,7 +109,7 @@ def run(boot: dict) -> None:
 
     from ...transport import _transfer
     from ...transport._shm import Segment, sweep, unlink
-    from ...transport._slots import ReleaseRing, SlotWriter
+    from ...transport._slots import SlotWriter
     from ...worker import Result, TaskError, run_task
     from ...worker._protocol import Done, Hello, PartError, Ready, Release, RunTask, SendPart, Stop
     from ...worker._wire import decode, encode
@@ -117,7 +124,7 @@ def run(boot: dict) -> None:
     status_seg = Segment.create(f"{prefix}w{wid}_status", (STATUS_WORDS + RING_WORDS) * 8)
     status = np.ndarray((STATUS_WORDS,), np.int64, buffer=status_seg.buf)
     status[:] = -1
-    writer = SlotWriter(f"{prefix}w{wid}_", returned=ReleaseRing(memoryview(status_seg.buf).cast("q")[STATUS_WORDS : STATUS_WORDS + RING_WORDS]))
+    writer = SlotWriter(f"{prefix}w{wid}_", returned=status_ring(status_seg.buf))
 
     def cleanup(parent_gone: bool) -> None:
         writer.close()
