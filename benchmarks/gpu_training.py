@@ -54,7 +54,10 @@ Last measured: 2026-11-25 on one H100 80GB with 16 cores (torch
 2.11.0+cu130, torchvision 0.26.0, jax 0.11.2; table in RESULTS.md, "GPU:
 the owed run"): torch ceiling 64.3 ms a step, feedline 1.000 of it (GPU
 off-step 0.00 ms), feedline-gpu-decode 0.682, dataloader 0.988; JAX
-ceiling 50.2 ms, feedline 1.006, dataloader 0.473. The ``--dry-run``
+ceiling 50.2 ms, feedline 1.006, dataloader 0.473. With the batched
+device resample (2026-11-26, one H200, 16 cores, ``--row
+feedline-gpu-decode --repeat 1``): ceiling 54.3 ms, feedline-gpu-decode
+0.782 (input alone 6,465 images/s). The ``--dry-run``
 numbers (CPU, tiny model) check that the script runs; they measure nothing.
 """
 

@@ -69,11 +69,13 @@ def one_epoch(w, settings: dict | None) -> dict:
                 first = time.perf_counter() - start
             seen.append(np.asarray(batch[-1]).reshape(-1))
         detail = run.detail
+        # what the automatic choice measured and why it chose: the feedline rows only
+        why = None if settings is None else {"decision": run.why, "trial": dict(run.batches.stats().trial)}
     seconds = time.perf_counter() - start
     got = np.sort(np.concatenate(seen))
     if not np.array_equal(got, np.arange(len(w))):
         raise AssertionError(f"{w.name}: {detail} did not deliver every index exactly once ({len(got)} of {len(w)})")
-    return {"seconds": seconds, "first_batch": first, "detail": detail, "rate": len(w) / seconds}
+    return {"seconds": seconds, "first_batch": first, "detail": detail, "rate": len(w) / seconds, "why": why}
 
 
 def main(argv=None) -> int:
@@ -103,7 +105,11 @@ def main(argv=None) -> int:
             order = list(rows)[rep % len(rows):] + list(rows)[: rep % len(rows)]
             for row in order:
                 runs[row].append(one_epoch(w, rows[row]))
-                print(f"[{name}] {row}: {runs[row][-1]['rate']:,.0f} samples/s ({runs[row][-1]['detail']})", file=sys.stderr, flush=True)
+                last = runs[row][-1]
+                print(f"[{name}] {row}: {last['rate']:,.0f} samples/s, first batch {last['first_batch']:.3f} s ({last['detail']})",
+                      file=sys.stderr, flush=True)
+                if row == "feedline-auto":
+                    print(f"[{name}]   why: {last['why']}", file=sys.stderr, flush=True)
         medians = {row: sorted(r, key=lambda m: m["rate"])[len(r) // 2] for row, r in runs.items()}
         torch_rate = medians["torch-fork"]["rate"]
         for row, m in medians.items():

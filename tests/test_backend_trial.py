@@ -35,6 +35,12 @@ def pure_python(v):
     return np.int64(v) + np.int64(total > 0)
 
 
+def slower_pure_python(v):  # ~4 ms: paused threads are mid-sample for longer than the consumer takes to notice
+    for _ in range(3):
+        pure_python(v)
+    return pure_python(v)
+
+
 def _thread_part(fn, n=64, batch=8):
     return fl.from_arrays(np.arange(n)).map(fn, backend="thread").batch(batch).plan.part
 
@@ -106,6 +112,27 @@ def test_paused_threads_wait_between_samples_and_give_their_tasks_back_whole():
         assert executor.outstanding() == 0
     finally:
         executor.close()
+
+
+def test_tasks_given_back_by_paused_threads_go_to_the_process_workers_before_the_queued_ones(no_leaks):
+    # While process workers start beside GIL-bound threads, all but two threads pause mid-task and give
+    # their tasks back once the workers are up. Those are the earliest tasks (the next batches): sent after
+    # the tasks still queued, they waited a whole round behind them (16 workers: batch 3 at 2.2 s, not 0.7 s).
+    pipe = fl.from_arrays(np.arange(640)).map(slower_pure_python, workers=16).batch(8)
+    with pipe:
+        it = iter(pipe)
+        out = [int(v) for b in it for v in b]
+        stats = it.stats()
+    assert out == list(range(1, 641))
+    if stats.backend != "process" or "threads side by side" not in stats.decision:
+        pytest.skip(f"the trial did not judge the threads held back by the GIL here: {stats.decision}")
+    on_processes = sorted((s for s in stats.task_spans if s[0] < stats.workers), key=lambda s: s[1])  # threads: 16 and up
+    first_round: dict = {}
+    for worker, _start, _end, number, _rows in on_processes:
+        first_round.setdefault(worker, number)
+    last_of_first = max(first_round.values())
+    overtaken = [s[3] for s in on_processes if s[3] < last_of_first and s[3] not in first_round.values()]
+    assert not overtaken, f"tasks {overtaken} ran after the first round {sorted(first_round.values())}"
 
 
 def test_gil_bound_work_on_many_more_threads_than_cores_is_not_taken_for_io(no_leaks):
@@ -245,10 +272,11 @@ def test_threads_grown_for_io_that_meet_the_gil_are_tried_against_processes_and_
 class _ScriptedThreads:
     """Two threads as the trial reads them: CPU clocks and samples begun, advanced by the test."""
 
-    name, cores, workers, restarts = "thread", 2, 2, 0
+    name, workers, restarts = "thread", 2, 0
 
-    def __init__(self, cores_kept: float, samples_per_second: float, begun: int):
-        self.cores_kept, self.rate, self.begun, self.now = cores_kept, samples_per_second, begun, 0.0
+    def __init__(self, cores_kept: float, samples_per_second: float, begun: int, cores: int = 2):
+        self.cores_kept, self.rate, self.begun, self.now, self.cores = cores_kept, samples_per_second, begun, 0.0, cores
+        self.kept_running: int | None = None  # what the trial asked `pause_beyond` for
 
     def advance(self, seconds: float) -> None:
         self.now += seconds
@@ -261,7 +289,7 @@ class _ScriptedThreads:
         pass
 
     def pause_beyond(self, keep: int) -> None:
-        pass
+        self.kept_running = keep
 
     def resume(self, give_back: bool = False) -> bool:
         return False
@@ -315,3 +343,19 @@ def test_threads_that_plainly_hold_the_gil_start_the_processes_on_early_evidence
     assert _verdict_after(monkeypatch, _ScriptedThreads(1.5, 400, begun=2), EVIDENCE_SPAN + 0.01) == "process"
     # threads that keep both cores busy keep the work, and never early
     assert _verdict_after(monkeypatch, _ScriptedThreads(1.95, 400, begun=2), EVIDENCE_SPAN + 0.01) == "thread"
+
+
+def test_the_early_verdict_waits_for_first_samples_that_end_after_the_stretch_began(monkeypatch):
+    from feedline.engine._trial import EARLY_SPAN, EVIDENCE_SPAN
+
+    # each thread's first sample ends 10 ms in (as with 16 threads that hold the GIL: their first samples end one
+    # after another): the early stretch starts then, instead of the whole stretch deciding 50 ms in
+    assert EARLY_SPAN + 0.015 < EVIDENCE_SPAN
+    assert _verdict_after(monkeypatch, _ScriptedThreads(1.0, 130, begun=1), EARLY_SPAN + 0.015) == "process"
+
+
+@pytest.mark.parametrize("cores, kept_running", [(2, 2), (16, 0)])
+def test_gil_bound_threads_pause_while_process_workers_start_all_of_them_on_many_cores(monkeypatch, cores, kept_running):
+    threads = _ScriptedThreads(1.0, 400, begun=2, cores=cores)
+    assert _verdict_after(monkeypatch, threads, 0.1) == "process"
+    assert threads.kept_running == kept_running

@@ -16,15 +16,17 @@ without changing the output. `BackendTrial` is an `Executor` over two:
   on more, `feedline.engine._runtime.start_early` starts it when the
   map is described, and the threads are judged once it is up).
 - Once every process worker is up, the tasks still queued for threads
-  move to the processes, and new tasks go there too. Once the threads'
+  move to the processes after the tasks paused threads give back (the
+  earliest ones), and new tasks go there too. Once the threads'
   running tasks are back, the processes have the machine to themselves and
   are measured (each worker's first task, its warm-up, is left out).
 - While the process workers start beside threads judged held back by the
   GIL, only `KEEP_RUNNING` of them (or as many as the cores they kept
-  busy) go on; the rest wait before their next sample until the workers
-  are up. Sixteen GIL-bound threads otherwise starve the consumer thread
-  that starts the workers (2.3 s instead of ~0.2 s for sixteen), and one
-  core's worth of Python runs as fast on two threads as on sixteen.
+  busy) go on, none on `PAUSE_ALL_CORES` cores or more; the rest wait
+  before their next sample until the workers are up. Sixteen GIL-bound
+  threads otherwise starve the consumer thread that starts the workers
+  (2.3 s instead of ~0.2 s for sixteen), and one core's worth of Python
+  runs as fast on two threads as on sixteen.
 - While the process workers start, the interpreter hands the GIL over
   every `STARTUP_SWITCH_INTERVAL` instead of every 5 ms: their hand-shake
   runs in a consumer thread, and threads that hold the GIL made it wait
@@ -103,8 +105,9 @@ IO_SHARE = 0.2  # thread tasks using less than this share of a core while they r
 IO_TOGETHER = 0.5  # ... if all the threads together use less than this much of a core too (else it may be the GIL's share)
 EVIDENCE_SPAN = 0.05  # seconds every thread must stay busy side by side before `KEEP_CORES` is judged ...
 EARLY_SPAN = 0.02  # ... or only this long, to start the process workers, when the threads kept under `EARLY_SHARE` of their
-EARLY_SHARE = 0.6  # cores busy and each began `EARLY_SAMPLES` samples in the stretch, its first sample done before it
-EARLY_SAMPLES = 2
+EARLY_SHARE = 0.6  # cores busy, each thread's first sample done before the stretch, and they began `EARLY_SAMPLES`
+EARLY_SAMPLES = 2  # samples in it for each of up to `EARLY_THREADS` threads (not each of all: sixteen threads that hold
+EARLY_THREADS = 2  # the GIL begin 1/16 of the samples each; two each took them 0.28 s to show on a 16-core machine)
 IDLE_SHARE = 0.05  # ... none of them waiting for tasks more than this share of the stretch
 KEEP_CORES = 0.9  # threads keeping this share of the cores they could use busy (~1 / PROCESS_MARGIN) keep the work at once
 START_PROCESSES_AFTER = 0.3  # seconds: no verdict on the GIL by then (threads kept waiting for tasks; Windows: at once): start the process workers anyway
@@ -113,7 +116,9 @@ DRIFT_WINDOWS = 2  # ... for this many windows in a row (a window: 4 tasks per w
 RETRIAL_AFTER = 10.0  # seconds after a decision before it may be revisited; doubled each time a trial confirms the winner
 GIL_LIMIT = (0.8, 1.25)  # cores that threads grown for I/O keep busy between them when the GIL is what limits them
 KEEP_RUNNING = 2  # threads held back by the GIL that go on while process workers start (the rest wait: `_start_processes`) ...
+PAUSE_ALL_CORES = 8  # ... none on machines with this many cores: the workers came up in 0.02-0.03 s instead of 0.29-0.44 s (16 cores)
 PAUSE_LIMIT = 2.0  # ... for at most this many seconds: workers slower to come up than that do not stall the threads' tasks
+HANDOVER_WAIT = 0.05  # seconds the queued tasks wait for the paused threads' tasks to come back, so that those go first
 
 
 class _Measure:
@@ -267,6 +272,7 @@ class BackendTrial(Executor):
         self._thread_rows = self._thread_cpu = 0.0  # every thread task: the threads' upper bound
         self._thread_span, self._thread_tasks = 0.0, 0  # ... and how long they ran (their CPU share: I/O-bound?)
         self._baseline: tuple | None = None  # (when, this process's CPU time, the threads' clocks) as a stretch began
+        self._warm_baseline: tuple | None = None  # ... and as every thread was past its first sample (the early verdict's stretch)
         self._judging_from = time.perf_counter()  # the verdict is due `START_PROCESSES_AFTER` after this
         self._cores_kept: float | None = None  # cores the threads kept busy side by side, once known
         self._cores_others = 0.0  # ... and cores the rest of this process (the consumer) used meanwhile
@@ -275,7 +281,9 @@ class BackendTrial(Executor):
         self._threads_again = False  # the bound did not settle it: threads are measured alone
         self._threads_alone_from = None  # threads measured from here (the processes' last task is back)
         self._abandoned = False  # the threads' running tasks were taken back once
-        self._handover: list = []  # tasks queued for threads when the processes came up, sent with the paused ones given back
+        self._handover: list = []  # tasks queued for threads when the processes came up, sent with the paused ones given back ...
+        self._returns_due = 0  # ... once this many paused tasks are back
+        self._handover_by = 0.0  # ... or by then
         self._paused_at: float | None = None  # when threads were paused for the process workers' start
         self._closed: set = set()
         self._started = time.perf_counter()
@@ -410,8 +418,10 @@ class BackendTrial(Executor):
         if self._ready:
             self._paused_at = None
             queued = self.threads.take_queued()
-            if self.threads.resume(give_back=True):  # paused tasks come back: they go first, in key order (`_move_returned`)
-                self._handover = queued
+            paused = self.threads.resume(give_back=True)
+            if paused:  # paused tasks come back: they go first, in key order, once all are back (`_move_returned`)
+                self._handover, self._returns_due = queued, paused
+                self._handover_by = time.perf_counter() + HANDOVER_WAIT
             else:
                 self._hand_over(queued)
 
@@ -485,12 +495,24 @@ class BackendTrial(Executor):
                 self.threads.abandon_running()
 
     def _move_returned(self) -> None:
-        """Tasks the threads gave back run on the processes; what the threads did of them counts for their bound."""
-        moving, self._handover = self._handover, []
+        """Tasks the threads gave back run on the processes; what the threads did of them counts for their bound.
+
+        The tasks of paused threads are held with the queued ones until all
+        of them are back (or `HANDOVER_WAIT` passed): they are the earliest
+        tasks, the next batches among them, and the process workers take
+        what they are sent in the order sent. Sent as they came, the queued
+        tasks went first and the given-back ones waited a whole round of
+        tasks behind them (16 workers on 2 cores: batch 3 at 2.2 s instead
+        of 0.7 s).
+        """
         for key, returned in self.threads.take_returned():
             self._thread_rows += returned.rows
             self._thread_cpu += returned.cpu
-            moving.append((key, returned.task))
+            self._handover.append((key, returned.task))
+            self._returns_due -= 1
+        if self._returns_due > 0 and time.perf_counter() < self._handover_by:
+            return
+        moving, self._handover, self._returns_due = self._handover, [], 0
         self._hand_over(moving)
 
     def _advance(self) -> None:
@@ -561,9 +583,9 @@ class BackendTrial(Executor):
         `EVIDENCE_SPAN` seconds, or after `EARLY_SPAN` when it is plain that
         the GIL holds them (under `EARLY_SHARE` of their cores busy, every
         thread past its first sample, whose imports and first calls can
-        hold the GIL in any work, and through `EARLY_SAMPLES` more: on the
-        suite's gil workload the processes then start at 0.05-0.08 s
-        instead of 0.08-0.09 s) (a thread that waited for tasks more than
+        hold the GIL in any work, and `EARLY_SAMPLES` more each for up to
+        `EARLY_THREADS` threads begun in it: on the suite's gil workload the
+        processes then start at 0.05-0.08 s instead of 0.08-0.09 s) (a thread that waited for tasks more than
         `IDLE_SHARE` of it starts it again, and so does a fork server still
         importing: it takes a core meanwhile). Threads that keep `KEEP_CORES`
         of the cores they could use busy (the cores left over by the rest of
@@ -586,51 +608,75 @@ class BackendTrial(Executor):
             self._start_processes()  # no clocks; one thread shows nothing side by side; or no verdict in time
             return
         if warming_up():
-            self._baseline = None  # the fork server takes a core meanwhile: not a fair stretch (and the
+            self._baseline = self._warm_baseline = None  # the fork server takes a core meanwhile: not a fair stretch (and the
             self._judging_from = now  # workers could not start before it is ready anyway)
             return
         if self._baseline is None:
             if all(busy for busy, *_ in clocks):
                 self._baseline = (now, time.process_time(), clocks)
             return
-        began, process_cpu, before = self._baseline
-        span = now - began
-        if any(now_[2] - was[2] > IDLE_SHARE * span for now_, was in zip(clocks, before)):
-            self._baseline = None  # one waited for tasks meanwhile: not side by side
+        if self._warm_baseline is None and all(busy and begun >= 2 for busy, _, _, begun in clocks):
+            self._warm_baseline = (now, time.process_time(), clocks)  # every thread past its first sample: the early stretch
+        began, _, before = self._baseline
+        if any(now_[2] - was[2] > IDLE_SHARE * (now - began) for now_, was in zip(clocks, before)):
+            self._baseline = self._warm_baseline = None  # one waited for tasks meanwhile: not side by side
             return
-        if span < EARLY_SPAN:
-            return
-        kept = sum(now_[1] - was[1] for now_, was in zip(clocks, before)) / span
-        others = max(0.0, (time.process_time() - process_cpu) / span - kept)
-        usable = min(self._usable, self.cores - others)
-        if span < EVIDENCE_SPAN:
-            warm = all(was[3] >= 2 and now_[3] - was[3] >= EARLY_SAMPLES for now_, was in zip(clocks, before))
-            if not (warm and kept < EARLY_SHARE * usable):
+        if now - began >= EVIDENCE_SPAN:
+            span, kept, others, usable, begun = self._stretch(self._baseline, now, clocks)
+        elif self._warm_baseline is not None and now - self._warm_baseline[0] >= EARLY_SPAN:
+            span, kept, others, usable, begun = self._stretch(self._warm_baseline, now, clocks)
+            if begun < EARLY_SAMPLES * min(len(clocks), EARLY_THREADS) or kept >= EARLY_SHARE * usable:
                 return  # not plain yet: the whole stretch decides
+        else:
+            return
         self._cores_kept, self._cores_others = kept, others
         if kept < KEEP_CORES * usable:
             self._start_processes()
             return
-        self.rates = {"thread": sum(now_[3] - was[3] for now_, was in zip(clocks, before)) / span}  # samples begun
+        self.rates = {"thread": begun / span}  # samples begun
         self.decided_after = now - self._started
         self._settle("thread", f"{self._cores_note()[:-2]}: the work releases the GIL, so processes could add little: threads")
+
+    def _stretch(self, baseline: tuple, now: float, clocks: list) -> tuple:
+        """``(seconds, cores the threads kept busy, cores the rest of this process used, cores they could use, samples begun)`` since ``baseline``."""
+        began, process_cpu, before = baseline
+        span = now - began
+        kept = sum(now_[1] - was[1] for now_, was in zip(clocks, before)) / span
+        others = max(0.0, (time.process_time() - process_cpu) / span - kept)
+        usable = min(self._usable, self.cores - others)
+        return span, kept, others, usable, sum(now_[3] - was[3] for now_, was in zip(clocks, before))
 
     def _start_processes(self) -> None:
         """Start the process workers (see `_judge_gil`); a failure settles on threads with the reason."""
         self._processes_started = True
+        if self._cores_kept is not None:  # judged held back by the GIL: few threads deliver as much meanwhile, and
+            self.threads.pause_beyond(self._kept_running())  # the workers start sooner
+            self._paused_at = time.perf_counter()  # (asking for 16 of them beside 16 such threads took 0.12 s, not 0.02)
         try:
             fresh = self._make_processes()
         except Exception as exc:
             self._settle("thread", f"process workers failed to start ({type(exc).__name__}: {exc}): threads")
             return
-        if self._cores_kept is not None:  # judged held back by the GIL: few threads deliver as much meanwhile
-            self.threads.pause_beyond(max(KEEP_RUNNING, math.ceil(self._cores_kept)))
-            self._paused_at = time.perf_counter()
         waiting = self.processes
         fresh.set_window_share(waiting.share)
         self._outstanding[fresh] = self._outstanding.pop(waiting)
         self._measure[fresh] = self._measure.pop(waiting)
         self.processes = fresh
+
+    def _kept_running(self) -> int:
+        """Threads held back by the GIL that go on while the process workers start: none where processes will do many times more.
+
+        The threads deliver about a core between them, however many run; on
+        2 cores that is half of what the processes will do, so two go on. On
+        16 cores two running threads held the workers' hand-shake (which
+        needs the GIL) back 0.29-0.44 s, against 0.02-0.03 s with every
+        thread paused; the automatic choice on the suite's gil workload went
+        from 0.82 to 0.92 of process workers set by hand
+        (`python -m benchmarks.server_check --workload gil`, H200 host).
+        """
+        if self.cores >= PAUSE_ALL_CORES:
+            return 0
+        return max(KEEP_RUNNING, math.ceil(self._cores_kept))
 
     def _cores_note(self) -> str:
         if self._cores_kept is None:
@@ -700,7 +746,7 @@ class BackendTrial(Executor):
         self._measure = {self.threads: _Measure(self.workers), self.processes: _Measure(self.workers)}
         self._thread_rows = self._thread_cpu = 0.0  # the threads' bound is measured again too
         self._thread_span, self._thread_tasks = 0.0, 0
-        self._baseline = self._cores_kept = None
+        self._baseline = self._warm_baseline = self._cores_kept = None
         self._judging_from = time.perf_counter()
         self._alone_from = self._threads_alone_from = None
         self._threads_again = self._abandoned = False
