@@ -22,7 +22,9 @@ benchmark cannot drift from the examples. The stories:
 Each is run with ``backend=None`` (automatic), ``"thread"``, ``"process"``
 and ``"serial"`` (workers left to feedline), one epoch with start-up
 included, every run in a fresh interpreter (its imports not timed:
-describing the pipeline, starting workers and the epoch are), ``--reps``
+describing the pipeline, starting workers and the epoch are; ``--setup S``
+sleeps S seconds, untimed, between describing and iterating, as a training
+script builds its model there), ``--reps``
 rounds in rotating order, medians. Every run must deliver the example's
 whole epoch (the rows are counted). Reported per story: samples/s of each
 setting, the automatic choice against the best and the worst hand setting
@@ -151,7 +153,7 @@ def build(story: str, variant: str, ex, data: dict, backend):
 
 def run_once(argv) -> None:
     """In a fresh interpreter: one epoch of one story with one setting; prints a JSON line."""
-    story, variant, setting, quick, data_file = argv[0], argv[1], argv[2], argv[3] == "1", argv[4]
+    story, variant, setting, quick, data_file, setup = argv[0], argv[1], argv[2], argv[3] == "1", argv[4], float(argv[5])
     import warnings
 
     warnings.filterwarnings("ignore")
@@ -162,11 +164,12 @@ def run_once(argv) -> None:
 
     start = time.perf_counter()
     pipe, expected = build(story, variant, ex, data, None if setting == "auto" else setting)
+    time.sleep(setup)  # a training script's set-up between describing and iterating (building the model): not timed
     rows = 0
     with pipe:
         for item in pipe:
             rows += len(item[1]) if isinstance(item, tuple) else len(item)
-        seconds = time.perf_counter() - start
+        seconds = time.perf_counter() - start - setup
         stats = pipe.stats()
     print(json.dumps({"rows": rows, "expected": expected, "seconds": seconds,
                       "ran_as": f"{stats.backend} x{stats.workers}", "decision": stats.decision}))
@@ -177,6 +180,9 @@ def main(argv=None) -> None:
     parser.add_argument("--reps", type=int, default=3, help="rounds (each setting once per round, rotating order)")
     parser.add_argument("--quick", action="store_true", help="small data and one round: a smoke test")
     parser.add_argument("--only", action="append", help="run only these stories (e.g. --only story4)")
+    parser.add_argument("--setup", type=float, default=0.0,
+                        help="seconds of set-up between describing the pipeline and iterating it, as a training script "
+                             "builds its model there (not timed; default 0)")
     args = parser.parse_args(argv)
     reps = 1 if args.quick else args.reps
     cases = [("story1", "Sequence"), ("story2", "PNG"), ("story2", "decoded"), ("story3", "files"), ("story4", "WAV")]
@@ -185,7 +191,7 @@ def main(argv=None) -> None:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([os.path.join(ROOT, "src"), os.environ.get("PYTHONPATH", "")]),
            "TF_CPP_MIN_LOG_LEVEL": "3", "KERAS_BACKEND": os.environ.get("KERAS_BACKEND", "numpy")}
     print(f"load average at the start: {' '.join(f'{v:.2f}' for v in os.getloadavg())}; {os.cpu_count()} CPUs; "
-          f"{reps} round(s)")
+          f"{reps} round(s); {args.setup:g} s of set-up between describing and iterating")
     rows_out = []
     with tempfile.TemporaryDirectory(prefix="feedline-stories-") as work:
         for story, variant in cases:
@@ -200,7 +206,7 @@ def main(argv=None) -> None:
             for rep in range(reps):
                 for setting in SETTINGS[rep % 4:] + SETTINGS[:rep % 4]:
                     done = subprocess.run([sys.executable, "-m", "benchmarks.stories", "--one", story, variant, setting,
-                                           "1" if args.quick else "0", data_file],
+                                           "1" if args.quick else "0", data_file, str(args.setup)],
                                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
                     lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
                     if done.returncode != 0 or not lines:

@@ -73,8 +73,8 @@ def snapshot(batch):
 
 
 def feedline_threads() -> set[threading.Thread]:
-    """feedline's threads, but for the fork server's reader, which lives as long as the server."""
-    return {t for t in threading.enumerate() if t.name.startswith("feedline") and t.name != "feedline-forkserver"}
+    """feedline's threads, but for the fork server's reader, which lives as long as the server, and its delayed start."""
+    return {t for t in threading.enumerate() if t.name.startswith("feedline") and not t.name.startswith("feedline-forkserver")}
 
 
 def wait_for(condition, timeout: float, interval: float = 0.02) -> bool:

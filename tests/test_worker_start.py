@@ -71,6 +71,31 @@ def test_describing_an_automatic_map_starts_the_fork_server_ahead_only_on_many_c
     assert _printed(code, args=["16"], FEEDLINE_FORKSERVER="0") == ["0", "0"]
 
 
+_SET_UP = (  # describe an automatic map, then either iterate at once or set up (a model) for a second first
+    "import sys, time, numpy as np, feedline as fl\n"
+    "from feedline import testing\n"
+    "from feedline.engine import _runtime\n"
+    "_runtime.default_workers = lambda: int(sys.argv[1])\n"
+    "p = fl.from_arrays(np.arange(64)).map(lambda s: s).batch(8)\n"
+    "if sys.argv[2] == 'iterate':\n"
+    "    with p:\n"
+    "        assert sum(len(b) for b in p) == 64\n"
+    "time.sleep(1.0)\n"
+    "print(len(testing.helper_pids()))\n"
+)
+
+
+def test_an_automatic_map_left_a_moment_before_iterating_starts_the_fork_server_on_few_cores():
+    """A training script builds its model between describing and iterating: the server's imports fit there."""
+    assert _printed(_SET_UP, args=["4", "set-up"]) == ["1"]
+    assert _printed(_SET_UP, args=["4", "set-up"], FEEDLINE_FORKSERVER="0") == ["0"]
+
+
+def test_an_automatic_map_iterated_at_once_starts_no_fork_server_ahead_on_few_cores():
+    """Iterated at once, the trial starts it only if it needs processes (cheap samples: the calling thread's work)."""
+    assert _printed(_SET_UP, args=["4", "iterate"]) == ["0"]
+
+
 def _printed(code: str, args: list[str] = (), **env) -> list[str]:
     """What ``code`` prints, run in a fresh interpreter; the fork server on (the default) unless ``env`` turns it off."""
     base = {k: v for k, v in os.environ.items() if k != "FEEDLINE_FORKSERVER"}

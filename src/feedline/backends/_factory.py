@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ._base import Executor, PartNotPicklable
 
-__all__ = ["check_sendable", "make_executor", "warm_up", "warming_up"]
+__all__ = ["check_sendable", "make_executor", "warm_up", "warmed_up", "warming_up"]
 
 
 def check_sendable(part) -> None:
@@ -38,6 +38,14 @@ def warm_up(backend: str | None) -> None:
 
     if use_forkserver():
         forkserver(worker_env(), FIXED_VARS)
+
+
+def warmed_up() -> bool:
+    """Whether process workers would start at once here: what `warm_up` starts is up (POSIX, the fork server on)."""
+    from .process._executor import use_forkserver
+    from .process._forkserver import ready
+
+    return use_forkserver() and ready()
 
 
 def warming_up() -> bool:

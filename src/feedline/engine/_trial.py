@@ -11,10 +11,12 @@ without changing the output. `BackendTrial` is an `Executor` over two:
   at once, and no process is started: processes could add at most ~10 %
   and would cost a start-up and a copy of every batch. Otherwise the
   fork server starts and the workers fork from it (on fewer than 8
-  cores it is not started ahead for the automatic choice: its imports
-  beside threads that keep every core busy cost short epochs 10-25 %;
-  on more, `feedline.engine._runtime.start_early` starts it when the
-  map is described, and the threads are judged once it is up).
+  cores it is started ahead for the automatic choice only if nothing
+  iterates for a moment after the map is described: its imports beside
+  threads that keep every core busy cost short epochs 10-25 %; on more,
+  `feedline.engine._runtime.start_early` starts it when the map is
+  described; the threads are judged once it is up). Where it is up and
+  cores are few, the workers start with the threads (`_start_ahead`).
 - Once every process worker is up, the tasks still queued for threads
   move to the processes after the tasks paused threads give back (the
   earliest ones), and new tasks go there too. Once the threads'
@@ -239,11 +241,12 @@ class BackendTrial(Executor):
     """Threads at once, processes if the threads hold the GIL, threads again only if they could win (see the module docstring).
 
     ``make_processes()`` starts the process executor (`_judge_gil` decides
-    when); ``restart(kind, workers)`` starts a fresh one of either kind for
-    a trial run again (None: never).
+    when; at once with ``start_ahead``, see `_start_ahead`); ``restart(kind,
+    workers)`` starts a fresh one of either kind for a trial run again
+    (None: never).
     """
 
-    def __init__(self, threads: Executor, make_processes, workers: int, restart=None):
+    def __init__(self, threads: Executor, make_processes, workers: int, restart=None, start_ahead: bool = False):
         self.threads, self.processes = threads, _NotStarted(workers)
         self._make_processes = make_processes
         self._processes_started = False
@@ -291,6 +294,7 @@ class BackendTrial(Executor):
         self._switch: _SwitchInterval | None = None
         self._shorten_switch()  # from the start: GIL-bound threads otherwise hold the consumer's judging back 5 ms a step
         threads.watch_progress(True)
+        self._ahead = start_ahead and self._usable >= 2 and self.cores < PAUSE_ALL_CORES and self._start_ahead()
 
     # -------------------------------------------------------- the interface
     @property
@@ -607,9 +611,9 @@ class BackendTrial(Executor):
         if clocks is None or self._usable < 2 or now - self._judging_from >= START_PROCESSES_AFTER:
             self._start_processes()  # no clocks; one thread shows nothing side by side; or no verdict in time
             return
-        if warming_up():
-            self._baseline = self._warm_baseline = None  # the fork server takes a core meanwhile: not a fair stretch (and the
-            self._judging_from = now  # workers could not start before it is ready anyway)
+        if warming_up() or not self._ahead_up():
+            self._baseline = self._warm_baseline = None  # the fork server or the workers started ahead take a core meanwhile:
+            self._judging_from = now  # not a fair stretch (and the workers could not start before it is ready anyway)
             return
         if self._baseline is None:
             if all(busy for busy, *_ in clocks):
@@ -637,6 +641,15 @@ class BackendTrial(Executor):
         self.decided_after = now - self._started
         self._settle("thread", f"{self._cores_note()[:-2]}: the work releases the GIL, so processes could add little: threads")
 
+    def _ahead_up(self) -> bool:
+        """Whether the workers started ahead (if any) are up; ones that failed to start are left to `_check_ready`."""
+        if not self._ahead:
+            return True
+        try:
+            return self.processes.wait_ready(0)
+        except Exception:
+            return True
+
     def _stretch(self, baseline: tuple, now: float, clocks: list) -> tuple:
         """``(seconds, cores the threads kept busy, cores the rest of this process used, cores they could use, samples begun)`` since ``baseline``."""
         began, process_cpu, before = baseline
@@ -646,17 +659,43 @@ class BackendTrial(Executor):
         usable = min(self._usable, self.cores - others)
         return span, kept, others, usable, sum(now_[3] - was[3] for now_, was in zip(clocks, before))
 
+    def _start_ahead(self) -> bool:
+        """Start the process workers with the threads, before the verdict, where a fork server is up and cores are few.
+
+        They get no task until `_judge_gil` says the threads hold the GIL,
+        and the threads are judged only once the workers are up (their start
+        takes CPU from the threads: not a fair stretch). Waiting for the
+        verdict to start them left a core idle while they came up beside two
+        GIL-bound threads (story 1 after a second of set-up: ~0.1 s of 0.5).
+        Threads that win close them, having cost their start (a fork and
+        the pipeline's unpickling each). Not on `PAUSE_ALL_CORES` cores or
+        more: there they would start beside every thread unpaused, which
+        starved sixteen workers' start for seconds. Returns whether they were
+        started; a failure is left to the usual start to report.
+        """
+        try:
+            self._use_processes(self._make_processes())
+        except Exception:
+            return False
+        return True
+
     def _start_processes(self) -> None:
         """Start the process workers (see `_judge_gil`); a failure settles on threads with the reason."""
         self._processes_started = True
         if self._cores_kept is not None:  # judged held back by the GIL: few threads deliver as much meanwhile, and
             self.threads.pause_beyond(self._kept_running())  # the workers start sooner
             self._paused_at = time.perf_counter()  # (asking for 16 of them beside 16 such threads took 0.12 s, not 0.02)
+        if self._ahead:
+            return  # started with the threads (`_start_ahead`)
         try:
             fresh = self._make_processes()
         except Exception as exc:
             self._settle("thread", f"process workers failed to start ({type(exc).__name__}: {exc}): threads")
             return
+        self._use_processes(fresh)
+
+    def _use_processes(self, fresh: Executor) -> None:
+        """``fresh`` takes the place of the process workers not started yet."""
         waiting = self.processes
         fresh.set_window_share(waiting.share)
         self._outstanding[fresh] = self._outstanding.pop(waiting)

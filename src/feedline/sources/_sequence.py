@@ -46,4 +46,7 @@ def from_sequence(obj) -> Pipeline:
             f"has no {' or '.join(missing)}. For an iterator or generator, use "
             "fl.from_generator(factory, num_shards) instead."
         )
+    from ..engine._runtime import start_early  # start-up cost, as in Pipeline.map: obj[i] is user code, as a map is
+
+    start_early(None)
     return Pipeline(SequenceSource(obj))

@@ -28,7 +28,7 @@ import sys
 import threading
 import time
 
-__all__ = ["ForkServer", "ForkedProcess", "forkserver", "server_pids", "starting"]
+__all__ = ["ForkServer", "ForkedProcess", "forkserver", "ready", "server_pids", "starting"]
 
 _HEADER = struct.Struct("<I")
 _SERVER_CODE = "import sys; from feedline.backends.process._forkserver import serve; serve(int(sys.argv[1]))"
@@ -293,6 +293,11 @@ def forkserver(env: dict, fixed: tuple) -> ForkServer:
 def starting() -> bool:
     """Whether a fork server of this process is still importing (it then takes a core for ~0.1 s)."""
     return any(not s.ready.is_set() for s in list(_servers))
+
+
+def ready() -> bool:
+    """Whether a fork server of this process is up: process workers would fork from it at once."""
+    return any(s.ready.is_set() and s.alive() for s in list(_servers))
 
 
 def server_pids() -> list[int]:
