@@ -278,7 +278,7 @@ class BackendTrial(Executor):
         self._warm_baseline: tuple | None = None  # ... and as every thread was past its first sample (the early verdict's stretch)
         self._judging_from = time.perf_counter()  # the verdict is due `START_PROCESSES_AFTER` after this
         self._cores_kept: float | None = None  # cores the threads kept busy side by side, once known
-        self._cores_others = 0.0  # ... and cores the rest of this process (the consumer) used meanwhile
+        self._cores_others = 0.0  # ... and cores the consumer's thread used meanwhile
         self._ready = False  # every process worker is up: new tasks go to processes from here
         self._alone_from = None  # processes measured from here (the threads' last task is back)
         self._threads_again = False  # the bound did not settle it: threads are measured alone
@@ -592,8 +592,8 @@ class BackendTrial(Executor):
         processes then start at 0.05-0.08 s instead of 0.08-0.09 s) (a thread that waited for tasks more than
         `IDLE_SHARE` of it starts it again, and so does a fork server still
         importing: it takes a core meanwhile). Threads that keep `KEEP_CORES`
-        of the cores they could use busy (the cores left over by the rest of
-        this process, e.g. a consumer that checks or converts every batch,
+        of the cores they could use busy (the cores left over by the
+        consumer's thread, e.g. one that checks or converts every batch,
         measured over the same stretch) are within `PROCESS_MARGIN` of
         anything processes could do with the same work on the same cores,
         without a start-up or a copy of every batch: they keep the work, and
@@ -617,10 +617,10 @@ class BackendTrial(Executor):
             return
         if self._baseline is None:
             if all(busy for busy, *_ in clocks):
-                self._baseline = (now, time.process_time(), clocks)
+                self._baseline = (now, time.thread_time(), clocks)
             return
         if self._warm_baseline is None and all(busy and begun >= 2 for busy, _, _, begun in clocks):
-            self._warm_baseline = (now, time.process_time(), clocks)  # every thread past its first sample: the early stretch
+            self._warm_baseline = (now, time.thread_time(), clocks)  # every thread past its first sample: the early stretch
         began, _, before = self._baseline
         if any(now_[2] - was[2] > IDLE_SHARE * (now - began) for now_, was in zip(clocks, before)):
             self._baseline = self._warm_baseline = None  # one waited for tasks meanwhile: not side by side
@@ -651,11 +651,19 @@ class BackendTrial(Executor):
             return True
 
     def _stretch(self, baseline: tuple, now: float, clocks: list) -> tuple:
-        """``(seconds, cores the threads kept busy, cores the rest of this process used, cores they could use, samples begun)`` since ``baseline``."""
-        began, process_cpu, before = baseline
+        """``(seconds, cores the threads kept busy, cores the consumer's thread used, cores they could use, samples begun)`` since ``baseline``.
+
+        The consumer's thread is the one judging (it iterates). Not the rest
+        of this process: a NumPy whose BLAS pool was left at one thread per
+        core spins a core after every matrix product the threads run, and
+        counted as the consumer's it made GIL-bound audio threads look as if
+        they kept every core they could use busy (3,500 samples/s on threads
+        where processes deliver 7,600).
+        """
+        began, consumer_cpu, before = baseline
         span = now - began
         kept = sum(now_[1] - was[1] for now_, was in zip(clocks, before)) / span
-        others = max(0.0, (time.process_time() - process_cpu) / span - kept)
+        others = (time.thread_time() - consumer_cpu) / span
         usable = min(self._usable, self.cores - others)
         return span, kept, others, usable, sum(now_[3] - was[3] for now_, was in zip(clocks, before))
 
@@ -721,7 +729,7 @@ class BackendTrial(Executor):
         if self._cores_kept is None:
             return ""
         return (f"{self.threads.workers} threads side by side kept {self._cores_kept:.2f} of {self._usable} cores busy "
-                f"(the rest of this process {self._cores_others:.2f}); ")
+                f"(the consumer's thread {self._cores_others:.2f}); ")
 
     def _thread_bound(self) -> float:
         """Samples/s the threads could deliver at most: their CPU rate on every core they could use (0: unknown)."""
