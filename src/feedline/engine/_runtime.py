@@ -184,10 +184,11 @@ class _StartAfterSetUp:
 
     A training script describes its pipeline, then builds its model (a
     second or more), then iterates: the server's ~0.2 s of imports fit in
-    that gap, and the process workers fork at once if the trial wants them
-    (story 1 with a second of set-up: automatic 0.50 s against 0.36-0.38 s
-    by hand, the server's start and the workers' beside two GIL-bound
-    threads). A script that iterates at once (a benchmark, a loop) keeps
+    that gap, and the trial starts the process workers with its threads
+    (`BackendTrial._start_ahead`), so they are up when the threads turn out
+    to hold the GIL (story 1 after a second of set-up: 0.72-0.75 of
+    processes set by hand without both, 0.91 with them; `python -m
+    benchmarks.stories --only story1 --setup 1`). A script that iterates at once (a benchmark, a loop) keeps
     the rule of fewer than `START_AHEAD_CORES` cores: the trial starts it
     only if it needs processes, since its imports would take a core from
     threads that may win. A pipeline built (iterated) meanwhile anywhere in

@@ -663,7 +663,7 @@ class BackendTrial(Executor):
         began, consumer_cpu, before = baseline
         span = now - began
         kept = sum(now_[1] - was[1] for now_, was in zip(clocks, before)) / span
-        others = (time.thread_time() - consumer_cpu) / span
+        others = max(0.0, (time.thread_time() - consumer_cpu) / span)  # (0 if another thread took over the iterating)
         usable = min(self._usable, self.cores - others)
         return span, kept, others, usable, sum(now_[3] - was[3] for now_, was in zip(clocks, before))
 
