@@ -312,14 +312,15 @@ class _Started(Executor):  # process workers that never come up: the trial only 
         pass
 
 
-def _verdict_after(monkeypatch, threads: _ScriptedThreads, seconds: float, make_processes=_Started, **trial_args) -> str | None:
+def _verdict_after(monkeypatch, threads: _ScriptedThreads, seconds: float, make_processes=_Started, workers: int = 2,
+                   **trial_args) -> str | None:
     """Poll the trial's GIL verdict every 5 ms of scripted time: 'process', 'thread', or None (no verdict yet)."""
     from feedline.engine import _trial
 
     clock = types.SimpleNamespace(perf_counter=lambda: threads.now, thread_time=lambda: 0.0)  # the consumer: idle
     monkeypatch.setattr(_trial, "time", clock)
     monkeypatch.setattr(_trial, "warming_up", lambda: False)
-    trial = _trial.BackendTrial(threads, make_processes, 2, **trial_args)
+    trial = _trial.BackendTrial(threads, make_processes, workers, **trial_args)
     try:
         while threads.now < seconds:
             threads.advance(0.005)
@@ -393,6 +394,10 @@ def test_process_workers_started_ahead_with_the_threads_are_up_before_the_thread
     threads = _ScriptedThreads(1.0, 400, begun=2, cores=16)  # many cores: never ahead (they would start beside every thread)
     _StartedAhead.starts, _StartedAhead.threads = [], threads
     assert _verdict_after(monkeypatch, threads, 0.09, _StartedAhead, start_ahead=True) == "process"
+
+    threads = _ScriptedThreads(1.0, 400, begun=2)  # more workers (4) than cores (2): never ahead either
+    _StartedAhead.starts, _StartedAhead.threads = [], threads
+    assert _verdict_after(monkeypatch, threads, 0.09, _StartedAhead, workers=4, start_ahead=True) == "process"
 
 
 def test_workers_started_ahead_leave_nothing_behind_whichever_backend_wins(no_leaks):

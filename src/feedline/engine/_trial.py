@@ -294,7 +294,8 @@ class BackendTrial(Executor):
         self._switch: _SwitchInterval | None = None
         self._shorten_switch()  # from the start: GIL-bound threads otherwise hold the consumer's judging back 5 ms a step
         threads.watch_progress(True)
-        self._ahead = start_ahead and self._usable >= 2 and self.cores < PAUSE_ALL_CORES and self._start_ahead()
+        self._ahead = (start_ahead and self._usable >= 2 and workers <= self.cores < PAUSE_ALL_CORES
+                       and self._start_ahead())
 
     # -------------------------------------------------------- the interface
     @property
@@ -677,9 +678,11 @@ class BackendTrial(Executor):
         GIL-bound threads (story 1 after a second of set-up: ~0.1 s of 0.5).
         Threads that win close them, having cost their start (a fork and
         the pipeline's unpickling each). Not on `PAUSE_ALL_CORES` cores or
-        more: there they would start beside every thread unpaused, which
-        starved sixteen workers' start for seconds. Returns whether they were
-        started; a failure is left to the usual start to report.
+        more, nor with more workers than cores: there they would start
+        beside many threads unpaused, which starved sixteen workers' start
+        for seconds (16 workers on 2 cores: no verdict within a 2.5 s epoch).
+        Returns whether they were started; a failure is left to the usual
+        start to report.
         """
         try:
             self._use_processes(self._make_processes())
