@@ -347,7 +347,7 @@ def test_threads_that_plainly_hold_the_gil_start_the_processes_on_early_evidence
     assert _verdict_after(monkeypatch, _ScriptedThreads(1.95, 400, begun=2), EVIDENCE_SPAN + 0.01) == "thread"
 
 
-def test_the_early_verdict_waits_for_first_samples_that_end_after_the_stretch_began(monkeypatch):
+def test_the_early_verdict_counts_from_when_every_thread_is_past_its_first_sample(monkeypatch):
     from feedline.engine._trial import EARLY_SPAN, EVIDENCE_SPAN
 
     # each thread's first sample ends 10 ms in (as with 16 threads that hold the GIL: their first samples end one
