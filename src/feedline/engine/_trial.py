@@ -655,11 +655,12 @@ class BackendTrial(Executor):
         """``(seconds, cores the threads kept busy, cores the consumer's thread used, cores they could use, samples begun)`` since ``baseline``.
 
         The consumer's thread is the one judging (it iterates). Not the rest
-        of this process: a NumPy whose BLAS pool was left at one thread per
-        core spins a core after every matrix product the threads run, and
-        counted as the consumer's it made GIL-bound audio threads look as if
-        they kept every core they could use busy (3,500 samples/s on threads
-        where processes deliver 7,600).
+        of this process: with NumPy's BLAS pool left at a thread per core,
+        ~0.9 of a core went to threads other than the workers and the
+        consumer while audio threads ran, and counted as the consumer's it
+        made GIL-bound threads look as if they kept every core they could
+        use busy (3,500 samples/s on threads where processes deliver 7,600;
+        with ``OPENBLAS_NUM_THREADS=1`` that share was ~0).
         """
         began, consumer_cpu, before = baseline
         span = now - began
