@@ -51,6 +51,8 @@ class Executor:
         prefetches: tasks run ahead of the consumer, so the prefetch depth
             matters (False for the serial backend, which runs each task when
             it is collected).
+        settled: the backend running the work is decided (False while an
+            automatic choice still tries backends: tasks are not sized then).
     """
 
     name = "base"
@@ -89,6 +91,11 @@ class Executor:
     def grow(self, workers: int) -> bool:
         """Run ``workers`` workers from now on (more than now); False if this backend cannot add workers."""
         return False
+
+    @property
+    def settled(self) -> bool:
+        """Whether the backend running the work is decided: always, but for an automatic choice still trying backends."""
+        return True
 
     def shrink(self, workers: int) -> bool:
         """Run only ``workers`` workers from now on (fewer than now); False if this backend cannot let workers go."""

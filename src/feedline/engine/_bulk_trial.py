@@ -83,6 +83,10 @@ class SerialOrThreads(Executor):
             return self.winner
         return "thread" if self._measure[self.serial].done else "serial"
 
+    @property
+    def settled(self) -> bool:
+        return self.winner is not None
+
     def submit(self, key, task, affinity=None) -> None:
         target = self._route()
         self._owner[key] = target

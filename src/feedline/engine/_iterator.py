@@ -406,8 +406,8 @@ class EpochIterator:
         plan, backend, workers = self._plan, self._runtime.backend, self._runtime.workers
         messages = backend in ("process", "ray")  # where a task is a message: its size from the work measured per sample
         bulk = plan.part.bulk_read and plan.groups_batches and backend in ("thread", "serial")  # one gather for several batches
-        decided = getattr(self._runtime.executor, "winner", "") is not None  # an automatic choice's trial measures on its grid
-        if (self._unbatched or plan.groups_batches) and not plan.streaming and (messages or bulk) and decided:
+        settled = self._runtime.executor.settled  # an automatic choice's trial measures on its grid: learn after it
+        if (self._unbatched or plan.groups_batches) and not plan.streaming and (messages or bulk) and settled:
             learned = measured_chunk(self.stats_.task_seconds, self.stats_.samples, len(self._order), workers,
                                      batch=self._size, batch_bytes=self._batch_bytes or 0,
                                      max_bytes=MAX_TASK_BYTES if messages else cache_share(workers))

@@ -305,6 +305,10 @@ class BackendTrial(Executor):
         return "process" if self._ready and not self._threads_again else "thread"
 
     @property
+    def settled(self) -> bool:
+        return self.winner is not None
+
+    @property
     def processes_started(self) -> bool:
         """Whether this trial started process workers (threads that keep the cores busy never need them)."""
         return self._processes_started
