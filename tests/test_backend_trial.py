@@ -372,12 +372,18 @@ class _StartedAhead(_Started):
 
     def __init__(self):
         self.starts.append(self)
+        self.closed = False
+
+    def close(self) -> None:
+        self.closed = True
 
     def wait_ready(self, timeout=None) -> bool:
         return self.threads.now >= self.up_at
 
 
 def test_process_workers_started_ahead_with_the_threads_are_up_before_the_threads_are_judged(monkeypatch):
+    from feedline.engine._trial import AHEAD_WAIT
+
     # With a fork server up and few cores, the workers start with the threads (story 1 after a set-up: a core
     # idled while they came up after the verdict); the threads are judged only once the workers are up
     # (their start takes CPU from the threads), and the workers are not started a second time.
@@ -394,6 +400,12 @@ def test_process_workers_started_ahead_with_the_threads_are_up_before_the_thread
     threads = _ScriptedThreads(1.0, 400, begun=2, cores=16)  # many cores: never ahead (they would start beside every thread)
     _StartedAhead.starts, _StartedAhead.threads = [], threads
     assert _verdict_after(monkeypatch, threads, 0.09, _StartedAhead, start_ahead=True) == "process"
+
+    threads = _ScriptedThreads(1.0, 400, begun=2)  # workers that do not come up in time: closed, the threads judged anyway
+    _StartedAhead.starts, _StartedAhead.up_at, _StartedAhead.threads = [], 10.0, threads
+    assert _verdict_after(monkeypatch, threads, AHEAD_WAIT + 0.05, _StartedAhead, start_ahead=True) == "process"
+    assert len(_StartedAhead.starts) == 2 and _StartedAhead.starts[0].closed, "the late ones closed, fresh ones asked for"
+    _StartedAhead.up_at = 0.1
 
     threads = _ScriptedThreads(1.0, 400, begun=2)  # more workers (4) than cores (2): never ahead either
     _StartedAhead.starts, _StartedAhead.threads = [], threads

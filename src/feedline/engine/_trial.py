@@ -120,6 +120,7 @@ GIL_LIMIT = (0.8, 1.25)  # cores that threads grown for I/O keep busy between th
 KEEP_RUNNING = 2  # threads held back by the GIL that go on while process workers start (the rest wait: `_start_processes`) ...
 PAUSE_ALL_CORES = 8  # ... none on machines with this many cores: the workers came up in 0.02-0.03 s instead of 0.29-0.44 s (16 cores)
 PAUSE_LIMIT = 2.0  # ... for at most this many seconds: workers slower to come up than that do not stall the threads' tasks
+AHEAD_WAIT = 0.15  # seconds the threads' verdict waits for process workers started with them (`_start_ahead`), then closes them
 HANDOVER_WAIT = 0.05  # seconds the queued tasks wait for the paused threads' tasks to come back, so that those go first
 
 
@@ -210,7 +211,6 @@ class _NotStarted(Executor):
 
     def __init__(self, workers: int):
         self.workers = workers
-        self.share = None  # the window share to pass on once started
 
     def submit(self, key, task, affinity=None):
         raise RuntimeError("feedline: a task went to process workers that were never started (a bug; please report it)")
@@ -225,7 +225,7 @@ class _NotStarted(Executor):
         pass
 
     def set_window_share(self, tasks) -> None:
-        self.share = tasks
+        pass  # `BackendTrial` passes it on once the workers start
 
     def wait_ready(self, timeout=None) -> bool:
         return True
@@ -294,6 +294,7 @@ class BackendTrial(Executor):
         self._switch: _SwitchInterval | None = None
         self._shorten_switch()  # from the start: GIL-bound threads otherwise hold the consumer's judging back 5 ms a step
         threads.watch_progress(True)
+        self._window_share: int | None = None  # the tasks each worker may hold, passed on to the workers once started
         self._ahead = (start_ahead and self._usable >= 2 and workers <= self.cores < PAUSE_ALL_CORES
                        and self._start_ahead())
 
@@ -352,6 +353,7 @@ class BackendTrial(Executor):
             self._outstanding[self._owner.pop(key)] -= 1
 
     def set_window_share(self, tasks: int) -> None:
+        self._window_share = tasks
         for executor in self._live():
             executor.set_window_share(tasks)
 
@@ -647,13 +649,26 @@ class BackendTrial(Executor):
         self._settle("thread", f"{self._cores_note()[:-2]}: the work releases the GIL, so processes could add little: threads")
 
     def _ahead_up(self) -> bool:
-        """Whether the workers started ahead (if any) are up; ones that failed to start are left to `_check_ready`."""
+        """Whether the workers started ahead (if any) are up; ones that failed to start are left to `_check_ready`.
+
+        Ones not up within `AHEAD_WAIT` are closed, and the trial goes on
+        as if none had started: a machine too busy to start them quickly
+        must not keep the threads from being judged (a 0.3 s epoch of
+        threads that keep both cores busy ended with no verdict once).
+        """
         if not self._ahead:
             return True
         try:
-            return self.processes.wait_ready(0)
+            if self.processes.wait_ready(0):
+                return True
         except Exception:
             return True
+        if time.perf_counter() - self._started < AHEAD_WAIT:
+            return False
+        started, self._ahead = self.processes, False
+        self._use_processes(_NotStarted(self.workers))
+        started.close()
+        return True
 
     def _stretch(self, baseline: tuple, now: float, clocks: list) -> tuple:
         """``(seconds, cores the threads kept busy, cores the consumer's thread used, cores they could use, samples begun)`` since ``baseline``.
@@ -678,7 +693,8 @@ class BackendTrial(Executor):
 
         They get no task until `_judge_gil` says the threads hold the GIL,
         and the threads are judged only once the workers are up (their start
-        takes CPU from the threads: not a fair stretch). Waiting for the
+        takes CPU from the threads: not a fair stretch), or closed after
+        `AHEAD_WAIT` (`_ahead_up`). Waiting for the
         verdict to start them left a core idle while they came up beside two
         GIL-bound threads (story 1 after a second of set-up: ~0.1 s of 0.5).
         Threads that win close them, having cost their start (a fork and
@@ -713,7 +729,8 @@ class BackendTrial(Executor):
     def _use_processes(self, fresh: Executor) -> None:
         """``fresh`` takes the place of the process workers not started yet."""
         waiting = self.processes
-        fresh.set_window_share(waiting.share)
+        if self._window_share is not None:
+            fresh.set_window_share(self._window_share)
         self._outstanding[fresh] = self._outstanding.pop(waiting)
         self._measure[fresh] = self._measure.pop(waiting)
         self.processes = fresh
