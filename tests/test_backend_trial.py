@@ -299,6 +299,67 @@ class _ScriptedThreads:
         pass
 
 
+class _ScriptedScouts(_ScriptedThreads):
+    """`first_threads` scouts on a many-core machine: ``kept`` cores busy among them, ``kept_grown`` once grown."""
+
+    def __init__(self, kept: float, kept_grown: float, cores: int = 16):
+        super().__init__(kept, 400, begun=2, cores=cores)
+        from feedline.engine._trial import first_threads
+
+        self.workers = first_threads(16, cores)
+        self.kept_grown, self.grown_to = kept_grown, None
+
+    def side_by_side(self):
+        begun = self.begun + int(self.rate * self.now)
+        return [(True, self.cores_kept / self.workers * self.now, 0.0, begun) for _ in range(self.workers)]
+
+    def grow(self, workers: int) -> bool:
+        self.grown_to, self.workers, self.cores_kept = workers, workers, self.kept_grown
+        return True
+
+    def take_queued(self) -> list:
+        return []
+
+
+def test_on_many_cores_a_few_scout_threads_are_judged_first_and_the_whole_pool_before_threads_win(monkeypatch):
+    from feedline.engine._trial import SCOUT_THREADS, first_threads
+
+    assert first_threads(16, 2) == 16 and first_threads(16, 16) == SCOUT_THREADS < 16 and first_threads(2, 16) == 2
+    # scouts held back by the GIL: the processes start, and no more threads do
+    scouts = _ScriptedScouts(kept=1.0, kept_grown=1.0)
+    assert _verdict_after(monkeypatch, scouts, 0.1, workers=16) == "process"
+    assert scouts.grown_to is None and scouts.kept_running == 0
+    # scouts that lose a little of their cores to the GIL lose more as sixteen (jpeg: 3.35-3.7 of 4, 6 of 16)
+    scouts = _ScriptedScouts(kept=0.93 * SCOUT_THREADS, kept_grown=15.6)
+    assert _verdict_after(monkeypatch, scouts, 0.3, workers=16) == "process"
+    assert scouts.grown_to is None
+    # scouts that keep their cores busy say nothing of sixteen threads: those are judged again, and lose here ...
+    scouts = _ScriptedScouts(kept=0.99 * SCOUT_THREADS, kept_grown=5.5)
+    assert _verdict_after(monkeypatch, scouts, 0.3, workers=16) == "process"
+    assert scouts.grown_to == 16
+    # ... or keep the work when sixteen keep their cores busy too
+    scouts = _ScriptedScouts(kept=0.99 * SCOUT_THREADS, kept_grown=15.6)
+    assert _verdict_after(monkeypatch, scouts, 0.3, workers=16) == "thread"
+    assert scouts.grown_to == 16
+
+
+def test_scouts_that_win_on_io_become_the_whole_pool_and_deliver_every_batch_once(monkeypatch, no_leaks):
+    from feedline.engine import _choice, _runtime
+
+    monkeypatch.setattr(_runtime, "default_workers", lambda: 16)  # a 16-core machine: four scouts first
+    monkeypatch.setattr(_choice, "default_workers", lambda: 16)
+    monkeypatch.setenv("FEEDLINE_FORKSERVER", "0")  # (no process is needed: sleeping threads win on I/O)
+    pipe = fl.from_arrays(np.arange(400)).map(slow_identity).batch(8)
+    with pipe:
+        it = iter(pipe)
+        seen = [int(v) for batch in it for v in batch]
+        decision, workers = it.stats().decision, it.stats().workers
+        threads = it._runtime.executor.threads.workers
+    assert seen == list(range(400))
+    assert "wait on I/O" in decision, decision
+    assert workers >= 16 and threads >= 16, f"the scouts were not joined by the rest: {threads} threads ({decision})"
+
+
 class _Started(Executor):  # process workers that never come up: the trial only starts them
     name, workers, restarts = "process", 2, 0
 
@@ -345,6 +406,19 @@ def test_threads_that_plainly_hold_the_gil_start_the_processes_on_early_evidence
     assert _verdict_after(monkeypatch, _ScriptedThreads(1.5, 400, begun=2), EVIDENCE_SPAN + 0.01) == "process"
     # threads that keep both cores busy keep the work, and never early
     assert _verdict_after(monkeypatch, _ScriptedThreads(1.95, 400, begun=2), EVIDENCE_SPAN + 0.01) == "thread"
+
+
+def test_threads_that_keep_almost_no_core_busy_are_not_judged_held_back_by_the_gil(monkeypatch):
+    from feedline.engine._trial import EVIDENCE_SPAN, START_PROCESSES_AFTER
+
+    # threads that wait (files, the network, sleep) use a few per cent of a core between them; the GIL's holder
+    # runs, so threads it holds back keep ~1 core busy. Waiting threads are left to the I/O shortcut (their tasks'
+    # CPU share): judged held back, every thread paused on a many-core machine and the shortcut never came.
+    for cores in (2, 16):
+        assert _verdict_after(monkeypatch, _ScriptedThreads(0.05, 100, begun=2, cores=cores), 2 * EVIDENCE_SPAN) is None
+        threads = _ScriptedThreads(0.05, 100, begun=2, cores=cores)
+        assert _verdict_after(monkeypatch, threads, START_PROCESSES_AFTER + 0.01) == "process"
+        assert threads.kept_running is None, "no verdict on the GIL: no thread paused"
 
 
 def test_the_early_verdict_counts_from_when_every_thread_is_past_its_first_sample(monkeypatch):

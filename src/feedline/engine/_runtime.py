@@ -25,7 +25,7 @@ from ..backends import PartNotPicklable, check_sendable, in_worker, make_executo
 from ._autotune import DepthTuner, WorkerTuner
 from ._bulk_trial import SerialOrThreads
 from ._choice import choose, default_workers
-from ._trial import BackendTrial
+from ._trial import BackendTrial, first_threads
 
 __all__ = ["Runtime"]
 
@@ -277,7 +277,7 @@ def _auto_executor(plan, workers: int, runtime):
         cause = e.__cause__ or e
         runtime.reason += f"; threads: the pipeline cannot be sent to processes ({type(cause).__name__}: {str(cause)[:160]})"
         return make_executor("thread", plan.part, workers, cores=default_workers())
-    threads = make_executor("thread", plan.part, workers, cores=default_workers())
+    threads = make_executor("thread", plan.part, first_threads(workers, default_workers()), cores=default_workers())
 
     def restart(kind: str, count: int):  # starts the process workers; also the loser of a trial run again
         return make_executor(kind, plan.part, count, cores=default_workers())

@@ -17,6 +17,12 @@ without changing the output. `BackendTrial` is an `Executor` over two:
   `feedline.engine._runtime.start_early` starts it when the map is
   described; the threads are judged once it is up). Where it is up and
   cores are few, the workers start with the threads (`_start_ahead`).
+- On `PAUSE_ALL_CORES` cores or more, `SCOUT_THREADS` threads start
+  first (`first_threads`): sixteen threads that hold the GIL take ~16
+  times longer each to show it. Scouts that cannot keep their cores busy
+  start the processes; scouts that can become the whole pool, judged
+  again (`_widen`), since few threads keeping their cores busy say
+  nothing of sixteen.
 - Once every process worker is up, the tasks still queued for threads
   move to the processes after the tasks paused threads give back (the
   earliest ones), and new tasks go there too. Once the threads'
@@ -45,6 +51,9 @@ without changing the output. `BackendTrial` is an `Executor` over two:
   GIL use 1/16 of a core each, but a core together), wait on I/O (files,
   the network), not on the GIL: threads keep the work at once, and the
   worker tuner can add threads without waiting for a process phase.
+  Threads that keep under `IO_TOGETHER` of a core busy between them are
+  never judged held back by the GIL (its holder runs): on 8 cores or more
+  that verdict paused every thread, and the shortcut never came.
 - Threads could deliver at most their CPU rate, rows over the thread CPU
   time their tasks took (no GIL waits in it), times the cores they could
   use. If the processes already deliver that much, threads cannot win
@@ -95,7 +104,7 @@ import time
 from .._counted import CountedSetting
 from ..backends import Executor, warming_up
 
-__all__ = ["GIL_LIMIT", "GIL_SIGN", "MIN_SPAN", "NEAR_BOUND", "PROCESS_MARGIN", "BackendTrial"]
+__all__ = ["GIL_LIMIT", "GIL_SIGN", "MIN_SPAN", "NEAR_BOUND", "PROCESS_MARGIN", "BackendTrial", "first_threads"]
 
 MIN_SPAN = 0.05  # seconds of measured work per worker, at least: short tasks are noisy
 PROCESS_MARGIN = 1.1  # processes must deliver this much more than measured threads: threads copy no batch and hold no memory per worker
@@ -122,6 +131,22 @@ PAUSE_ALL_CORES = 8  # ... none on machines with this many cores: the workers ca
 PAUSE_LIMIT = 2.0  # ... for at most this many seconds: workers slower to come up than that do not stall the threads' tasks
 AHEAD_WAIT = 0.15  # seconds the threads' verdict waits for process workers started with them (`_start_ahead`), then closes them
 HANDOVER_WAIT = 0.05  # seconds the queued tasks wait for the paused threads' tasks to come back, so that those go first
+SCOUT_THREADS = 4  # on `PAUSE_ALL_CORES` cores or more the trial judges this many threads first (`first_threads`)
+
+
+def first_threads(workers: int, cores: int) -> int:
+    """Threads the automatic choice starts with: all of them, or `SCOUT_THREADS` on machines of many cores.
+
+    Threads that hold the GIL share it: sixteen of them each finish their
+    first sample only after ~16 samples' worth of Python, so a verdict
+    that waits for every thread to be past its first sample came ~0.2 s
+    into the epoch on a 16-core machine. Few threads show it as plainly
+    (four such threads keep ~1 of their 4 cores busy) in a fraction of the
+    time, and what few threads cannot keep busy, more cannot either; but
+    few threads that keep their cores busy say nothing about sixteen, so
+    then the whole pool starts and is judged again (`BackendTrial._widen`).
+    """
+    return min(workers, SCOUT_THREADS) if cores >= PAUSE_ALL_CORES else workers
 
 
 class _Measure:
@@ -277,7 +302,8 @@ class BackendTrial(Executor):
         self._baseline: tuple | None = None  # (when, this process's CPU time, the threads' clocks) as a stretch began
         self._warm_baseline: tuple | None = None  # ... and as every thread was past its first sample (the early verdict's stretch)
         self._judging_from = time.perf_counter()  # the verdict is due `START_PROCESSES_AFTER` after this
-        self._cores_kept: float | None = None  # cores the threads kept busy side by side, once known
+        self._cores_kept: float | None = None  # cores the threads kept busy side by side, once known ...
+        self._judged = threads.workers  # ... by this many threads (scouts: fewer than the pool, `first_threads`)
         self._cores_others = 0.0  # ... and cores the consumer's thread used meanwhile
         self._ready = False  # every process worker is up: new tasks go to processes from here
         self._alone_from = None  # processes measured from here (the threads' last task is back)
@@ -541,7 +567,8 @@ class BackendTrial(Executor):
                                         f"{processes.per_second / bound:.0%} of the most {self._usable} threads could reach "
                                         f"({bound:,.0f} samples/s at their CPU rate): processes")
                 return
-            self._threads_again = True  # threads might win: measure them alone
+            self._threads_again = True  # threads might win: measure them alone, every one of them
+            self._widen()
         if self._threads_again:
             if self._threads_alone_from is None and not self._outstanding[self.processes]:
                 self._threads_alone_from = now
@@ -550,7 +577,7 @@ class BackendTrial(Executor):
 
     def _at_once_share(self) -> float:
         """The share of the threads' bound at which processes win without a thread phase (see the module docstring)."""
-        held_back = self._cores_kept is None or self._cores_kept < GIL_SIGN * self._usable  # no clocks: as if held back
+        held_back = self._cores_kept is None or self._cores_kept < GIL_SIGN * self._judged_cores()  # no clocks: as if held back
         return NEAR_BOUND if held_back else 1.0
 
     def _settle_if_waiting_on_io(self) -> None:
@@ -570,8 +597,9 @@ class BackendTrial(Executor):
         sixteen threads passing the GIL between sixteen cores use less
         than a core between them.
         """
-        if (self.winner is not None or not self._io_shortcut or self._thread_tasks < self.workers
-                or self._thread_span < self.workers * MIN_SPAN or self._thread_cpu >= IO_SHARE * self._thread_span):
+        running = self.threads.workers  # (scouts: fewer than the pool)
+        if (self.winner is not None or not self._io_shortcut or self._thread_tasks < running
+                or self._thread_span < running * MIN_SPAN or self._thread_cpu >= IO_SHARE * self._thread_span):
             return
         share = self._thread_cpu / self._thread_span
         if self.threads.workers * share >= IO_TOGETHER:
@@ -640,9 +668,15 @@ class BackendTrial(Executor):
                 return  # not plain yet: the whole stretch decides
         else:
             return
-        self._cores_kept, self._cores_others = kept, others
-        if kept < KEEP_CORES * usable:
+        if kept < IO_TOGETHER:
+            return  # they wait, and not on the GIL (its holder runs): the I/O shortcut, or `START_PROCESSES_AFTER`
+        self._cores_kept, self._cores_others, self._judged = kept, others, self.threads.workers
+        if kept < self._keep_share() * usable:
             self._start_processes()
+            return
+        if self._widen():  # scouts kept their cores busy: the whole pool is judged again
+            self._baseline = self._warm_baseline = None
+            self._judging_from = now
             return
         self.rates = {"thread": begun / span}  # samples begun
         self.decided_after = now - self._started
@@ -685,7 +719,7 @@ class BackendTrial(Executor):
         span = now - began
         kept = sum(now_[1] - was[1] for now_, was in zip(clocks, before)) / span
         others = max(0.0, (time.thread_time() - consumer_cpu) / span)  # (0 if another thread took over the iterating)
-        usable = min(self._usable, self.cores - others)
+        usable = min(self._usable, self.threads.workers, self.cores - others)  # (scouts: fewer than the pool)
         return span, kept, others, usable, sum(now_[3] - was[3] for now_, was in zip(clocks, before))
 
     def _start_ahead(self) -> bool:
@@ -750,10 +784,39 @@ class BackendTrial(Executor):
             return 0
         return max(KEEP_RUNNING, math.ceil(self._cores_kept))
 
+    def _keep_share(self) -> float:
+        """The share of their cores the threads judged must keep busy: `KEEP_CORES`, more for scouts.
+
+        The cores lost to waiting on the GIL grow at least with the threads
+        that wait: scouts a quarter of the pool may lose a quarter of what
+        the pool may (4 of 16: 0.975). On the suite's jpeg workload (PIL
+        decode and NumPy, 16 cores) four threads kept 3.35-3.7 of 4 cores
+        busy and sixteen 5.9-6.4 of 16; at 0.9 two epochs of three judged
+        the whole pool too, ~0.05 s later.
+        """
+        judged = self._judged_cores()
+        return KEEP_CORES if judged >= self._usable else 1.0 - (1.0 - KEEP_CORES) * judged / self._usable
+
+    def _judged_cores(self) -> int:
+        """The cores the threads judged for the GIL could keep busy at most."""
+        return min(self._judged, self._usable)
+
+    def _widen(self) -> bool:
+        """The scouts (`first_threads`) become the whole pool, their queued tasks spread over it; False if they are it.
+
+        What few threads keep busy says nothing of many: sixteen threads
+        that each hold the GIL a fifth of the time need three GILs' worth.
+        """
+        if self.threads.workers >= self.workers or not self.threads.grow(self.workers):
+            return False
+        for key, task in self.threads.take_queued():  # the scouts' backlog holds the earliest tasks: spread it
+            self.threads.submit(key, task)
+        return True
+
     def _cores_note(self) -> str:
         if self._cores_kept is None:
             return ""
-        return (f"{self.threads.workers} threads side by side kept {self._cores_kept:.2f} of {self._usable} cores busy "
+        return (f"{self._judged} threads side by side kept {self._cores_kept:.2f} of {self._judged_cores()} cores busy "
                 f"(the consumer's thread {self._cores_others:.2f}); ")
 
     def _thread_bound(self) -> float:
@@ -778,6 +841,8 @@ class BackendTrial(Executor):
             self._retrial_after = self._retrial_after * 2 if confirmed else RETRIAL_AFTER
         self.winner, self.note = winner, note
         self.threads.resume()
+        if winner == "thread":
+            self._widen()  # threads that won on I/O as scouts: the whole pool
         self._settled_at = time.perf_counter()
         self._decided_rate = self.rates.get(winner, 0.0) / max(1, self._measure[self._winning()].workers)
         self._drift = _Drift()
