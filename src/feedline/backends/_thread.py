@@ -18,6 +18,7 @@ import threading
 import time
 
 from .._batch_memory import reusing_arrays
+from .._blas_limit import OneBlasThread
 from .._gc_freeze import GcFreeze
 from ..worker import Result, TaskError, run_task
 from ._base import Event, Executor
@@ -80,6 +81,7 @@ class ThreadExecutor(Executor):
         self.arrays = reusing_arrays()  # large batch arrays used again once the consumer lets go
         self._pool = next(_names)
         self._gc_freeze = GcFreeze()  # the per-sample Python runs here: keep the collector off the objects already here
+        self._one_blas_thread = OneBlasThread()  # a BLAS pool per call beside a thread per core oversubscribes them
         for n, inbox in enumerate(self.inboxes):
             self._start_thread(n, inbox)
 
@@ -299,3 +301,4 @@ class ThreadExecutor(Executor):
         self.threads = []
         self.arrays.clear()
         self._gc_freeze.release()
+        self._one_blas_thread.release()

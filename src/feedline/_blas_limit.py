@@ -1,0 +1,52 @@
+"""One BLAS thread per call while thread workers live: NumPy's own thread pool beside them oversubscribes the cores.
+
+NumPy's OpenBLAS starts a thread per core and splits each matrix product
+among them. Thread workers are already one per core, so every small
+product a sample makes (a log-mel filter bank, a colour matrix) fans out to
+threads that the other workers need: the suite's audio workload (one
+matrix product per sample) on two thread workers ran at 3,406 samples/s
+with the pool at its default and 4,805 with one BLAS thread (2 cores,
+medians of four interpreters; `python -m benchmarks.blas_threads`). Process workers get
+one thread through their environment (``backends.process``); threads share
+this process, so while any thread executor lives, the BLAS libraries loaded
+here are limited to one thread (threadpoolctl), and the limits they had
+come back when the last one closes.
+
+Meanwhile BLAS calls elsewhere in this process (a NumPy model trained on
+the CPU beside the loader) run on one thread too. Not done when the program
+set a BLAS thread count itself (one of `USER_BLAS_VARS`: its choice), with
+``FEEDLINE_BLAS_LIMIT=0``, or without threadpoolctl.
+"""
+
+from __future__ import annotations
+
+import os
+
+from ._counted import CountedSetting
+
+__all__ = ["USER_BLAS_VARS", "OneBlasThread"]
+
+USER_BLAS_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "BLIS_NUM_THREADS",
+                  "VECLIB_MAXIMUM_THREADS")  # a program that set one of these chose its BLAS threads
+
+
+class OneBlasThread(CountedSetting):
+    """A hold on the limit: ``hold = OneBlasThread()`` while thread workers live, ``hold.release()`` after."""
+
+    @staticmethod
+    def apply():
+        if os.environ.get("FEEDLINE_BLAS_LIMIT", "1") == "0" or any(os.environ.get(v) for v in USER_BLAS_VARS):
+            return None
+        try:
+            from threadpoolctl import threadpool_limits
+        except ImportError:  # installed without its dependencies: the pool keeps its default
+            return None
+        try:
+            return threadpool_limits(limits=1, user_api="blas")
+        except Exception:  # a library threadpoolctl cannot drive: leave it as it is
+            return None
+
+    @staticmethod
+    def undo(limiter) -> None:
+        if limiter is not None:
+            limiter.restore_original_limits()

@@ -1,0 +1,68 @@
+"""Thread workers and NumPy's BLAS pool: one BLAS thread while they live, the program's own choice respected.
+
+Each case runs in a fresh interpreter, since the BLAS libraries read their
+thread count once, from the environment, when they load.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from feedline._blas_limit import USER_BLAS_VARS
+
+_CODE = (
+    "import numpy as np, feedline as fl\n"
+    "from threadpoolctl import threadpool_info\n"
+    "def blas():\n"
+    "    return max(i['num_threads'] for i in threadpool_info() if i['user_api'] == 'blas')\n"
+    "seen = []\n"
+    "def sample(i):\n"
+    "    seen.append(blas())\n"
+    "    m = np.full((64, 64), float(i))\n"
+    "    return (m @ m)[0, :4]\n"
+    "print(blas())\n"
+    "pipe = fl.from_arrays(np.arange(32)).map(sample, backend=__BACKEND__, workers=2).batch(8)\n"
+    "with pipe:\n"
+    "    got = np.concatenate(list(pipe))\n"
+    "assert got[:, 0].tolist() == [64.0 * i * i for i in range(32)]\n"
+    "print(max(seen), min(seen))\n"
+    "print(blas())\n"
+)
+
+
+def _blas_threads(backend: str = "'thread'", **env) -> list[int]:
+    """BLAS threads before the pipeline, the most and fewest its samples saw, and after it closed."""
+    base = {k: v for k, v in os.environ.items() if k not in USER_BLAS_VARS and k != "FEEDLINE_BLAS_LIMIT"}
+    out = subprocess.run([sys.executable, "-c", _CODE.replace("__BACKEND__", backend)], capture_output=True,
+                         text=True, timeout=120, env=base | env)
+    assert out.returncode == 0, out.stderr
+    return [int(v) for v in out.stdout.split()]
+
+
+@pytest.fixture(scope="module")
+def default_pool() -> int:
+    pytest.importorskip("threadpoolctl")
+    before = _blas_threads()[0]
+    if before < 2:
+        pytest.skip("NumPy's BLAS pool has one thread here already (one core, or no threaded BLAS)")
+    return before
+
+
+def test_thread_workers_run_with_one_blas_thread_and_the_pool_comes_back_after(default_pool):
+    before, most, fewest, after = _blas_threads()
+    assert (most, fewest) == (1, 1), "every sample on a thread worker saw one BLAS thread"
+    assert before == after == default_pool, "the pool's size is given back when the last thread executor closes"
+
+
+def test_a_blas_thread_count_the_program_chose_is_left_alone(default_pool):
+    assert _blas_threads(OPENBLAS_NUM_THREADS="2")[1:3] == [2, 2]
+    assert _blas_threads(FEEDLINE_BLAS_LIMIT="0")[1:3] == [default_pool, default_pool]
+
+
+def test_samples_run_in_the_calling_thread_keep_the_whole_blas_pool(default_pool):
+    # serial: one sample at a time, nothing else competes for the cores its products may use
+    assert _blas_threads("'serial'")[1:3] == [default_pool, default_pool]
