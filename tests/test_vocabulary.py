@@ -50,7 +50,9 @@ def values(pipe_or_iterator) -> list:
 
 
 def epoch_values(pipe, epoch: int) -> list:
-    return values(pipe.epoch(epoch))
+    """Epoch ``epoch`` of ``pipe`` on its own; its workers closed after (an automatic map's trial may start some)."""
+    with pipe:
+        return values(pipe.epoch(epoch))
 
 
 def arange(n: int, start: int = 0):
