@@ -326,9 +326,10 @@ def test_on_many_cores_a_few_scout_threads_are_judged_first_and_the_whole_pool_b
 
     assert first_threads(16, 2) == 16 and first_threads(16, 16) == SCOUT_THREADS < 16 and first_threads(2, 16) == 2
     # scouts held back by the GIL: the processes start, and no more threads do
-    scouts = _ScriptedScouts(kept=1.0, kept_grown=1.0)
-    assert _verdict_after(monkeypatch, scouts, 0.1, workers=16) == "process"
+    scouts, notes = _ScriptedScouts(kept=1.0, kept_grown=1.0), []
+    assert _verdict_after(monkeypatch, scouts, 0.1, workers=16, notes=notes) == "process"
     assert scouts.grown_to is None and scouts.kept_running == 0
+    assert f"the first {SCOUT_THREADS} of 16, started to judge" in notes[0], "the report says why 4 threads of 16"
     # scouts that lose a little of their cores to the GIL lose more as sixteen (jpeg: 3.35-3.7 of 4, 6 of 16)
     scouts = _ScriptedScouts(kept=0.93 * SCOUT_THREADS, kept_grown=15.6)
     assert _verdict_after(monkeypatch, scouts, 0.3, workers=16) == "process"
@@ -338,9 +339,9 @@ def test_on_many_cores_a_few_scout_threads_are_judged_first_and_the_whole_pool_b
     assert _verdict_after(monkeypatch, scouts, 0.3, workers=16) == "process"
     assert scouts.grown_to == 16
     # ... or keep the work when sixteen keep their cores busy too
-    scouts = _ScriptedScouts(kept=0.99 * SCOUT_THREADS, kept_grown=15.6)
-    assert _verdict_after(monkeypatch, scouts, 0.3, workers=16) == "thread"
-    assert scouts.grown_to == 16
+    scouts, notes = _ScriptedScouts(kept=0.99 * SCOUT_THREADS, kept_grown=15.6), []
+    assert _verdict_after(monkeypatch, scouts, 0.3, workers=16, notes=notes) == "thread"
+    assert scouts.grown_to == 16 and notes[0].startswith("16 threads side by side kept"), notes
 
 
 def test_scouts_that_win_on_io_become_the_whole_pool_and_deliver_every_batch_once(monkeypatch, no_leaks):
@@ -374,8 +375,11 @@ class _Started(Executor):  # process workers that never come up: the trial only 
 
 
 def _verdict_after(monkeypatch, threads: _ScriptedThreads, seconds: float, make_processes=_Started, workers: int = 2,
-                   **trial_args) -> str | None:
-    """Poll the trial's GIL verdict every 5 ms of scripted time: 'process', 'thread', or None (no verdict yet)."""
+                   notes: list | None = None, **trial_args) -> str | None:
+    """Poll the trial's GIL verdict every 5 ms of scripted time: 'process', 'thread', or None (no verdict yet).
+
+    ``notes`` (a list) gets what the report says of the threads' cores.
+    """
     from feedline.engine import _trial
 
     clock = types.SimpleNamespace(perf_counter=lambda: threads.now, thread_time=lambda: 0.0)  # the consumer: idle
@@ -390,6 +394,8 @@ def _verdict_after(monkeypatch, threads: _ScriptedThreads, seconds: float, make_
                 return "process" if trial.processes_started else trial.winner
         return None
     finally:
+        if notes is not None:
+            notes.append(trial._cores_note())
         trial.close()
 
 

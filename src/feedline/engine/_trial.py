@@ -816,8 +816,9 @@ class BackendTrial(Executor):
     def _cores_note(self) -> str:
         if self._cores_kept is None:
             return ""
-        return (f"{self._judged} threads side by side kept {self._cores_kept:.2f} of {self._judged_cores()} cores busy "
-                f"(the consumer's thread {self._cores_others:.2f}); ")
+        first = f" (the first {self._judged} of {self.workers}, started to judge)" if self._judged < self.workers else ""
+        return (f"{self._judged} threads side by side{first} kept {self._cores_kept:.2f} of {self._judged_cores()} cores "
+                f"busy (the consumer's thread {self._cores_others:.2f}); ")
 
     def _thread_bound(self) -> float:
         """Samples/s the threads could deliver at most: their CPU rate on every core they could use (0: unknown)."""
