@@ -284,7 +284,7 @@ class _ScriptedThreads:
 
     def side_by_side(self):
         begun = self.begun + int(self.rate * self.now)
-        return [(True, self.cores_kept / 2 * self.now, 0.0, begun) for _ in range(2)]
+        return [(True, self.cores_kept / self.workers * self.now, 0.0, begun) for _ in range(self.workers)]
 
     def watch_progress(self, on: bool) -> None:
         pass
@@ -308,10 +308,6 @@ class _ScriptedScouts(_ScriptedThreads):
 
         self.workers = first_threads(16, cores)
         self.kept_grown, self.grown_to = kept_grown, None
-
-    def side_by_side(self):
-        begun = self.begun + int(self.rate * self.now)
-        return [(True, self.cores_kept / self.workers * self.now, 0.0, begun) for _ in range(self.workers)]
 
     def grow(self, workers: int) -> bool:
         self.grown_to, self.workers, self.cores_kept = workers, workers, self.kept_grown

@@ -27,7 +27,7 @@ from ._counted import CountedSetting
 __all__ = ["USER_BLAS_VARS", "OneBlasThread"]
 
 USER_BLAS_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "BLIS_NUM_THREADS",
-                  "VECLIB_MAXIMUM_THREADS")  # a program that set one of these chose its BLAS threads
+                  "VECLIB_MAXIMUM_THREADS")  # a program that set one of these chose its BLAS threads (process workers: 1)
 
 
 class OneBlasThread(CountedSetting):

@@ -271,16 +271,17 @@ def start_early(backend, workers: int | None = None) -> None:
 
 def _auto_executor(plan, workers: int, runtime):
     """Threads at once, processes as they start, both measured (see `feedline.engine._trial`)."""
+    cores = default_workers()
     try:
         check_sendable(plan.part)  # now: the trial starts the process workers only if the threads hold the GIL
     except PartNotPicklable as e:
         cause = e.__cause__ or e
         runtime.reason += f"; threads: the pipeline cannot be sent to processes ({type(cause).__name__}: {str(cause)[:160]})"
-        return make_executor("thread", plan.part, workers, cores=default_workers())
-    threads = make_executor("thread", plan.part, first_threads(workers, default_workers()), cores=default_workers())
+        return make_executor("thread", plan.part, workers, cores=cores)
+    threads = make_executor("thread", plan.part, first_threads(workers, cores), cores=cores)
 
     def restart(kind: str, count: int):  # starts the process workers; also the loser of a trial run again
-        return make_executor(kind, plan.part, count, cores=default_workers())
+        return make_executor(kind, plan.part, count, cores=cores)
 
     return BackendTrial(threads, lambda: restart("process", workers), workers, restart, start_ahead=warmed_up())
 

@@ -602,7 +602,7 @@ class BackendTrial(Executor):
                 or self._thread_span < running * MIN_SPAN or self._thread_cpu >= IO_SHARE * self._thread_span):
             return
         share = self._thread_cpu / self._thread_span
-        if self.threads.workers * share >= IO_TOGETHER:
+        if running * share >= IO_TOGETHER:
             return  # side by side they may use a core between them: the GIL's share, not I/O (judged by `_judge_gil`)
         self.rates = {"thread": self.workers * self._thread_rows / self._thread_span}
         self.decided_after = time.perf_counter() - self._started

@@ -28,18 +28,12 @@ import threading
 import time
 import traceback
 
+from ..._blas_limit import USER_BLAS_VARS
 from .._base import mark_worker
 
 # Thread pools of native libraries, set to one thread per worker unless the user set them:
 # N workers each starting N threads oversubscribe the cores (3-7x slower, measured on peers).
-BLAS_VARS = (
-    "OMP_NUM_THREADS",
-    "OPENBLAS_NUM_THREADS",
-    "MKL_NUM_THREADS",
-    "VECLIB_MAXIMUM_THREADS",
-    "NUMEXPR_NUM_THREADS",
-    "OPENCV_FOR_THREADS_NUM",
-)
+BLAS_VARS = USER_BLAS_VARS + ("NUMEXPR_NUM_THREADS", "OPENCV_FOR_THREADS_NUM")
 
 
 STATUS_WORDS = 3  # int64 words of a worker's status segment: task number, sample index, sample start (ns) ...
