@@ -50,6 +50,7 @@ ENV_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "VECLI
 for _var in ENV_VARS:
     os.environ.setdefault(_var, "1")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")  # TensorFlow's start-up logs out of the tables
+os.environ.setdefault("FEEDLINE_REMEMBER", "0")  # automatic rows measure a pipeline's first run; remembered rows say so
 
 
 def _write_feedline_bytecode() -> None:

@@ -150,6 +150,33 @@ def _feedline(hand: bool):
     return loader
 
 
+_memory: list[str] = []  # the file the remembered row's verdicts live in, made on first use (one per benchmark process)
+
+
+@contextlib.contextmanager
+def _feedline_remembered(w: Workload):
+    """feedline-auto started on the verdict its earlier run left (the runner's untimed warm-up run leaves it)."""
+    import atexit
+    import os
+    import shutil
+    import tempfile
+
+    if not _memory:
+        folder = tempfile.mkdtemp(prefix="feedline-bench-memory-")
+        atexit.register(shutil.rmtree, folder, True)
+        _memory.append(os.path.join(folder, "choices.json"))
+    before = os.environ.get("FEEDLINE_REMEMBER")
+    os.environ["FEEDLINE_REMEMBER"] = _memory[0]  # read as the pipeline starts, written when its trial decides
+    try:
+        with _feedline(hand=False)(w) as run:
+            yield run
+    finally:
+        if before is None:
+            os.environ.pop("FEEDLINE_REMEMBER", None)
+        else:
+            os.environ["FEEDLINE_REMEMBER"] = before
+
+
 # -------------------------------------------------------------------- torch
 def _torch(context: str | None):
     @contextlib.contextmanager
@@ -327,6 +354,7 @@ def _spdl_available() -> bool:
 LOADERS: dict[str, Callable] = {
     "serial-loop": serial_loop,
     "feedline-auto": _feedline(hand=False),
+    "feedline-remembered": _feedline_remembered,
     "feedline-hand": _feedline(hand=True),
     "torch-fork": _torch(None),
     "torch-spawn": _torch("spawn"),
@@ -343,6 +371,8 @@ NOTES: dict[str, str] = {
     "serial-loop": "plain Python loop calling the per-sample function, np.stack per batch (1 core)",
     "feedline-auto": "fl.from_arrays(data, index).map(fn).batch(B): feedline chooses backend and workers "
                      "(no map at all where there is no per-sample work)",
+    "feedline-remembered": "the same, started on the verdict the automatic choice's earlier run (the untimed warm-up) "
+                           "left: every later run of a training script",
     "feedline-hand": "the same with the best hand setting of map() for the workload (given under its table)",
     "torch-fork": "DataLoader(num_workers=2), default (fork) context, persistent_workers=False",
     "torch-spawn": "DataLoader(num_workers=2, multiprocessing_context='spawn'), persistent_workers=False",
@@ -405,6 +435,8 @@ def applies(name: str, w: Workload) -> str:
         return "unknown loader"
     if name == "feedline-hand" and w.hand is None:
         return "the best hand setting is feedline-auto's (no map)"
+    if name == "feedline-remembered" and w.fn is None:
+        return "no map: no trial to remember"
     if name.startswith("spdl") and not _spdl_available():
         return "spdl does not import"
     return ""

@@ -19,13 +19,17 @@ benchmark cannot drift from the examples. The stories:
   resized, ``on_error="skip"``;
 - ``story4``: WAV files to band energies with per-frame Python.
 
-Each is run with ``backend=None`` (automatic), ``"thread"``, ``"process"``
+Each is run with ``backend=None`` (automatic: the first run of a pipeline,
+nothing remembered), ``remembered`` (the same, started on the verdict an
+earlier run's trial left in a file of its own, `feedline.engine._remembered`:
+every later run of a training script), ``"thread"``, ``"process"``
 and ``"serial"`` (workers left to feedline), one epoch with start-up
 included, every run in a fresh interpreter (its imports not timed:
 describing the pipeline, starting workers and the epoch are; ``--setup S``
 sleeps S seconds, untimed, between describing and iterating, as a training
 script builds its model there), ``--reps``
-rounds in rotating order, medians, after one untimed run per story (the
+rounds in rotating order, medians, after one untimed run per story and
+one untimed automatic run that leaves the verdict to remember (the
 benchmark's first run was its slowest: story 1's automatic row ran 331
 samples/s there against 387-439 after; a cold file cache is the likely
 cause, not shown). Every run must deliver the example's
@@ -54,7 +58,7 @@ from .tables import markdown_table
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 EXAMPLES = os.path.join(ROOT, "examples")
-SETTINGS = ("auto", "thread", "process", "serial")
+SETTINGS = ("auto", "remembered", "thread", "process", "serial")
 
 
 def load_definitions(path: str, name: str, overrides: dict | None = None) -> types.ModuleType:
@@ -166,7 +170,7 @@ def run_once(argv) -> None:
     import feedline  # noqa: F401 - imported before the clock, as the example's own imports are
 
     start = time.perf_counter()
-    pipe, expected = build(story, variant, ex, data, None if setting == "auto" else setting)
+    pipe, expected = build(story, variant, ex, data, None if setting in ("auto", "remembered") else setting)
     time.sleep(setup)  # a training script's set-up between describing and iterating (building the model): not timed
     rows = 0
     with pipe:
@@ -206,14 +210,19 @@ def main(argv=None) -> None:
                     json.dump(prepare(story, folder, args.quick), f)
             runs = {s: [] for s in SETTINGS}
             decisions = []
-            if not args.quick:  # one untimed run first: the benchmark's first run was its slowest (see the docstring)
-                subprocess.run([sys.executable, "-m", "benchmarks.stories", "--one", story, variant, "process", "0",
-                                data_file, "0"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+            memory = {**env, "FEEDLINE_REMEMBER": os.path.join(folder, f"choices-{variant}.json")}
+            forget = {**env, "FEEDLINE_REMEMBER": "0"}
+            untimed = [("process", forget)] if not args.quick else []  # the benchmark's first run was its slowest (see the docstring)
+            for setting, setting_env in untimed + [("auto", memory)]:  # ... and the verdict the remembered runs start on
+                subprocess.run([sys.executable, "-m", "benchmarks.stories", "--one", story, variant, setting,
+                                "1" if args.quick else "0", data_file, "0"], cwd=ROOT, env=setting_env,
+                               capture_output=True, text=True, timeout=600)
             for rep in range(reps):
-                for setting in SETTINGS[rep % 4:] + SETTINGS[:rep % 4]:
+                for setting in SETTINGS[rep % len(SETTINGS):] + SETTINGS[:rep % len(SETTINGS)]:
                     done = subprocess.run([sys.executable, "-m", "benchmarks.stories", "--one", story, variant, setting,
                                            "1" if args.quick else "0", data_file, str(args.setup)],
-                                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+                                          cwd=ROOT, env=memory if setting == "remembered" else forget,
+                                          capture_output=True, text=True, timeout=600)
                     lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
                     if done.returncode != 0 or not lines:
                         raise SystemExit(f"benchmarks.stories: {story} {variant} {setting} failed:\n{done.stderr[-3000:]}")
@@ -222,20 +231,21 @@ def main(argv=None) -> None:
                         raise SystemExit(f"benchmarks.stories: {story} {variant} {setting} delivered {m['rows']} rows "
                                          f"where the epoch has {m['expected']}")
                     runs[setting].append(m)
-                    if setting == "auto":
-                        decisions.append(f"{m['ran_as']}: {m['decision']}")
+                    if setting in ("auto", "remembered"):
+                        decisions.append(f"{setting}, {m['ran_as']}: {m['decision']}")
                     print(f"    {story} {variant:9s} {setting:8s} rep {rep}: {m['rows'] / m['seconds']:8.1f} samples/s "
                           f"({m['ran_as']})", flush=True)
             rate = {s: statistics.median(m["rows"] / m["seconds"] for m in runs[s]) for s in SETTINGS}
             hand = {s: rate[s] for s in ("thread", "process", "serial")}
             best, worst = max(hand, key=hand.get), min(hand, key=hand.get)
             rows_out.append([f"{story} {variant}", *(f"{rate[s]:.1f}" for s in SETTINGS), best,
-                             f"{rate['auto'] / hand[best]:.2f}", f"{rate['auto'] / hand[worst]:.2f}",
-                             f"{rate['auto'] / rate['serial']:.2f}"])
+                             f"{rate['auto'] / hand[best]:.2f}", f"{rate['remembered'] / hand[best]:.2f}",
+                             f"{rate['auto'] / hand[worst]:.2f}", f"{rate['auto'] / rate['serial']:.2f}"])
             print(f"  {story} {variant}: automatic choice, each round: " + " | ".join(decisions), flush=True)
-    header = ["story", "auto", "thread", "process", "serial", "best hand", "auto / best", "auto / worst", "auto / serial"]
+    header = ["story", "auto", "remembered", "thread", "process", "serial", "best hand", "auto / best", "remembered / best",
+              "auto / worst", "auto / serial"]
     print("\nsamples/s, one epoch with start-up, medians:\n")
-    print(markdown_table(header, rows_out, "lrrrrlrrr"))
+    print(markdown_table(header, rows_out, "lrrrrrlrrrr"))
     print(f"\nload average at the end: {' '.join(f'{v:.2f}' for v in os.getloadavg())}")
 
 

@@ -10,6 +10,10 @@ import time
 
 import pytest
 
+# The automatic choice remembers its verdicts across runs (feedline.engine._remembered); tests that
+# iterate the same work would otherwise start on an earlier test's (or run's) verdict. Its own tests turn it on.
+os.environ["FEEDLINE_REMEMBER"] = "0"
+
 BACKENDS = ["serial", "thread", "process"]
 
 

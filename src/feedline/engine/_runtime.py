@@ -22,10 +22,11 @@ import cloudpickle
 
 from .._errors import FeedlineError
 from ..backends import PartNotPicklable, check_sendable, in_worker, make_executor, warm_up, warmed_up
+from . import _remembered as remembered_choice
 from ._autotune import DepthTuner, WorkerTuner
 from ._bulk_trial import SerialOrThreads
 from ._choice import choose, default_workers
-from ._trial import BackendTrial, first_threads
+from ._trial import BackendTrial, NotStarted, first_threads
 
 __all__ = ["Runtime"]
 
@@ -278,12 +279,39 @@ def _auto_executor(plan, workers: int, runtime):
         cause = e.__cause__ or e
         runtime.reason += f"; threads: the pipeline cannot be sent to processes ({type(cause).__name__}: {str(cause)[:160]})"
         return make_executor("thread", plan.part, workers, cores=cores)
-    threads = make_executor("thread", plan.part, first_threads(workers, cores), cores=cores)
 
     def restart(kind: str, count: int):  # starts the process workers; also the loser of a trial run again
         return make_executor(kind, plan.part, count, cores=cores)
 
-    return BackendTrial(threads, lambda: restart("process", workers), workers, restart, start_ahead=warmed_up())
+    key, remembered = _recall(plan, workers, cores, runtime)
+
+    def on_verdict(winner: str, rates: dict, per_worker: float, why: str) -> str | None:
+        return remembered_choice.record(key, winner, rates, per_worker, why) if key else None
+
+    if remembered is not None:
+        threads = (make_executor("thread", plan.part, workers, cores=cores) if remembered.winner == "thread"
+                   else NotStarted(workers, "thread", cores))
+        try:
+            return BackendTrial(threads, lambda: restart("process", workers), workers, restart,
+                                remembered=remembered, on_verdict=on_verdict)
+        except Exception as e:  # the remembered winner cannot start now: the trial decides
+            threads.close()
+            runtime.reason += f"; the remembered processes could not start ({type(e).__name__}: {str(e)[:160]}): a trial"
+    threads = make_executor("thread", plan.part, first_threads(workers, cores), cores=cores)
+    return BackendTrial(threads, lambda: restart("process", workers), workers, restart, start_ahead=warmed_up(),
+                        on_verdict=on_verdict)
+
+
+def _recall(plan, workers: int, cores: int, runtime) -> tuple:
+    """(the key of ``plan``'s work on this machine, the verdict remembered for it or None); ("", None) when off."""
+    if remembered_choice.choices_file() is None:
+        return "", None
+    try:
+        key = remembered_choice.work_key(plan, workers, cores)
+    except Exception as e:  # a step whose code cannot be looked into: the trial runs, as it would without a memory
+        runtime.reason += f"; not remembered (its work could not be fingerprinted: {type(e).__name__}: {str(e)[:120]})"
+        return "", None
+    return key, remembered_choice.recall(key)
 
 
 def _pickling_error(plan, error: BaseException) -> TypeError:

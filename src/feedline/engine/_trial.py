@@ -103,8 +103,9 @@ import time
 
 from .._counted import CountedSetting
 from ..backends import Executor, warming_up
+from ._remembered import Remembered
 
-__all__ = ["GIL_LIMIT", "GIL_SIGN", "MIN_SPAN", "NEAR_BOUND", "PROCESS_MARGIN", "BackendTrial", "first_threads"]
+__all__ = ["GIL_LIMIT", "GIL_SIGN", "MIN_SPAN", "NEAR_BOUND", "PROCESS_MARGIN", "BackendTrial", "NotStarted", "first_threads"]
 
 MIN_SPAN = 0.05  # seconds of measured work per worker, at least: short tasks are noisy
 PROCESS_MARGIN = 1.1  # processes must deliver this much more than measured threads: threads copy no batch and hold no memory per worker
@@ -228,14 +229,14 @@ class _SwitchInterval(CountedSetting):
         sys.setswitchinterval(saved)
 
 
-class _NotStarted(Executor):
-    """The process workers before `BackendTrial` starts them: no tasks, nothing to wait for."""
+class NotStarted(Executor):
+    """A backend `BackendTrial` has not started: the process workers before it starts them, or the threads of a
+    run that starts on a remembered verdict for processes. No tasks, nothing to wait for."""
 
-    name = "process"
     restarts = 0
 
-    def __init__(self, workers: int):
-        self.workers = workers
+    def __init__(self, workers: int, name: str = "process", cores: int = 1):
+        self.workers, self.name, self.cores = workers, name, cores
 
     def submit(self, key, task, affinity=None):
         raise RuntimeError("feedline: a task went to process workers that were never started (a bug; please report it)")
@@ -258,6 +259,12 @@ class _NotStarted(Executor):
     def worker_pids(self) -> list[int]:
         return []
 
+    def watch_progress(self, on: bool) -> None:
+        pass
+
+    def resume(self, give_back: bool = False) -> int:
+        return 0
+
     def close(self) -> None:
         pass
 
@@ -271,8 +278,10 @@ class BackendTrial(Executor):
     (None: never).
     """
 
-    def __init__(self, threads: Executor, make_processes, workers: int, restart=None, start_ahead: bool = False):
-        self.threads, self.processes = threads, _NotStarted(workers)
+    def __init__(self, threads: Executor, make_processes, workers: int, restart=None, start_ahead: bool = False,
+                 remembered: Remembered | None = None, on_verdict=None):
+        self.threads, self.processes = threads, NotStarted(workers)
+        self._on_verdict = on_verdict  # on_verdict(winner, rates, samples/s per worker, why) -> None or why it was not kept
         self._make_processes = make_processes
         self._processes_started = False
         self.workers = workers
@@ -321,8 +330,12 @@ class BackendTrial(Executor):
         self._shorten_switch()  # from the start: GIL-bound threads otherwise hold the consumer's judging back 5 ms a step
         threads.watch_progress(True)
         self._window_share: int | None = None  # the tasks each worker may hold, passed on to the workers once started
-        self._ahead = (start_ahead and self._usable >= 2 and workers <= self.cores < PAUSE_ALL_CORES
-                       and self._start_ahead())
+        if remembered is not None:
+            self._ahead = False
+            self._start_on(remembered)
+        else:
+            self._ahead = (start_ahead and self._usable >= 2 and workers <= self.cores < PAUSE_ALL_CORES
+                           and self._start_ahead())
 
     # -------------------------------------------------------- the interface
     @property
@@ -420,6 +433,21 @@ class BackendTrial(Executor):
             self._switch.release()
             self._switch = None
 
+    def _start_on(self, remembered: Remembered) -> None:
+        """Start on the verdict of an earlier run's trial (`feedline.engine._remembered`): the winner at once, no trial.
+
+        ``threads`` is then the winner's pool (all of it) or a `NotStarted`
+        stand-in for it. The rate it won with is the drift check's
+        reference, so a winner that no longer delivers runs the trial again
+        (`_try_again`), the loser started for it.
+        """
+        if remembered.winner == "process":
+            self._processes_started = self._ready = True
+            self._use_processes(self._make_processes())  # a failure to start raises: the caller runs a trial instead
+        self.rates = dict(remembered.rates)
+        self._settle(remembered.winner, remembered.describe(), measured=False)
+        self._decided_rate = remembered.per_worker
+
     # --------------------------------------------------------------- trial
     def _live(self) -> list:
         """The executors that hold or may get tasks (the loser until its last task is back)."""
@@ -447,7 +475,7 @@ class BackendTrial(Executor):
         try:
             self._ready = self.processes.wait_ready(0)
         except Exception as exc:  # the workers cannot start here: threads it is, and the report says why
-            self._settle("thread", f"process workers failed to start ({type(exc).__name__}: {exc}): threads")
+            self._settle("thread", f"process workers failed to start ({type(exc).__name__}: {exc}): threads", measured=False)
             return
         if not self._ready and self._paused_at is not None and time.perf_counter() - self._paused_at > PAUSE_LIMIT:
             self._paused_at = None
@@ -700,7 +728,7 @@ class BackendTrial(Executor):
         if time.perf_counter() - self._started < AHEAD_WAIT:
             return False
         started, self._ahead = self.processes, False
-        self._use_processes(_NotStarted(self.workers))
+        self._use_processes(NotStarted(self.workers))
         started.close()
         return True
 
@@ -756,7 +784,7 @@ class BackendTrial(Executor):
         try:
             fresh = self._make_processes()
         except Exception as exc:
-            self._settle("thread", f"process workers failed to start ({type(exc).__name__}: {exc}): threads")
+            self._settle("thread", f"process workers failed to start ({type(exc).__name__}: {exc}): threads", measured=False)
             return
         self._use_processes(fresh)
 
@@ -835,7 +863,8 @@ class BackendTrial(Executor):
                              f"{self._usable} cores busy), processes {processes.per_second:,.0f} samples/s: "
                              f"{'processes' if winner == 'process' else 'threads'}")
 
-    def _settle(self, winner: str, note: str) -> None:
+    def _settle(self, winner: str, note: str, measured: bool = True) -> None:
+        """``winner`` keeps the work from now on; a ``measured`` verdict (not a failure to start) is passed to ``on_verdict``."""
         if self.trials > 1:
             confirmed = winner == self._previous_winner
             note = f"tried again after {self._retry_reason}: {note}"
@@ -846,6 +875,10 @@ class BackendTrial(Executor):
             self._widen()  # threads that won on I/O as scouts: the whole pool
         self._settled_at = time.perf_counter()
         self._decided_rate = self.rates.get(winner, 0.0) / max(1, self._measure[self._winning()].workers)
+        if measured and self._on_verdict is not None:
+            trouble = self._on_verdict(winner, dict(self.rates), self._decided_rate, note)
+            if trouble:
+                self.note += f"; {trouble}"
         self._drift = _Drift()
         self.threads.watch_progress(False)
         self._restore_switch()

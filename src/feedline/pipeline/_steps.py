@@ -91,6 +91,10 @@ class Step:
         """What the step contributes to data cached after it (not how it runs)."""
         return (type(self).__name__,)
 
+    def work_identity(self) -> tuple:
+        """What the step does in the workers, for the automatic choice's memory (`feedline.engine._remembered`)."""
+        return self.cache_identity()
+
     def cache_conflict(self) -> str | None:
         """Why ``.cache()`` may not come after this step, or None."""
         return None
@@ -382,6 +386,9 @@ class MapBatch(Step):
 
     def describe(self) -> str:
         return f"map_batch({self.name})"
+
+    def work_identity(self) -> tuple:
+        return ("map_batch", self.fn)
 
     def fingerprint(self) -> str:
         return f"MapBatch:{self.name}"

@@ -55,6 +55,14 @@ class Source:
         """
         return {}
 
+    def work_identity(self) -> tuple:
+        """What reading a sample runs, for the automatic choice's memory (`feedline.engine._remembered`).
+
+        The kind of source by default; sources that run the user's code
+        add that code, so editing it makes the automatic choice try again.
+        """
+        return (type(self).__module__, type(self).__qualname__)
+
     def file_of(self, index: int) -> str | None:
         """The file that holds sample ``index``, for sources of files (else None)."""
         return None

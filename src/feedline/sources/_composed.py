@@ -70,6 +70,10 @@ class ComposedSource(Source, OrderedSource):
     def needs_ray(self) -> bool:
         return any(child.source.needs_ray for child in self.children)
 
+    def work_identity(self) -> tuple:
+        return (self.kind, [(child.source.work_identity(), [op.work_identity() for op in child.plan.part.ops])
+                            for child in self.children])
+
     @property
     def gather(self):
         # Inputs read in bulk and without per-sample steps of their own: so is the composite.

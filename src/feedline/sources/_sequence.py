@@ -22,6 +22,9 @@ class SequenceSource(Source):
     def read(self, index: int):
         return self.obj[index]
 
+    def work_identity(self) -> tuple:
+        return ("sequence", type(self.obj).__getitem__)
+
     def describe(self) -> str:
         return f"from_sequence({type(self.obj).__name__}, len={len(self)})"
 

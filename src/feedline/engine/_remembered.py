@@ -1,0 +1,153 @@
+"""The automatic choice's verdicts, remembered across runs on one machine, so that later runs start on the winner.
+
+A trial (`feedline.engine._trial`) has a price: threads run first while
+it judges them, and process workers that win take over only then, warming
+up late (a short epoch with start-up: 0.90-0.92 of processes set by hand
+on the suite's audio workload and story 1, 2 cores). A training script runs
+the same pipeline again and again (every ``python train.py``, restarts,
+sweeps), so the verdict of its first run is remembered and later runs start
+straight on the winner, as the hand setting would.
+
+- Key: a digest of the work (each step's code, the source's kind and the
+  code it runs, the batch size, the worker count) and of the machine (host
+  name, usable cores, OS, Python and feedline versions). Change any of them
+  and the trial runs again.
+- Entry: the winner, both backends' samples/s, the winner's samples/s per
+  worker (what the drift check compares against), when, and how many runs
+  started on it.
+- A run that starts on a remembered verdict is watched like any decision:
+  a rate that falls under `feedline.engine._trial.DRIFT_RATIO` of the
+  remembered one runs the trial again. After `REMEMBER_RUNS` runs the
+  trial runs again anyway (data and libraries change under the same code),
+  and its verdict is remembered anew.
+- One small JSON file, rewritten whole through a temporary file and
+  ``os.replace``: concurrent runs (ranks of one job) never see a torn file;
+  the last writer wins, and a lost entry costs one trial. An unreadable
+  file counts as empty. At most `MAX_ENTRIES`, the most recently used.
+- ``FEEDLINE_REMEMBER=0`` turns it off; a path puts the file there;
+  default ``$XDG_CACHE_HOME/feedline/choices.json`` (``~/.cache``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+
+from .._fingerprint import digest
+
+__all__ = ["MAX_ENTRIES", "REMEMBER_RUNS", "Remembered", "choices_file", "recall", "record", "work_key"]
+
+REMEMBER_RUNS = 10  # runs that start on one remembered verdict before the trial runs again (one trial in ten: ~1 % of the cost)
+MAX_ENTRIES = 256  # pipelines remembered per file; the least recently used go first
+WHY_CHARS = 400  # of the trial's decision text, kept for the runs that start on it
+REMEMBER_VAR = "FEEDLINE_REMEMBER"
+_OFF = ("0", "off", "false", "no")
+
+
+@dataclass(frozen=True)
+class Remembered:
+    """A verdict a trial reached in an earlier run, as recalled for this one."""
+
+    winner: str  # "thread" or "process"
+    rates: dict  # samples/s each backend delivered in that trial (may be one: a verdict without a thread phase)
+    per_worker: float  # the winner's samples/s per worker then: the drift check's reference
+    when: float  # seconds since the epoch, when that trial decided
+    why: str  # that trial's decision text
+    run: int  # this run is the run-th to start on it (1 .. REMEMBER_RUNS)
+
+    def describe(self) -> str:
+        """The decision text of a run that starts on it."""
+        day = time.strftime("%Y-%m-%d %H:%M", time.localtime(self.when))
+        return (f"{'threads' if self.winner == 'thread' else 'processes'} at once, remembered: this pipeline's trial "
+                f"on this machine ({day}) found: {self.why} (run {self.run} of {REMEMBER_RUNS} on it before the "
+                f"trial runs again; {REMEMBER_VAR}=0: always run it)")
+
+
+def choices_file() -> str | None:
+    """Where verdicts are remembered, or None when ``FEEDLINE_REMEMBER`` turns it off."""
+    setting = os.environ.get(REMEMBER_VAR, "").strip()
+    if setting.lower() in _OFF:
+        return None
+    if setting and setting.lower() not in ("1", "on", "true", "yes"):
+        return os.path.expanduser(setting)
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "feedline", "choices.json")
+
+
+def work_key(plan, workers: int, cores: int) -> str:
+    """The digest that names ``plan``'s work on this machine (see the module docstring)."""
+    from .. import __version__
+
+    part = plan.part
+    work = [part.source.work_identity(), [op.work_identity() for op in part.ops],
+            [op.work_identity() for op in part.batch_ops], part.batch_size, workers]
+    machine = [platform.node(), cores, sys.platform, sys.version_info[:2], __version__]
+    return digest([work, machine])
+
+
+def recall(key: str) -> Remembered | None:
+    """The verdict remembered for ``key`` if this run may start on it (counted as one more run), else None."""
+    path = choices_file()
+    if path is None:
+        return None
+    entries = _read(path)
+    entry = entries.get(key)
+    if not _valid(entry) or entry["runs"] >= REMEMBER_RUNS:
+        return None
+    entry["runs"] += 1
+    entry["used"] = time.time()
+    _write(path, entries)
+    return Remembered(entry["winner"], dict(entry["rates"]), float(entry["per_worker"]), float(entry["when"]),
+                      str(entry.get("why", "")), entry["runs"])
+
+
+def record(key: str, winner: str, rates: dict, per_worker: float, why: str) -> str | None:
+    """Remember a trial's verdict for ``key``; None, or why it could not be written (for the decision text)."""
+    path = choices_file()
+    if path is None or winner not in ("thread", "process") or per_worker <= 0:
+        return None
+    entries = _read(path)
+    now = time.time()
+    entries[key] = {"winner": winner, "rates": {k: float(v) for k, v in rates.items()}, "per_worker": float(per_worker),
+                    "when": now, "used": now, "runs": 0, "why": why[:WHY_CHARS]}
+    if len(entries) > MAX_ENTRIES:
+        kept = sorted(entries, key=lambda k: entries[k].get("used", 0) if isinstance(entries[k], dict) else 0)[-MAX_ENTRIES:]
+        entries = {k: entries[k] for k in kept}
+    return _write(path, entries)
+
+
+def _valid(entry) -> bool:
+    return (isinstance(entry, dict) and entry.get("winner") in ("thread", "process")
+            and isinstance(entry.get("rates"), dict) and isinstance(entry.get("runs"), int)
+            and isinstance(entry.get("per_worker"), (int, float)) and isinstance(entry.get("when"), (int, float)))
+
+
+def _read(path: str) -> dict:
+    try:
+        with open(path, encoding="utf-8") as f:
+            entries = json.load(f)
+    except (OSError, ValueError):  # missing, unreadable or torn by hand: start afresh (it only costs a trial)
+        return {}
+    return entries if isinstance(entries, dict) else {}
+
+
+def _write(path: str, entries: dict) -> str | None:
+    try:
+        folder = os.path.dirname(path) or "."
+        os.makedirs(folder, exist_ok=True)
+        handle, temporary = tempfile.mkstemp(prefix=".choices-", suffix=".json", dir=folder)
+        try:
+            with os.fdopen(handle, "w", encoding="utf-8") as f:
+                json.dump(entries, f, indent=1, sort_keys=True)
+            os.replace(temporary, path)
+        except BaseException:
+            os.unlink(temporary)
+            raise
+    except OSError as e:
+        return f"not remembered ({type(e).__name__}: {e}; set {REMEMBER_VAR} to a writable file, or 0)"
+    return None

@@ -1,0 +1,176 @@
+"""The automatic choice remembers its verdict across runs and starts later runs on it (feedline.engine._remembered)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+from conftest import snapshot
+
+import feedline as fl
+from feedline.engine import _remembered, _trial
+
+pytestmark = pytest.mark.usefixtures("no_leaks")
+
+
+def waits(i):
+    time.sleep(0.004)  # waits like a file or network read: the trial settles on threads at once (I/O)
+    return np.full(4, i, np.int64)
+
+
+def waits_longer(i):
+    time.sleep(0.005)
+    return np.full(4, i, np.int64)
+
+
+def _run(fn=waits, samples=96, workers=None):
+    """One run of an automatic pipeline: (its batches as bytes, stats)."""
+    pipe = fl.from_sequence(range(samples)).map(fn, workers=workers).batch(8)
+    with pipe:
+        batches = [snapshot(b) for b in pipe]
+        return batches, pipe.stats()
+
+
+@pytest.fixture
+def choices(tmp_path, monkeypatch):
+    """A file of remembered verdicts of this test's own."""
+    path = tmp_path / "choices.json"
+    monkeypatch.setenv("FEEDLINE_REMEMBER", str(path))
+    return path
+
+
+def _entries(path) -> dict:
+    return json.loads(path.read_text())
+
+
+def _set_winner(path, winner: str) -> None:
+    """Rewrite the one remembered verdict as ``winner`` (as if the trial had found it)."""
+    entries = _entries(path)
+    (entry,) = entries.values()
+    entry["winner"] = winner
+    path.write_text(json.dumps(entries))
+
+
+def test_a_later_run_starts_on_the_verdict_the_first_run_found(choices):
+    first, stats = _run()
+    assert "remembered" not in stats.decision
+    (entry,) = _entries(choices).values()
+    assert entry["winner"] == stats.backend == "thread" and entry["runs"] == 0
+    second, again = _run()
+    assert again.backend == "thread" and again.decision.count("remembered") == 1, again.decision
+    assert "threads at once, remembered" in again.decision and "run 1 of" in again.decision
+    assert again.trial == stats.trial  # the report keeps the rates the verdict came from
+    assert second == first  # every backend gives the same batches
+    assert _entries(choices)[next(iter(_entries(choices)))]["runs"] == 1
+
+
+def test_a_remembered_process_verdict_starts_the_workers_at_once_with_the_same_batches(choices):
+    first, _ = _run()
+    _set_winner(choices, "process")
+    second, stats = _run()
+    assert stats.backend == "process" and "processes at once, remembered" in stats.decision, stats.decision
+    assert second == first
+
+
+def test_the_trial_runs_again_after_remember_runs_runs_and_is_remembered_anew(choices, monkeypatch):
+    monkeypatch.setattr(_remembered, "REMEMBER_RUNS", 2)
+    _run()
+    assert "remembered" in _run()[1].decision and "remembered" in _run()[1].decision
+    _, fresh = _run()
+    assert "remembered" not in fresh.decision  # the third run after the verdict: a trial
+    (entry,) = _entries(choices).values()
+    assert entry["runs"] == 0
+    assert "run 1 of 2" in _run()[1].decision
+
+
+def test_different_code_is_not_started_on_another_pipelines_verdict(choices):
+    _run(waits)
+    _, other = _run(waits_longer)
+    assert "remembered" not in other.decision
+    assert len(_entries(choices)) == 2
+
+
+def test_nothing_is_remembered_when_turned_off(tmp_path, monkeypatch):
+    monkeypatch.setenv("FEEDLINE_REMEMBER", "0")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    _run()
+    assert "remembered" not in _run()[1].decision
+    assert not list(tmp_path.rglob("*.json"))
+
+
+def test_the_default_file_is_under_the_cache_home(tmp_path, monkeypatch):
+    monkeypatch.delenv("FEEDLINE_REMEMBER")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    _run()
+    assert "remembered" in _run()[1].decision
+    assert (tmp_path / "feedline" / "choices.json").is_file()
+
+
+def test_an_unwritable_memory_is_reported_and_the_run_goes_on(tmp_path, monkeypatch):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    monkeypatch.setenv("FEEDLINE_REMEMBER", str(blocker / "choices.json"))  # a folder that is a file
+    batches, stats = _run()
+    assert len(batches) == 12
+    assert "not remembered (" in stats.decision and "FEEDLINE_REMEMBER" in stats.decision, stats.decision
+
+
+def test_a_torn_file_counts_as_empty_and_is_written_afresh(choices):
+    choices.write_text('{"abc": {"winner": "process", "ru')
+    _run()
+    assert "remembered" in _run()[1].decision
+    assert len(_entries(choices)) == 1
+
+
+def test_the_file_keeps_only_the_most_recently_used_entries(choices, monkeypatch):
+    monkeypatch.setattr(_remembered, "MAX_ENTRIES", 2)
+    for fn in (waits, waits_longer):
+        _run(fn)
+    _run(waits)  # used again: now the most recent
+    _run(lambda i: (time.sleep(0.004), np.full(4, -i, np.int64))[1])
+    kept = [entry["why"] for entry in _entries(choices).values()]
+    assert len(kept) == 2
+    assert "remembered" in _run(waits)[1].decision
+    assert "remembered" not in _run(waits_longer)[1].decision
+
+
+def test_a_remembered_winner_that_no_longer_delivers_runs_the_trial_again(choices, monkeypatch):
+    monkeypatch.setattr(_trial, "RETRIAL_AFTER", 0.0)
+    _run(workers=2)  # a count set by hand: the worker tuner leaves it (the drift check compares per worker)
+    entries = _entries(choices)
+    (entry,) = entries.values()
+    entry["per_worker"] *= 100  # as if it had delivered 100 times more when it won
+    choices.write_text(json.dumps(entries))
+    _, stats = _run(samples=400, workers=2)
+    decided = [stats.decision] + stats.decisions
+    assert any("tried again after the rate fell" in text for text in decided), decided
+    (entry,) = _entries(choices).values()
+    assert entry["runs"] == 0  # the new trial's verdict replaced the remembered one
+
+
+_SCRIPT = (
+    "import time, numpy as np, feedline as fl\n"
+    "def load(i):\n"
+    "    time.sleep(0.004)\n"
+    "    return np.full(4, i, np.int64)\n"
+    "pipe = fl.from_sequence(range(96)).map(load).batch(8)\n"
+    "with pipe:\n"
+    "    total = sum(int(b.sum()) for b in pipe)\n"
+    "print(total, pipe.stats().decision)\n"
+)
+
+
+def test_a_fresh_interpreter_recalls_what_the_previous_one_found(choices):
+    """The key is a digest of the code, stable across interpreters (no ids, no addresses): a script's second run recalls."""
+    env = {**os.environ, "FEEDLINE_REMEMBER": str(choices)}
+    runs = [subprocess.run([sys.executable, "-c", _SCRIPT], capture_output=True, text=True, timeout=120, env=env)
+            for _ in range(2)]
+    assert all(run.returncode == 0 for run in runs), [run.stderr for run in runs]
+    totals = [run.stdout.split(" ", 1)[0] for run in runs]
+    assert totals == [str(4 * sum(range(96)))] * 2
+    assert "remembered" not in runs[0].stdout and "remembered" in runs[1].stdout, runs[1].stdout
