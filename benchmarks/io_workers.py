@@ -16,6 +16,9 @@ turn, ``--reps`` rounds, medians. Loaders:
   worker count starts at one per core and, once the first tasks show that
   the consumer waits on workers that use little CPU, grows at once by the
   tasks' wall/CPU ratio, up to 8 per core (`feedline.engine._autotune.WorkerTuner`).
+- ``feedline-remembered``: the same, started on what an earlier run left
+  (`feedline.engine._remembered`: the backend and the worker count the
+  tuner reached; an untimed run first leaves them): every later run.
 - ``feedline x2``: the same with ``workers=2`` (one per core, fixed).
 - ``torch x2`` / ``torch x16``: DataLoader(num_workers=2 / 16) over the
   same function (fork), what a default and a tuned user would write.
@@ -27,8 +30,10 @@ table gives samples/s and the speed-up over one worker per core.
 from __future__ import annotations
 
 import argparse
+import atexit
 import contextlib
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -48,13 +53,17 @@ def fetch(url):
         return np.frombuffer(response.read(), dtype=np.uint8)
 
 
-def _feedline(urls, workers):
+def _feedline(urls, workers, memory: str = "0"):
     import feedline as fl
 
-    pipe = fl.from_arrays(np.array(urls)).map(fetch, workers=workers).batch(16)
-    with pipe:
-        n = sum(len(b) for b in pipe)
-        stats = pipe.stats()
+    os.environ["FEEDLINE_REMEMBER"] = memory  # read when the pipeline starts, written when its choice is made
+    try:
+        pipe = fl.from_arrays(np.array(urls)).map(fetch, workers=workers).batch(16)
+        with pipe:
+            n = sum(len(b) for b in pipe)
+            stats = pipe.stats()
+    finally:
+        os.environ["FEEDLINE_REMEMBER"] = "0"
     return n, f"{stats.backend} x{stats.workers}"
 
 
@@ -105,8 +114,12 @@ def main(argv=None) -> None:
     parser.add_argument("--latency", type=float, default=0.02)
     parser.add_argument("--reps", type=int, default=2)
     args = parser.parse_args(argv)
+    memory_folder = tempfile.mkdtemp(prefix="feedline-io-memory-")
+    atexit.register(shutil.rmtree, memory_folder, True)
+    memory = os.path.join(memory_folder, "choices.json")
     loaders = {
         "feedline-auto": lambda urls: _feedline(urls, None),
+        "feedline-remembered": lambda urls: _feedline(urls, None, memory),
         "feedline x2": lambda urls: _feedline(urls, 2),
         "torch x2": lambda urls: _torch(urls, 2),
         "torch x16": lambda urls: _torch(urls, 16),
@@ -120,6 +133,7 @@ def main(argv=None) -> None:
             urls = [f"{base_url}/{i:06d}.bin" for i in range(args.samples)]
             rates = {name: [] for name in loaders}
             ran = {}
+            loaders["feedline-remembered"](urls)  # untimed: leaves the verdict and the worker count to start on
             for _ in range(args.reps):
                 for name, run in loaders.items():
                     t0 = time.perf_counter()

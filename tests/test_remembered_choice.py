@@ -63,7 +63,7 @@ def test_a_later_run_starts_on_the_verdict_the_first_run_found(choices):
     assert entry["winner"] == stats.backend == "thread" and entry["runs"] == 0
     second, again = _run()
     assert again.backend == "thread" and again.decision.count("remembered") == 1, again.decision
-    assert "threads at once, remembered" in again.decision and "run 1 of" in again.decision
+    assert f"threads x{again.workers} at once, remembered" in again.decision and "run 1 of" in again.decision
     assert again.trial == stats.trial  # the report keeps the rates the verdict came from
     assert second == first  # every backend gives the same batches
     assert _entries(choices)[next(iter(_entries(choices)))]["runs"] == 1
@@ -73,7 +73,7 @@ def test_a_remembered_process_verdict_starts_the_workers_at_once_with_the_same_b
     first, _ = _run()
     _set_winner(choices, "process")
     second, stats = _run()
-    assert stats.backend == "process" and "processes at once, remembered" in stats.decision, stats.decision
+    assert stats.backend == "process" and f"processes x{stats.workers} at once, remembered" in stats.decision, stats.decision
     assert second == first
 
 
@@ -174,3 +174,44 @@ def test_a_fresh_interpreter_recalls_what_the_previous_one_found(choices):
     totals = [run.stdout.split(" ", 1)[0] for run in runs]
     assert totals == [str(4 * sum(range(96)))] * 2
     assert "remembered" not in runs[0].stdout and "remembered" in runs[1].stdout, runs[1].stdout
+
+
+def test_remembered_processes_that_cannot_start_leave_the_run_to_a_trial(choices, monkeypatch):
+    from feedline.engine import _runtime
+
+    first, _ = _run()
+    _set_winner(choices, "process")
+    real = _runtime.make_executor
+
+    def no_processes(kind, *args, **kwargs):  # feedline's own factory, as on a machine where workers cannot start
+        if kind == "process":
+            raise OSError("no process workers here")
+        return real(kind, *args, **kwargs)
+
+    monkeypatch.setattr(_runtime, "make_executor", no_processes)
+    interval = sys.getswitchinterval()
+    second, stats = _run()
+    assert second == first
+    assert stats.backend == "thread"
+    assert "the remembered processes could not start (OSError: no process workers here): a trial" in stats.decision
+    assert sys.getswitchinterval() == interval  # nothing the failed start took is left behind
+
+
+def test_a_later_run_starts_at_the_worker_count_the_tuner_left(choices):
+    """Threads that wait on I/O are grown by the worker tuner; the next run starts grown, not at one per core."""
+    pipe = fl.from_arrays(np.arange(1200)).map(waits).batch(4)
+    with pipe:
+        first = [b.tolist() for b in pipe]
+        grown = pipe.stats()
+    assert grown.backend == "thread" and grown.workers > 2, (grown.workers, grown.decisions)
+    (entry,) = _entries(choices).values()
+    assert entry["workers"] == grown.workers
+    pipe = fl.from_arrays(np.arange(1200)).map(waits).batch(4)
+    with pipe:
+        it = iter(pipe)
+        second = [next(it).tolist()]
+        assert it.stats().workers == grown.workers  # from the first batch on
+        second += [b.tolist() for b in it]
+        again = pipe.stats()
+    assert second == first
+    assert f"threads x{grown.workers} at once, remembered" in again.decision, again.decision

@@ -13,8 +13,9 @@ straight on the winner, as the hand setting would.
   name, usable cores, OS, Python and feedline versions). Change any of them
   and the trial runs again.
 - Entry: the winner, both backends' samples/s, the winner's samples/s per
-  worker (what the drift check compares against), when, and how many runs
-  started on it.
+  worker (what the drift check compares against), its worker count as the
+  run left it (the worker tuner grows threads that wait on I/O: 2 -> 16
+  took ~1-2 s of a 4 s epoch), when, and how many runs started on it.
 - A run that starts on a remembered verdict is watched like any decision:
   a rate that falls under `feedline.engine._trial.DRIFT_RATIO` of the
   remembered one runs the trial again. After `REMEMBER_RUNS` runs the
@@ -40,7 +41,7 @@ from dataclasses import dataclass
 
 from .._fingerprint import digest
 
-__all__ = ["MAX_ENTRIES", "REMEMBER_RUNS", "Remembered", "choices_file", "recall", "record", "work_key"]
+__all__ = ["MAX_ENTRIES", "REMEMBER_RUNS", "Remembered", "choices_file", "note_workers", "recall", "record", "work_key"]
 
 REMEMBER_RUNS = 10  # runs that start on one remembered verdict before the trial runs again (one trial in ten: ~1 % of the cost)
 MAX_ENTRIES = 256  # pipelines remembered per file; the least recently used go first
@@ -59,11 +60,13 @@ class Remembered:
     when: float  # seconds since the epoch, when that trial decided
     why: str  # that trial's decision text
     run: int  # this run is the run-th to start on it (1 .. REMEMBER_RUNS)
+    workers: int | None = None  # the winner's worker count when the run that left it last changed it (None: as asked)
 
     def describe(self) -> str:
         """The decision text of a run that starts on it."""
         day = time.strftime("%Y-%m-%d %H:%M", time.localtime(self.when))
-        return (f"{'threads' if self.winner == 'thread' else 'processes'} at once, remembered: this pipeline's trial "
+        count = f" x{self.workers}" if self.workers else ""
+        return (f"{'threads' if self.winner == 'thread' else 'processes'}{count} at once, remembered: this pipeline's trial "
                 f"on this machine ({day}) found: {self.why} (run {self.run} of {REMEMBER_RUNS} on it before the "
                 f"trial runs again; {REMEMBER_VAR}=0: always run it)")
 
@@ -102,11 +105,12 @@ def recall(key: str) -> Remembered | None:
     entry["runs"] += 1
     entry["used"] = time.time()
     _write(path, entries)
+    workers = entry.get("workers")
     return Remembered(entry["winner"], dict(entry["rates"]), float(entry["per_worker"]), float(entry["when"]),
-                      str(entry.get("why", "")), entry["runs"])
+                      str(entry.get("why", "")), entry["runs"], workers if isinstance(workers, int) and workers > 0 else None)
 
 
-def record(key: str, winner: str, rates: dict, per_worker: float, why: str) -> str | None:
+def record(key: str, winner: str, rates: dict, per_worker: float, why: str, workers: int | None = None) -> str | None:
     """Remember a trial's verdict for ``key``; None, or why it could not be written (for the decision text)."""
     path = choices_file()
     if path is None or winner not in ("thread", "process") or per_worker <= 0:
@@ -114,10 +118,23 @@ def record(key: str, winner: str, rates: dict, per_worker: float, why: str) -> s
     entries = _read(path)
     now = time.time()
     entries[key] = {"winner": winner, "rates": {k: float(v) for k, v in rates.items()}, "per_worker": float(per_worker),
-                    "when": now, "used": now, "runs": 0, "why": why[:WHY_CHARS]}
+                    "when": now, "used": now, "runs": 0, "why": why[:WHY_CHARS], "workers": workers}
     if len(entries) > MAX_ENTRIES:
         kept = sorted(entries, key=lambda k: entries[k].get("used", 0) if isinstance(entries[k], dict) else 0)[-MAX_ENTRIES:]
         entries = {k: entries[k] for k in kept}
+    return _write(path, entries)
+
+
+def note_workers(key: str, winner: str, workers: int) -> str | None:
+    """The worker tuner changed the count of ``key``'s winner: later runs start at it. None, or why it was not kept."""
+    path = choices_file()
+    if path is None:
+        return None
+    entries = _read(path)
+    entry = entries.get(key)
+    if not _valid(entry) or entry["winner"] != winner or entry.get("workers") == workers:
+        return None
+    entry["workers"] = workers
     return _write(path, entries)
 
 

@@ -23,7 +23,7 @@ import cloudpickle
 from .._errors import FeedlineError
 from ..backends import PartNotPicklable, check_sendable, in_worker, make_executor, warm_up, warmed_up
 from . import _remembered as remembered_choice
-from ._autotune import DepthTuner, WorkerTuner
+from ._autotune import MAX_WORKERS, MAX_WORKERS_PER_CORE, DepthTuner, WorkerTuner
 from ._bulk_trial import SerialOrThreads
 from ._choice import choose, default_workers
 from ._trial import BackendTrial, NotStarted, first_threads
@@ -52,6 +52,7 @@ class Runtime:
         if plan.runs_user_code and not plan.part.source.needs_ray:
             warm_up(plan.backend)  # e.g. the fork server starts while the pipeline is pickled
         backend, workers, self.reason = choose(plan)
+        self.memory_key = ""  # the automatic choice's key in the remembered verdicts (`_remembered`), once it has one
         if backend == "auto":
             self.executor = _auto_executor(plan, workers, self)
         elif backend == "serial-or-thread":
@@ -112,6 +113,7 @@ class Runtime:
         if wanted is not None and wanted < old:  # a growth that did not pay: undone where the backend can let workers go
             if self.executor.shrink(wanted):
                 self._follow_workers()
+                self._remember_workers()
                 if self._depth_before_growth is not None:  # the depth the growth raised goes back too
                     self.set_depth(max(self._depth_before_growth, 2 * self.workers))
                     self.tuner.depth = self.depth
@@ -125,7 +127,15 @@ class Runtime:
             return None
         self._depth_before_growth = depth
         self._follow_workers()
+        self._remember_workers()
         return f"workers {old} -> {self.workers}: {self.worker_tuner.last_reason}"
+
+    def _remember_workers(self) -> None:
+        """The automatic choice's next run starts at the count the tuner settled on (`feedline.engine._remembered`)."""
+        if self.memory_key and self.executor.settled:
+            trouble = remembered_choice.note_workers(self.memory_key, self.backend, self.workers)
+            if trouble and trouble not in self.reason:
+                self.reason += f"; {trouble}"
 
     def _follow_workers(self) -> None:
         """The tuners and the prefetch window follow the executor's worker count (grown by the tuner, or by Ray)."""
@@ -284,15 +294,21 @@ def _auto_executor(plan, workers: int, runtime):
         return make_executor(kind, plan.part, count, cores=cores)
 
     key, remembered = _recall(plan, workers, cores, runtime)
+    runtime.memory_key = key
 
-    def on_verdict(winner: str, rates: dict, per_worker: float, why: str) -> str | None:
-        return remembered_choice.record(key, winner, rates, per_worker, why) if key else None
+    def on_verdict(winner: str, rates: dict, per_worker: float, why: str, count: int) -> str | None:
+        return remembered_choice.record(key, winner, rates, per_worker, why, count) if key else None
 
     if remembered is not None:
-        threads = (make_executor("thread", plan.part, workers, cores=cores) if remembered.winner == "thread"
-                   else NotStarted(workers, "thread", cores))
+        count = workers
+        if remembered.workers and plan.workers is None:  # the count the worker tuner left (a count set by hand stays)
+            count = max(1, min(remembered.workers, MAX_WORKERS, MAX_WORKERS_PER_CORE * cores))
+            if count != workers:  # the choice's "N workers (one per available core)" would contradict the count
+                runtime.reason = f"{count} workers (where the worker tuner left them in an earlier run; {workers} is one per core)"
+        threads = (make_executor("thread", plan.part, count, cores=cores) if remembered.winner == "thread"
+                   else NotStarted(count, "thread", cores))
         try:
-            return BackendTrial(threads, lambda: restart("process", workers), workers, restart,
+            return BackendTrial(threads, lambda: restart("process", count), count, restart,
                                 remembered=remembered, on_verdict=on_verdict)
         except Exception as e:  # the remembered winner cannot start now: the trial decides
             threads.close()

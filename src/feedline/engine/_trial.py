@@ -93,6 +93,10 @@ more cores, the trial runs again at once, processes at the same count.
 A pipeline too short to finish the trial keeps what it has and carries the
 trial over into its next epoch (the runtime persists). Both rates and the
 reason are in ``stats().decision`` and ``stats().trial``.
+A verdict is passed to ``on_verdict``, which remembers it across runs
+(`feedline.engine._remembered`); a later run of the same work builds the
+trial already settled on it (``remembered``, `_start_on`): the winner starts
+at once, and the drift check compares it with the rate it won with.
 """
 
 from __future__ import annotations
@@ -281,7 +285,7 @@ class BackendTrial(Executor):
     def __init__(self, threads: Executor, make_processes, workers: int, restart=None, start_ahead: bool = False,
                  remembered: Remembered | None = None, on_verdict=None):
         self.threads, self.processes = threads, NotStarted(workers)
-        self._on_verdict = on_verdict  # on_verdict(winner, rates, samples/s per worker, why) -> None or why it was not kept
+        self._on_verdict = on_verdict  # on_verdict(winner, rates, samples/s per worker, why, workers) -> None or why not kept
         self._make_processes = make_processes
         self._processes_started = False
         self.workers = workers
@@ -327,15 +331,15 @@ class BackendTrial(Executor):
         self._started = time.perf_counter()
         self.decided_after: float | None = None  # seconds from the trial's start to its decision
         self._switch: _SwitchInterval | None = None
+        self._window_share: int | None = None  # the tasks each worker may hold, passed on to the workers once started
+        self._ahead = False
+        if remembered is not None:
+            self._start_on(remembered)
+            return
         self._shorten_switch()  # from the start: GIL-bound threads otherwise hold the consumer's judging back 5 ms a step
         threads.watch_progress(True)
-        self._window_share: int | None = None  # the tasks each worker may hold, passed on to the workers once started
-        if remembered is not None:
-            self._ahead = False
-            self._start_on(remembered)
-        else:
-            self._ahead = (start_ahead and self._usable >= 2 and workers <= self.cores < PAUSE_ALL_CORES
-                           and self._start_ahead())
+        self._ahead = (start_ahead and self._usable >= 2 and workers <= self.cores < PAUSE_ALL_CORES
+                       and self._start_ahead())
 
     # -------------------------------------------------------- the interface
     @property
@@ -876,7 +880,7 @@ class BackendTrial(Executor):
         self._settled_at = time.perf_counter()
         self._decided_rate = self.rates.get(winner, 0.0) / max(1, self._measure[self._winning()].workers)
         if measured and self._on_verdict is not None:
-            trouble = self._on_verdict(winner, dict(self.rates), self._decided_rate, note)
+            trouble = self._on_verdict(winner, dict(self.rates), self._decided_rate, note, self.workers)
             if trouble:
                 self.note += f"; {trouble}"
         self._drift = _Drift()
