@@ -18,7 +18,7 @@ turn, ``--reps`` rounds, medians. Loaders:
   tasks' wall/CPU ratio, up to 8 per core (`feedline.engine._autotune.WorkerTuner`).
 - ``feedline-remembered``: the same, started on what an earlier run left
   (`feedline.engine._remembered`: the backend and the worker count the
-  tuner reached; an untimed run first leaves them): every later run.
+  tuner reached; untimed runs whose trials agree leave them): every later run.
 - ``feedline x2``: the same with ``workers=2`` (one per core, fixed).
 - ``torch x2`` / ``torch x16``: DataLoader(num_workers=2 / 16) over the
   same function (fork), what a default and a tuned user would write.
@@ -42,6 +42,8 @@ import time
 import urllib.request
 
 import numpy as np
+
+from feedline.engine._remembered import AGREE
 
 from .tables import markdown_table
 
@@ -133,7 +135,8 @@ def main(argv=None) -> None:
             urls = [f"{base_url}/{i:06d}.bin" for i in range(args.samples)]
             rates = {name: [] for name in loaders}
             ran = {}
-            loaders["feedline-remembered"](urls)  # untimed: leaves the verdict and the worker count to start on
+            for _ in range(AGREE):  # untimed: the agreeing trials, which leave the verdict and worker count to start on
+                loaders["feedline-remembered"](urls)
             for _ in range(args.reps):
                 for name, run in loaders.items():
                     t0 = time.perf_counter()

@@ -151,15 +151,19 @@ def _feedline(hand: bool):
 
 
 _memory: list[str] = []  # the file the remembered row's verdicts live in, made on first use (one per benchmark process)
+_remembered_for: set[str] = set()  # workloads whose agreeing trials ran
 
 
 @contextlib.contextmanager
 def _feedline_remembered(w: Workload):
-    """feedline-auto started on the verdict its earlier run left (the runner's untimed warm-up run leaves it)."""
+    """feedline-auto started on the verdict its earlier runs left: the first use (the runner's untimed warm-up)
+    runs the trials that must agree (`feedline.engine._remembered.AGREE`), the later ones start on their verdict."""
     import atexit
     import os
     import shutil
     import tempfile
+
+    from feedline.engine._remembered import AGREE
 
     if not _memory:
         folder = tempfile.mkdtemp(prefix="feedline-bench-memory-")
@@ -168,6 +172,12 @@ def _feedline_remembered(w: Workload):
     before = os.environ.get("FEEDLINE_REMEMBER")
     os.environ["FEEDLINE_REMEMBER"] = _memory[0]  # read as the pipeline starts, written when its trial decides
     try:
+        if w.name not in _remembered_for:  # the warm-up round: the trials before the last one, run here
+            _remembered_for.add(w.name)
+            for _ in range(AGREE - 1):
+                with _feedline(hand=False)(w) as run:
+                    for _ in run.batches:
+                        pass
         with _feedline(hand=False)(w) as run:
             yield run
     finally:
@@ -371,8 +381,8 @@ NOTES: dict[str, str] = {
     "serial-loop": "plain Python loop calling the per-sample function, np.stack per batch (1 core)",
     "feedline-auto": "fl.from_arrays(data, index).map(fn).batch(B): feedline chooses backend and workers "
                      "(no map at all where there is no per-sample work)",
-    "feedline-remembered": "the same, started on the verdict the automatic choice's earlier run (the untimed warm-up) "
-                           "left: every later run of a training script",
+    "feedline-remembered": "the same, started on the verdict the automatic choice's earlier runs (two in the untimed "
+                           "warm-up, whose trials agreed) left: every later run of a training script",
     "feedline-hand": "the same with the best hand setting of map() for the workload (given under its table)",
     "torch-fork": "DataLoader(num_workers=2), default (fork) context, persistent_workers=False",
     "torch-spawn": "DataLoader(num_workers=2, multiprocessing_context='spawn'), persistent_workers=False",

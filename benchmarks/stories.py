@@ -29,7 +29,7 @@ describing the pipeline, starting workers and the epoch are; ``--setup S``
 sleeps S seconds, untimed, between describing and iterating, as a training
 script builds its model there), ``--reps``
 rounds in rotating order, medians, after one untimed run per story and
-one untimed automatic run that leaves the verdict to remember (the
+two untimed automatic runs whose trials agree on the verdict to remember (the
 benchmark's first run was its slowest: story 1's automatic row ran 331
 samples/s there against 387-439 after; a cold file cache is the likely
 cause, not shown). Every run must deliver the example's
@@ -52,6 +52,8 @@ import sys
 import tempfile
 import time
 import types
+
+from feedline.engine._remembered import AGREE
 
 from .tables import markdown_table
 
@@ -213,7 +215,8 @@ def main(argv=None) -> None:
             memory = {**env, "FEEDLINE_REMEMBER": os.path.join(folder, f"choices-{variant}.json")}
             forget = {**env, "FEEDLINE_REMEMBER": "0"}
             untimed = [("process", forget)] if not args.quick else []  # the benchmark's first run was its slowest (see the docstring)
-            for setting, setting_env in untimed + [("auto", memory)]:  # ... and the verdict the remembered runs start on
+            agree = [("auto", memory)] * AGREE  # ... and the agreeing trials whose verdict the remembered runs start on
+            for setting, setting_env in untimed + agree:
                 subprocess.run([sys.executable, "-m", "benchmarks.stories", "--one", story, variant, setting,
                                 "1" if args.quick else "0", data_file, "0"], cwd=ROOT, env=setting_env,
                                capture_output=True, text=True, timeout=600)

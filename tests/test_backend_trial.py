@@ -439,56 +439,7 @@ def test_gil_bound_threads_pause_while_process_workers_start_all_of_them_on_many
     assert threads.kept_running == kept_running
 
 
-class _StartedAhead(_Started):
-    """Process workers that come up once the scripted clock passes ``up_at``; every start is counted."""
-
-    starts: list = []
-    up_at = 0.0
-    threads: _ScriptedThreads | None = None
-
-    def __init__(self):
-        self.starts.append(self)
-        self.closed = False
-
-    def close(self) -> None:
-        self.closed = True
-
-    def wait_ready(self, timeout=None) -> bool:
-        return self.threads.now >= self.up_at
-
-
-def test_process_workers_started_ahead_with_the_threads_are_up_before_the_threads_are_judged(monkeypatch):
-    from feedline.engine._trial import AHEAD_WAIT
-
-    # With a fork server up and few cores, the workers start with the threads (story 1 after a set-up: a core
-    # idled while they came up after the verdict); the threads are judged only once the workers are up
-    # (their start takes CPU from the threads), and the workers are not started a second time.
-    threads = _ScriptedThreads(1.0, 400, begun=2)
-    _StartedAhead.starts, _StartedAhead.up_at, _StartedAhead.threads = [], 0.1, threads
-    assert _verdict_after(monkeypatch, threads, 0.09, _StartedAhead, start_ahead=True) is None
-    assert len(_StartedAhead.starts) == 1, "started once, with the threads"
-
-    threads = _ScriptedThreads(1.0, 400, begun=2)
-    _StartedAhead.starts, _StartedAhead.threads = [], threads
-    assert _verdict_after(monkeypatch, threads, 0.2, _StartedAhead, start_ahead=True) == "process"
-    assert len(_StartedAhead.starts) == 1, "the verdict uses the workers started ahead"
-
-    threads = _ScriptedThreads(1.0, 400, begun=2, cores=16)  # many cores: never ahead (they would start beside every thread)
-    _StartedAhead.starts, _StartedAhead.threads = [], threads
-    assert _verdict_after(monkeypatch, threads, 0.09, _StartedAhead, start_ahead=True) == "process"
-
-    threads = _ScriptedThreads(1.0, 400, begun=2)  # workers that do not come up in time: closed, the threads judged anyway
-    _StartedAhead.starts, _StartedAhead.up_at, _StartedAhead.threads = [], 10.0, threads
-    assert _verdict_after(monkeypatch, threads, AHEAD_WAIT + 0.05, _StartedAhead, start_ahead=True) == "process"
-    assert len(_StartedAhead.starts) == 2 and _StartedAhead.starts[0].closed, "the late ones closed, fresh ones asked for"
-    _StartedAhead.up_at = 0.1
-
-    threads = _ScriptedThreads(1.0, 400, begun=2)  # more workers (4) than cores (2): never ahead either
-    _StartedAhead.starts, _StartedAhead.threads = [], threads
-    assert _verdict_after(monkeypatch, threads, 0.09, _StartedAhead, workers=4, start_ahead=True) == "process"
-
-
-def test_workers_started_ahead_leave_nothing_behind_whichever_backend_wins(no_leaks):
+def test_with_the_fork_server_up_nothing_is_left_behind_whichever_backend_wins(no_leaks):
     import zlib
 
     data = np.random.default_rng(0).integers(0, 4, 1 << 18, dtype=np.uint8).tobytes()

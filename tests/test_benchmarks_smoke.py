@@ -81,7 +81,7 @@ def test_markdown_table_lays_out_rows_and_names_a_row_that_does_not_fit():
 def test_io_workers_benchmark_prints_a_row_per_loader():
     pytest.importorskip("torch")
     rows = _table_rows(_run_script("io_workers", "--samples", "32", "--latency", "0.005", "--reps", "1"))
-    assert set(rows) == {"feedline-auto", "feedline x2", "torch x2", "torch x16"}
+    assert set(rows) == {"feedline-auto", "feedline-remembered", "feedline x2", "torch x2", "torch x16"}
     assert rows["feedline x2"][0].endswith("x2") and rows["torch x16"][0] == "fork x16", rows
     assert rows["feedline x2"][2] == "1.00x", "the reference row is 1.00x itself"
 

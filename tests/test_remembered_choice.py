@@ -48,25 +48,48 @@ def _entries(path) -> dict:
     return json.loads(path.read_text())
 
 
-def _set_winner(path, winner: str) -> None:
-    """Rewrite the one remembered verdict as ``winner`` (as if the trial had found it)."""
+def _set_winner(path, winner: str, agreed: int = _remembered.AGREE) -> None:
+    """Rewrite the one remembered verdict as ``winner`` (as if ``agreed`` trials in a row had found it)."""
     entries = _entries(path)
     (entry,) = entries.values()
-    entry["winner"] = winner
+    entry["winner"], entry["agreed"] = winner, agreed
     path.write_text(json.dumps(entries))
 
 
-def test_a_later_run_starts_on_the_verdict_the_first_run_found(choices):
+def _trials(fn=waits, **kwargs):
+    """The runs whose trials must agree before a verdict is started on; the last one's (batches, stats)."""
+    for _ in range(_remembered.AGREE):
+        out = _run(fn, **kwargs)
+        assert "remembered" not in out[1].decision, out[1].decision
+    return out
+
+
+def test_a_later_run_starts_on_the_verdict_two_trials_agreed_on(choices):
     first, stats = _run()
     assert "remembered" not in stats.decision
     (entry,) = _entries(choices).values()
-    assert entry["winner"] == stats.backend == "thread" and entry["runs"] == 0
+    assert entry["winner"] == stats.backend == "thread" and entry["runs"] == 0 and entry["agreed"] == 1
+    _, confirming = _run()
+    assert "remembered" not in confirming.decision  # one trial is not enough: a second one runs
+    assert _entries(choices)[next(iter(_entries(choices)))]["agreed"] == 2
+    stats = confirming
     second, again = _run()
     assert again.backend == "thread" and again.decision.count("remembered") == 1, again.decision
     assert f"threads x{again.workers} at once, remembered" in again.decision and "run 1 of" in again.decision
     assert again.trial == stats.trial  # the report keeps the rates the verdict came from
     assert second == first  # every backend gives the same batches
     assert _entries(choices)[next(iter(_entries(choices)))]["runs"] == 1
+
+
+def test_a_trial_that_disagrees_is_not_started_on_until_another_agrees(choices):
+    _run()
+    _set_winner(choices, "process", agreed=1)  # as if the first trial had judged otherwise (a busy moment)
+    _, second = _run()
+    assert "remembered" not in second.decision
+    (entry,) = _entries(choices).values()
+    assert entry["winner"] == "thread" and entry["agreed"] == 1
+    assert "remembered" not in _run()[1].decision  # this trial agrees with the second
+    assert "remembered" in _run()[1].decision
 
 
 def test_a_remembered_process_verdict_starts_the_workers_at_once_with_the_same_batches(choices):
@@ -79,13 +102,13 @@ def test_a_remembered_process_verdict_starts_the_workers_at_once_with_the_same_b
 
 def test_the_trial_runs_again_after_remember_runs_runs_and_is_remembered_anew(choices, monkeypatch):
     monkeypatch.setattr(_remembered, "REMEMBER_RUNS", 2)
-    _run()
+    _trials()
     assert "remembered" in _run()[1].decision and "remembered" in _run()[1].decision
     _, fresh = _run()
     assert "remembered" not in fresh.decision  # the third run after the verdict: a trial
     (entry,) = _entries(choices).values()
     assert entry["runs"] == 0
-    assert "run 1 of 2" in _run()[1].decision
+    assert "run 1 of 2" in _run()[1].decision  # it agreed with the verdict before: started on at once
 
 
 def test_different_code_is_not_started_on_another_pipelines_verdict(choices):
@@ -106,7 +129,7 @@ def test_nothing_is_remembered_when_turned_off(tmp_path, monkeypatch):
 def test_the_default_file_is_under_the_cache_home(tmp_path, monkeypatch):
     monkeypatch.delenv("FEEDLINE_REMEMBER")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    _run()
+    _trials()
     assert "remembered" in _run()[1].decision
     assert (tmp_path / "feedline" / "choices.json").is_file()
 
@@ -122,7 +145,7 @@ def test_an_unwritable_memory_is_reported_and_the_run_goes_on(tmp_path, monkeypa
 
 def test_a_torn_file_counts_as_empty_and_is_written_afresh(choices):
     choices.write_text('{"abc": {"winner": "process", "ru')
-    _run()
+    _trials()
     assert "remembered" in _run()[1].decision
     assert len(_entries(choices)) == 1
 
@@ -130,8 +153,8 @@ def test_a_torn_file_counts_as_empty_and_is_written_afresh(choices):
 def test_the_file_keeps_only_the_most_recently_used_entries(choices, monkeypatch):
     monkeypatch.setattr(_remembered, "MAX_ENTRIES", 2)
     for fn in (waits, waits_longer):
-        _run(fn)
-    _run(waits)  # used again: now the most recent
+        _trials(fn)
+    assert "remembered" in _run(waits)[1].decision  # used again: now the most recent
     _run(lambda i: (time.sleep(0.004), np.full(4, -i, np.int64))[1])
     kept = [entry["why"] for entry in _entries(choices).values()]
     assert len(kept) == 2
@@ -141,7 +164,7 @@ def test_the_file_keeps_only_the_most_recently_used_entries(choices, monkeypatch
 
 def test_a_remembered_winner_that_no_longer_delivers_runs_the_trial_again(choices, monkeypatch):
     monkeypatch.setattr(_trial, "RETRIAL_AFTER", 0.0)
-    _run(workers=2)  # a count set by hand: the worker tuner leaves it (the drift check compares per worker)
+    _trials(workers=2)  # a count set by hand: the worker tuner leaves it (the drift check compares per worker)
     entries = _entries(choices)
     (entry,) = entries.values()
     entry["per_worker"] *= 100  # as if it had delivered 100 times more when it won
@@ -165,15 +188,15 @@ _SCRIPT = (
 )
 
 
-def test_a_fresh_interpreter_recalls_what_the_previous_one_found(choices):
-    """The key is a digest of the code, stable across interpreters (no ids, no addresses): a script's second run recalls."""
+def test_a_fresh_interpreter_recalls_what_the_previous_ones_found(choices):
+    """The key is a digest of the code, stable across interpreters (no ids, no addresses): a script's third run recalls."""
     env = {**os.environ, "FEEDLINE_REMEMBER": str(choices)}
     runs = [subprocess.run([sys.executable, "-c", _SCRIPT], capture_output=True, text=True, timeout=120, env=env)
-            for _ in range(2)]
+            for _ in range(_remembered.AGREE + 1)]
     assert all(run.returncode == 0 for run in runs), [run.stderr for run in runs]
     totals = [run.stdout.split(" ", 1)[0] for run in runs]
-    assert totals == [str(4 * sum(range(96)))] * 2
-    assert "remembered" not in runs[0].stdout and "remembered" in runs[1].stdout, runs[1].stdout
+    assert totals == [str(4 * sum(range(96)))] * len(runs)
+    assert not any("remembered" in run.stdout for run in runs[:-1]) and "remembered" in runs[-1].stdout, runs[-1].stdout
 
 
 def test_remembered_processes_that_cannot_start_leave_the_run_to_a_trial(choices, monkeypatch):
@@ -199,11 +222,12 @@ def test_remembered_processes_that_cannot_start_leave_the_run_to_a_trial(choices
 
 def test_a_later_run_starts_at_the_worker_count_the_tuner_left(choices):
     """Threads that wait on I/O are grown by the worker tuner; the next run starts grown, not at one per core."""
-    pipe = fl.from_arrays(np.arange(1200)).map(waits).batch(4)
-    with pipe:
-        first = [b.tolist() for b in pipe]
-        grown = pipe.stats()
-    assert grown.backend == "thread" and grown.workers > 2, (grown.workers, grown.decisions)
+    for _ in range(_remembered.AGREE):  # the trials that agree; each run's tuner grows the threads
+        pipe = fl.from_arrays(np.arange(1200)).map(waits).batch(4)
+        with pipe:
+            first = [b.tolist() for b in pipe]
+            grown = pipe.stats()
+        assert grown.backend == "thread" and grown.workers > 2, (grown.workers, grown.decisions)
     (entry,) = _entries(choices).values()
     assert entry["workers"] == grown.workers
     pipe = fl.from_arrays(np.arange(1200)).map(waits).batch(4)

@@ -179,7 +179,7 @@ def run(*, samples: int, size: int, batch: int, workers: int | None = None, data
         cold, count = _feedline_epoch(pipe, total, "feedline, first epoch")
         cold_stats = pipe.stats()
         print(f"  feedline, first epoch:        {cold:6.2f} s  {count / cold:8.1f} samples/s  "
-              f"(starts {cold_stats.workers} workers, chooses the backend)")
+              f"(starts {cold_stats.workers} workers, {_how_chosen(cold_stats.decision)})")
         warm, count = _feedline_epoch(pipe, total, "feedline, next epoch")
         stats = pipe.stats()
     print(f"  feedline, next epoch:         {warm:6.2f} s  {count / warm:8.1f} samples/s  "
@@ -191,3 +191,8 @@ def run(*, samples: int, size: int, batch: int, workers: int | None = None, data
     print()
     print(stats)
     return 0
+
+
+def _how_chosen(decision: str) -> str:
+    """How the first epoch's backend came about: a trial in this run, or a verdict remembered from an earlier one."""
+    return "on the backend an earlier run's trial chose" if "at once, remembered" in decision else "chooses the backend"

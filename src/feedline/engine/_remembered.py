@@ -16,6 +16,11 @@ straight on the winner, as the hand setting would.
   worker (what the drift check compares against), its worker count as the
   run left it (the worker tuner grows threads that wait on I/O: 2 -> 16
   took ~1-2 s of a 4 s epoch), when, and how many runs started on it.
+- Only a verdict that `AGREE` trials in a row reached (two runs' trials,
+  or a trial and the drift check's) is started on: one trial can be wrong (a busy moment, a cold file cache;
+  the suite's jpeg threads were once judged to lose), and remembered it
+  would hold 10 runs on the slower backend, since the drift check watches
+  the winner only, never the loser. A trial that disagrees replaces it.
 - A run that starts on a remembered verdict is watched like any decision:
   a rate that falls under `feedline.engine._trial.DRIFT_RATIO` of the
   remembered one runs the trial again. After `REMEMBER_RUNS` runs the
@@ -41,8 +46,9 @@ from dataclasses import dataclass
 
 from .._fingerprint import digest
 
-__all__ = ["MAX_ENTRIES", "REMEMBER_RUNS", "Remembered", "choices_file", "note_workers", "recall", "record", "work_key"]
+__all__ = ["AGREE", "MAX_ENTRIES", "REMEMBER_RUNS", "Remembered", "choices_file", "note_workers", "recall", "record", "work_key"]
 
+AGREE = 2  # trials in a row that must reach the same verdict before runs start on it
 REMEMBER_RUNS = 10  # runs that start on one remembered verdict before the trial runs again (one trial in ten: ~1 % of the cost)
 MAX_ENTRIES = 256  # pipelines remembered per file; the least recently used go first
 WHY_CHARS = 400  # of the trial's decision text, kept for the runs that start on it
@@ -100,7 +106,7 @@ def recall(key: str) -> Remembered | None:
         return None
     entries = _read(path)
     entry = entries.get(key)
-    if not _valid(entry) or entry["runs"] >= REMEMBER_RUNS:
+    if not _valid(entry) or entry["runs"] >= REMEMBER_RUNS or entry.get("agreed", 0) < AGREE:
         return None
     entry["runs"] += 1
     entry["used"] = time.time()
@@ -117,7 +123,9 @@ def record(key: str, winner: str, rates: dict, per_worker: float, why: str, work
         return None
     entries = _read(path)
     now = time.time()
-    entries[key] = {"winner": winner, "rates": {k: float(v) for k, v in rates.items()}, "per_worker": float(per_worker),
+    before = entries.get(key)
+    agreed = before.get("agreed", 0) + 1 if _valid(before) and before["winner"] == winner else 1
+    entries[key] = {"agreed": agreed, "winner": winner, "rates": {k: float(v) for k, v in rates.items()}, "per_worker": float(per_worker),
                     "when": now, "used": now, "runs": 0, "why": why[:WHY_CHARS], "workers": workers}
     if len(entries) > MAX_ENTRIES:
         kept = sorted(entries, key=lambda k: entries[k].get("used", 0) if isinstance(entries[k], dict) else 0)[-MAX_ENTRIES:]

@@ -21,7 +21,7 @@ from typing import Callable
 import cloudpickle
 
 from .._errors import FeedlineError
-from ..backends import PartNotPicklable, check_sendable, in_worker, make_executor, warm_up, warmed_up
+from ..backends import PartNotPicklable, check_sendable, in_worker, make_executor, warm_up
 from . import _remembered as remembered_choice
 from ._autotune import MAX_WORKERS, MAX_WORKERS_PER_CORE, DepthTuner, WorkerTuner
 from ._bulk_trial import SerialOrThreads
@@ -195,11 +195,12 @@ class _StartAfterSetUp:
 
     A training script describes its pipeline, then builds its model (a
     second or more), then iterates: the server's ~0.2 s of imports fit in
-    that gap, and the trial starts the process workers with its threads
-    (`BackendTrial._start_ahead`), so they are up when the threads turn out
-    to hold the GIL (story 1 after a second of set-up: 0.72-0.75 of
-    processes set by hand without both, 0.91 with them; `python -m
-    benchmarks.stories --only story1 --setup 1`). A script that iterates at once (a benchmark, a loop) keeps
+    that gap, and process workers fork from it in milliseconds once the
+    threads turn out to hold the GIL (story 1 after a second of set-up:
+    0.72-0.75 of processes set by hand without it and without workers
+    started beside the threads, 0.91 with both, 0.83 with it alone after
+    the trial's early verdict came in; `python -m benchmarks.stories
+    --only story1 --setup 1`). A script that iterates at once (a benchmark, a loop) keeps
     the rule of fewer than `START_AHEAD_CORES` cores: the trial starts it
     only if it needs processes, since its imports would take a core from
     threads that may win. A pipeline built (iterated) meanwhile anywhere in
@@ -314,8 +315,7 @@ def _auto_executor(plan, workers: int, runtime):
             threads.close()
             runtime.reason += f"; the remembered processes could not start ({type(e).__name__}: {str(e)[:160]}): a trial"
     threads = make_executor("thread", plan.part, first_threads(workers, cores), cores=cores)
-    return BackendTrial(threads, lambda: restart("process", workers), workers, restart, start_ahead=warmed_up(),
-                        on_verdict=on_verdict)
+    return BackendTrial(threads, lambda: restart("process", workers), workers, restart, on_verdict=on_verdict)
 
 
 def _recall(plan, workers: int, cores: int, runtime) -> tuple:

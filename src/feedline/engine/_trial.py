@@ -15,8 +15,13 @@ without changing the output. `BackendTrial` is an `Executor` over two:
   iterates for a moment after the map is described: its imports beside
   threads that keep every core busy cost short epochs 10-25 %; on more,
   `feedline.engine._runtime.start_early` starts it when the map is
-  described; the threads are judged once it is up). Where it is up and
-  cores are few, the workers start with the threads (`_start_ahead`).
+  described; the threads are judged once it is up). The workers are not
+  started with the threads before the verdict, even where the server is
+  up: their start (a fork, the pipeline's unpickling, the user's imports)
+  took the cores from threads that then won (the suite's jpeg workload,
+  2 cores: 0.86 of threads set by hand with it, 1.05 without), and
+  GIL-bound work gained nothing measurable (gil 0.94 both, story 1 0.79
+  with, 0.83 without).
 - On `PAUSE_ALL_CORES` cores or more, `SCOUT_THREADS` threads start
   first (`first_threads`): sixteen threads that hold the GIL take ~16
   times longer each to show it. Scouts that cannot keep their cores busy
@@ -134,7 +139,6 @@ GIL_LIMIT = (0.8, 1.25)  # cores that threads grown for I/O keep busy between th
 KEEP_RUNNING = 2  # threads held back by the GIL that go on while process workers start (the rest wait: `_start_processes`) ...
 PAUSE_ALL_CORES = 8  # ... none on machines with this many cores: the workers came up in 0.02-0.03 s instead of 0.29-0.44 s (16 cores)
 PAUSE_LIMIT = 2.0  # ... for at most this many seconds: workers slower to come up than that do not stall the threads' tasks
-AHEAD_WAIT = 0.15  # seconds the threads' verdict waits for process workers started with them (`_start_ahead`), then closes them
 HANDOVER_WAIT = 0.05  # seconds the queued tasks wait for the paused threads' tasks to come back, so that those go first
 SCOUT_THREADS = 4  # on `PAUSE_ALL_CORES` cores or more the trial judges this many threads first (`first_threads`)
 
@@ -277,12 +281,12 @@ class BackendTrial(Executor):
     """Threads at once, processes if the threads hold the GIL, threads again only if they could win (see the module docstring).
 
     ``make_processes()`` starts the process executor (`_judge_gil` decides
-    when; at once with ``start_ahead``, see `_start_ahead`); ``restart(kind,
+    when); ``restart(kind,
     workers)`` starts a fresh one of either kind for a trial run again
     (None: never).
     """
 
-    def __init__(self, threads: Executor, make_processes, workers: int, restart=None, start_ahead: bool = False,
+    def __init__(self, threads: Executor, make_processes, workers: int, restart=None,
                  remembered: Remembered | None = None, on_verdict=None):
         self.threads, self.processes = threads, NotStarted(workers)
         self._on_verdict = on_verdict  # on_verdict(winner, rates, samples/s per worker, why, workers) -> None or why not kept
@@ -332,14 +336,11 @@ class BackendTrial(Executor):
         self.decided_after: float | None = None  # seconds from the trial's start to its decision
         self._switch: _SwitchInterval | None = None
         self._window_share: int | None = None  # the tasks each worker may hold, passed on to the workers once started
-        self._ahead = False
         if remembered is not None:
             self._start_on(remembered)
             return
         self._shorten_switch()  # from the start: GIL-bound threads otherwise hold the consumer's judging back 5 ms a step
         threads.watch_progress(True)
-        self._ahead = (start_ahead and self._usable >= 2 and workers <= self.cores < PAUSE_ALL_CORES
-                       and self._start_ahead())
 
     # -------------------------------------------------------- the interface
     @property
@@ -678,8 +679,8 @@ class BackendTrial(Executor):
         if clocks is None or self._usable < 2 or now - self._judging_from >= START_PROCESSES_AFTER:
             self._start_processes()  # no clocks; one thread shows nothing side by side; or no verdict in time
             return
-        if warming_up() or not self._ahead_up():
-            self._baseline = self._warm_baseline = None  # the fork server or the workers started ahead take a core meanwhile:
+        if warming_up():
+            self._baseline = self._warm_baseline = None  # the fork server takes a core while it starts:
             self._judging_from = now  # not a fair stretch (and the workers could not start before it is ready anyway)
             return
         if self._baseline is None:
@@ -714,28 +715,6 @@ class BackendTrial(Executor):
         self.decided_after = now - self._started
         self._settle("thread", f"{self._cores_note()[:-2]}: the work releases the GIL, so processes could add little: threads")
 
-    def _ahead_up(self) -> bool:
-        """Whether the workers started ahead (if any) are up; ones that failed to start are left to `_check_ready`.
-
-        Ones not up within `AHEAD_WAIT` are closed, and the trial goes on
-        as if none had started: a machine too busy to start them quickly
-        must not keep the threads from being judged (a 0.3 s epoch of
-        threads that keep both cores busy ended with no verdict once).
-        """
-        if not self._ahead:
-            return True
-        try:
-            if self.processes.wait_ready(0):
-                return True
-        except Exception:
-            return True
-        if time.perf_counter() - self._started < AHEAD_WAIT:
-            return False
-        started, self._ahead = self.processes, False
-        self._use_processes(NotStarted(self.workers))
-        started.close()
-        return True
-
     def _stretch(self, baseline: tuple, now: float, clocks: list) -> tuple:
         """``(seconds, cores the threads kept busy, cores the consumer's thread used, cores they could use, samples begun)`` since ``baseline``.
 
@@ -754,37 +733,12 @@ class BackendTrial(Executor):
         usable = min(self._usable, self.threads.workers, self.cores - others)  # (scouts: fewer than the pool)
         return span, kept, others, usable, sum(now_[3] - was[3] for now_, was in zip(clocks, before))
 
-    def _start_ahead(self) -> bool:
-        """Start the process workers with the threads, before the verdict, where a fork server is up and cores are few.
-
-        They get no task until `_judge_gil` says the threads hold the GIL,
-        and the threads are judged only once the workers are up (their start
-        takes CPU from the threads: not a fair stretch), or closed after
-        `AHEAD_WAIT` (`_ahead_up`). Waiting for the
-        verdict to start them left a core idle while they came up beside two
-        GIL-bound threads (story 1 after a second of set-up: ~0.1 s of 0.5).
-        Threads that win close them, having cost their start (a fork and
-        the pipeline's unpickling each). Not on `PAUSE_ALL_CORES` cores or
-        more, nor with more workers than cores: there they would start
-        beside many threads unpaused, which starved sixteen workers' start
-        for seconds (16 workers on 2 cores: no verdict within a 2.5 s epoch).
-        Returns whether they were started; a failure is left to the usual
-        start to report.
-        """
-        try:
-            self._use_processes(self._make_processes())
-        except Exception:
-            return False
-        return True
-
     def _start_processes(self) -> None:
         """Start the process workers (see `_judge_gil`); a failure settles on threads with the reason."""
         self._processes_started = True
         if self._cores_kept is not None:  # judged held back by the GIL: few threads deliver as much meanwhile, and
             self.threads.pause_beyond(self._kept_running())  # the workers start sooner
             self._paused_at = time.perf_counter()  # (asking for 16 of them beside 16 such threads took 0.12 s, not 0.02)
-        if self._ahead:
-            return  # started with the threads (`_start_ahead`)
         try:
             fresh = self._make_processes()
         except Exception as exc:
