@@ -159,3 +159,13 @@ def test_remote_store_benchmark_checks_remote_batches_and_prints_each_variant():
     injected, retries, gave_up = (int(v) for v in rows["HTTP cold, 30% failing"][-1].split(" / "))
     assert injected > 0 and retries >= injected and gave_up == 0, rows["HTTP cold, 30% failing"]  # every sample came anyway
     assert rows["local"][1] == "1.00", "the reference row is 1.00 itself"
+
+
+def test_remembered_benchmark_compares_first_runs_and_remembered_runs_with_the_hand_setting():
+    out = _run_script("remembered", "--rounds", "3", "--workload", "gil")  # full data: a quick epoch is too short to decide
+    rows = _table_rows(out)
+    assert set(rows) == {"gil"}
+    hand, auto, remembered = (float(v.replace(",", "")) for v in rows["gil"][:3])
+    assert min(hand, auto, remembered) > 0
+    assert float(rows["gil"][4]) == pytest.approx(remembered / hand, abs=0.01)
+    assert "at once, remembered: this pipeline's trial" in out, out  # the remembered row started on its agreeing trials

@@ -1,0 +1,101 @@
+"""The automatic choice's first run against runs that start on a remembered verdict, and the hand setting (issue 15).
+
+Run (from the repository root, in the project's virtualenv with the peers' packages):
+
+    python -m benchmarks.remembered                    # jpeg, audio, gil, seg; 8 rounds (~3 minutes on 2 cores)
+    python -m benchmarks.remembered --workload audio --rounds 12
+    python -m benchmarks.remembered --quick            # smoke test
+
+One interpreter, the fork server started first (as in a training script
+that built its model after describing the pipeline, or after any earlier
+process pipeline), then per round one epoch with start-up of each setting
+in rotating order: ``hand`` (the suite's best hand setting of ``map()``),
+``auto`` (``map(fn)``, nothing remembered: every run a first run) and
+``remembered`` (``map(fn)`` with a file of verdicts of its own: the first
+`feedline.engine._remembered.AGREE` rounds are its agreeing trials and are
+left out of its median). In one process the rows share one memory state,
+which the peer suite's rows do not (there the JPEG rows split into runs that
+faulted in fresh memory and runs that did not, 0.8k against 1.05k samples/s).
+
+Last run (2026-11-26 09:29 UTC, 2-core VM, 8 rounds), samples/s medians:
+
+    workload   hand    auto   remembered   auto/hand   remembered/hand
+    jpeg      1,013   1,017        996        1.00           0.98
+    audio     7,774   7,281      7,716        0.94           0.99
+    gil         445     424        441        0.95           0.99
+    seg          88      88         88        1.00           1.00
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import tempfile
+import time
+
+from .tables import markdown_table
+from .workloads import build
+
+SETTINGS = ("hand", "auto", "remembered")
+
+
+def epoch(w, settings: dict, memory: str) -> tuple[float, str]:
+    """Samples/s of one epoch with start-up, and the decision, with ``FEEDLINE_REMEMBER=memory``."""
+    import feedline as fl
+
+    os.environ["FEEDLINE_REMEMBER"] = memory
+    try:
+        start = time.perf_counter()
+        pipe = fl.from_arrays(w.data, w.index).map(w.fn, **settings).batch(w.batch_size)
+        with pipe:
+            rows = sum(len(b[0]) for b in pipe)
+            decision = pipe.stats().decision
+        return rows / (time.perf_counter() - start), decision
+    finally:
+        os.environ["FEEDLINE_REMEMBER"] = "0"
+
+
+def main(argv=None) -> None:
+    from feedline.backends import warm_up
+    from feedline.engine._remembered import AGREE
+
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.remembered", description=__doc__.splitlines()[0])
+    parser.add_argument("--workload", action="append", choices=("jpeg", "audio", "gil", "seg"))
+    parser.add_argument("--rounds", type=int, default=8)
+    parser.add_argument("--quick", action="store_true", help="small data, AGREE + 1 rounds: a smoke test (epochs this short "
+                        "may end before a trial decides, so the remembered row may start on nothing)")
+    args = parser.parse_args(argv)
+    rounds = AGREE + 1 if args.quick else max(args.rounds, AGREE + 1)
+    warm_up("process")
+    time.sleep(1.0)
+    rows = []
+    for name in args.workload or ["jpeg", "audio", "gil", "seg"]:
+        w = build(name, quick=args.quick)
+        folder = tempfile.mkdtemp(prefix="feedline-remembered-")
+        memory = os.path.join(folder, "choices.json")
+        rates = {s: [] for s in SETTINGS}
+        decision = ""
+        try:
+            for r in range(rounds):
+                for setting in SETTINGS[r % 3:] + SETTINGS[:r % 3]:
+                    rate, why = epoch(w, dict(w.hand or {}) if setting == "hand" else {},
+                                      memory if setting == "remembered" else "0")
+                    if setting != "remembered" or r >= AGREE:
+                        rates[setting].append(rate)
+                    if setting == "remembered" and r == rounds - 1:
+                        decision = why
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+        medians = {s: statistics.median(v) for s, v in rates.items()}
+        rows.append([name, *(f"{medians[s]:,.0f}" for s in SETTINGS), f"{medians['auto'] / medians['hand']:.2f}",
+                     f"{medians['remembered'] / medians['hand']:.2f}"])
+        print(f"  {name}: remembered row's last decision: {decision}", flush=True)
+    print(f"\nsamples/s, one epoch with start-up, medians of {rounds} rounds ({rounds - AGREE} for remembered); "
+          f"{os.cpu_count()} CPUs\n")
+    print(markdown_table(["workload", *SETTINGS, "auto / hand", "remembered / hand"], rows, "lrrrrr"))
+
+
+if __name__ == "__main__":
+    main()
