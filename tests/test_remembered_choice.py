@@ -239,3 +239,13 @@ def test_a_later_run_starts_at_the_worker_count_the_tuner_left(choices):
         again = pipe.stats()
     assert second == first
     assert f"threads x{grown.workers} at once, remembered" in again.decision, again.decision
+
+
+def test_a_memory_that_cannot_count_its_runs_is_not_started_on(choices, monkeypatch):
+    """A file it can read but not write (read-only) would hold one verdict forever: the trial runs, and says why."""
+    _trials()
+    refused = "not remembered (PermissionError: [Errno 13] read-only; set FEEDLINE_REMEMBER to a writable file, or 0)"
+    monkeypatch.setattr(_remembered, "_write", lambda path, entries: refused)  # as a read-only file answers
+    _, stats = _run()
+    assert "at once, remembered" not in stats.decision
+    assert refused in stats.decision, stats.decision

@@ -110,7 +110,8 @@ def recall(key: str) -> Remembered | None:
         return None
     entry["runs"] += 1
     entry["used"] = time.time()
-    _write(path, entries)
+    if _write(path, entries) is not None:
+        return None  # a file it cannot count runs in would keep a verdict forever: the trial runs (and says why)
     workers = entry.get("workers")
     return Remembered(entry["winner"], dict(entry["rates"]), float(entry["per_worker"]), float(entry["when"]),
                       str(entry.get("why", "")), entry["runs"], workers if isinstance(workers, int) and workers > 0 else None)
