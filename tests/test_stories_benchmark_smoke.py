@@ -31,5 +31,6 @@ def test_stories_benchmark_runs_every_example_with_every_setting():
     for case in CASES:  # the automatic choice explains itself for every story
         lines += [line for line in done.stdout.splitlines() if line.strip().startswith(f"{case}: automatic choice, each round:")]
         assert "| remembered, " in lines[-1], lines[-1]
-    # Quick epochs are short: a trial that has not decided by the end leaves nothing to remember (story 2 PNG's does).
-    assert any("at once, remembered: this pipeline's trial" in line for line in lines), lines
+    # Quick epochs are short: a trial that has not decided by the end, or two that disagree, leave nothing to start
+    # on, so whether a remembered run started on a verdict is not asserted here (tests/test_remembered_choice.py and
+    # the remembered benchmark's smoke test check that on epochs long enough to decide).
