@@ -101,17 +101,16 @@ def work_key(plan, workers: int, cores: int) -> str:
 
 def recall(key: str) -> Remembered | None:
     """The verdict remembered for ``key`` if this run may start on it (counted as one more run), else None."""
-    path = choices_file()
-    if path is None:
+    def count_run(entry):
+        if not _valid(entry) or entry["runs"] >= REMEMBER_RUNS or entry.get("agreed", 0) < AGREE:
+            return None
+        entry["runs"] += 1
+        entry["used"] = time.time()
+        return entry
+
+    entry, trouble = _change(key, count_run)
+    if entry is None or trouble is not None:  # a file it cannot count runs in would keep a verdict forever: a trial
         return None
-    entries = _read(path)
-    entry = entries.get(key)
-    if not _valid(entry) or entry["runs"] >= REMEMBER_RUNS or entry.get("agreed", 0) < AGREE:
-        return None
-    entry["runs"] += 1
-    entry["used"] = time.time()
-    if _write(path, entries) is not None:
-        return None  # a file it cannot count runs in would keep a verdict forever: the trial runs (and says why)
     workers = entry.get("workers")
     return Remembered(entry["winner"], dict(entry["rates"]), float(entry["per_worker"]), float(entry["when"]),
                       str(entry.get("why", "")), entry["runs"], workers if isinstance(workers, int) and workers > 0 else None)
@@ -119,32 +118,49 @@ def recall(key: str) -> Remembered | None:
 
 def record(key: str, winner: str, rates: dict, per_worker: float, why: str, workers: int | None = None) -> str | None:
     """Remember a trial's verdict for ``key``; None, or why it could not be written (for the decision text)."""
-    path = choices_file()
-    if path is None or winner not in ("thread", "process") or per_worker <= 0:
+    if winner not in ("thread", "process") or per_worker <= 0:
         return None
-    entries = _read(path)
-    now = time.time()
-    before = entries.get(key)
-    agreed = before.get("agreed", 0) + 1 if _valid(before) and before["winner"] == winner else 1
-    entries[key] = {"agreed": agreed, "winner": winner, "rates": {k: float(v) for k, v in rates.items()}, "per_worker": float(per_worker),
-                    "when": now, "used": now, "runs": 0, "why": why[:WHY_CHARS], "workers": workers}
-    if len(entries) > MAX_ENTRIES:
-        kept = sorted(entries, key=lambda k: entries[k].get("used", 0) if isinstance(entries[k], dict) else 0)[-MAX_ENTRIES:]
-        entries = {k: entries[k] for k in kept}
-    return _write(path, entries)
+
+    def replace(before):
+        now = time.time()
+        agreed = before.get("agreed", 0) + 1 if _valid(before) and before["winner"] == winner else 1
+        return {"agreed": agreed, "winner": winner, "rates": {k: float(v) for k, v in rates.items()},
+                "per_worker": float(per_worker), "when": now, "used": now, "runs": 0, "why": why[:WHY_CHARS],
+                "workers": workers}
+
+    return _change(key, replace)[1]
 
 
 def note_workers(key: str, winner: str, workers: int) -> str | None:
     """The worker tuner changed the count of ``key``'s winner: later runs start at it. None, or why it was not kept."""
+    def set_count(entry):
+        if not _valid(entry) or entry["winner"] != winner or entry.get("workers") == workers:
+            return None
+        entry["workers"] = workers
+        return entry
+
+    return _change(key, set_count)[1]
+
+
+def _change(key: str, edit) -> tuple:
+    """``(entry, trouble)``: ``edit(entry or None)`` returns the new entry, or None to leave the file as it is.
+
+    The one read-modify-write of the file: `MAX_ENTRIES` kept (the most
+    recently used), written whole; ``trouble`` is why it could not be
+    written (None: written, or nothing to write, or remembering is off).
+    """
     path = choices_file()
     if path is None:
-        return None
+        return None, None
     entries = _read(path)
-    entry = entries.get(key)
-    if not _valid(entry) or entry["winner"] != winner or entry.get("workers") == workers:
-        return None
-    entry["workers"] = workers
-    return _write(path, entries)
+    entry = edit(entries.get(key))
+    if entry is None:
+        return None, None
+    entries[key] = entry
+    if len(entries) > MAX_ENTRIES:
+        kept = sorted(entries, key=lambda k: entries[k].get("used", 0) if isinstance(entries[k], dict) else 0)[-MAX_ENTRIES:]
+        entries = {k: entries[k] for k in kept}
+    return entry, _write(path, entries)
 
 
 def _valid(entry) -> bool:
