@@ -15,6 +15,7 @@ import tempfile
 import time
 
 from .cli import _Progress
+from .engine._remembered import STARTED_ON_IT
 
 __all__ = ["explain", "load_and_augment", "run"]
 
@@ -195,4 +196,4 @@ def run(*, samples: int, size: int, batch: int, workers: int | None = None, data
 
 def _how_chosen(decision: str) -> str:
     """How the first epoch's backend came about: a trial in this run, or a verdict remembered from an earlier one."""
-    return "on the backend an earlier run's trial chose" if "at once, remembered" in decision else "chooses the backend"
+    return "on the backend an earlier run's trial chose" if STARTED_ON_IT in decision else "chooses the backend"

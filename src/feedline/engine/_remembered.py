@@ -46,13 +46,14 @@ from dataclasses import dataclass
 
 from .._fingerprint import digest
 
-__all__ = ["AGREE", "MAX_ENTRIES", "REMEMBER_RUNS", "Remembered", "choices_file", "note_workers", "recall", "record", "work_key"]
+__all__ = ["AGREE", "MAX_ENTRIES", "REMEMBER_RUNS", "STARTED_ON_IT", "Remembered", "choices_file", "note_workers", "recall", "record", "work_key"]
 
 AGREE = 2  # trials in a row that must reach the same verdict before runs start on it
 REMEMBER_RUNS = 10  # runs that start on one remembered verdict before the trial runs again (one trial in ten: ~1 % of the cost)
 MAX_ENTRIES = 256  # pipelines remembered per file; the least recently used go first
 WHY_CHARS = 400  # of the trial's decision text, kept for the runs that start on it
 REMEMBER_VAR = "FEEDLINE_REMEMBER"
+STARTED_ON_IT = "at once, remembered"  # in the decision text of a run that starts on a remembered verdict (`Remembered.describe`)
 _OFF = ("0", "off", "false", "no")
 
 
@@ -72,7 +73,7 @@ class Remembered:
         """The decision text of a run that starts on it."""
         day = time.strftime("%Y-%m-%d %H:%M", time.localtime(self.when))
         count = f" x{self.workers}" if self.workers else ""
-        return (f"{'threads' if self.winner == 'thread' else 'processes'}{count} at once, remembered: this pipeline's trial "
+        return (f"{'threads' if self.winner == 'thread' else 'processes'}{count} {STARTED_ON_IT}: this pipeline's trial "
                 f"on this machine ({day}) found: {self.why} (run {self.run} of {REMEMBER_RUNS} on it before the "
                 f"trial runs again; {REMEMBER_VAR}=0: always run it)")
 
