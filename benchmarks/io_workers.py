@@ -45,6 +45,7 @@ import numpy as np
 
 from feedline.engine._remembered import AGREE
 
+from .loaders import remembering_in
 from .tables import markdown_table
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -58,14 +59,11 @@ def fetch(url):
 def _feedline(urls, workers, memory: str = "0"):
     import feedline as fl
 
-    os.environ["FEEDLINE_REMEMBER"] = memory  # read when the pipeline starts, written when its choice is made
-    try:
+    with remembering_in(memory):
         pipe = fl.from_arrays(np.array(urls)).map(fetch, workers=workers).batch(16)
         with pipe:
             n = sum(len(b) for b in pipe)
             stats = pipe.stats()
-    finally:
-        os.environ["FEEDLINE_REMEMBER"] = "0"
     return n, f"{stats.backend} x{stats.workers}"
 
 

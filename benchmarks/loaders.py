@@ -36,8 +36,8 @@ import numpy as np
 
 from .workloads import Workload, collate
 
-__all__ = ["LOADERS", "NATIVE_NOTES", "NOTES", "Run", "SampleDataset", "applies", "feedline_native", "feedline_pipeline", "find",
-           "prepare"]
+__all__ = ["LOADERS", "NATIVE_NOTES", "NOTES", "Run", "SampleDataset", "applies", "feedline_native", "feedline_pipeline", "find", "prepare",
+           "remembering_in"]
 
 WORKERS = 2
 
@@ -169,9 +169,7 @@ def _feedline_remembered(w: Workload):
         folder = tempfile.mkdtemp(prefix="feedline-bench-memory-")
         atexit.register(shutil.rmtree, folder, True)
         _memory.append(os.path.join(folder, "choices.json"))
-    before = os.environ.get("FEEDLINE_REMEMBER")
-    os.environ["FEEDLINE_REMEMBER"] = _memory[0]  # read as the pipeline starts, written when its trial decides
-    try:
+    with remembering_in(_memory[0]):
         if w.name not in _remembered_for:  # the warm-up round: the trials before the last one, run here
             _remembered_for.add(w.name)
             for _ in range(AGREE - 1):
@@ -180,6 +178,17 @@ def _feedline_remembered(w: Workload):
                         pass
         with _feedline(hand=False)(w) as run:
             yield run
+
+
+@contextlib.contextmanager
+def remembering_in(path: str):
+    """``FEEDLINE_REMEMBER=path`` meanwhile (read as a pipeline starts, written when its trial decides), then as before."""
+    import os
+
+    before = os.environ.get("FEEDLINE_REMEMBER")
+    os.environ["FEEDLINE_REMEMBER"] = path
+    try:
+        yield
     finally:
         if before is None:
             os.environ.pop("FEEDLINE_REMEMBER", None)

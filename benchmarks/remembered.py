@@ -35,6 +35,7 @@ import statistics
 import tempfile
 import time
 
+from .loaders import remembering_in
 from .tables import markdown_table
 from .workloads import build
 
@@ -45,16 +46,13 @@ def epoch(w, settings: dict, memory: str) -> tuple[float, str]:
     """Samples/s of one epoch with start-up, and the decision, with ``FEEDLINE_REMEMBER=memory``."""
     import feedline as fl
 
-    os.environ["FEEDLINE_REMEMBER"] = memory
-    try:
+    with remembering_in(memory):
         start = time.perf_counter()
         pipe = fl.from_arrays(w.data, w.index).map(w.fn, **settings).batch(w.batch_size)
         with pipe:
             rows = sum(len(b[0]) for b in pipe)
             decision = pipe.stats().decision
         return rows / (time.perf_counter() - start), decision
-    finally:
-        os.environ["FEEDLINE_REMEMBER"] = "0"
 
 
 def main(argv=None) -> None:
