@@ -9,7 +9,11 @@ workers, epochs of a few seconds. Here every loader gets ``--workers``
 (default: the cores), and each workload is tiled to ``--samples`` rows so
 that an epoch lasts seconds at that width, not milliseconds. Rows:
 
-- ``feedline-auto``: ``map(fn)`` with no backend given (what users write);
+- ``feedline-auto``: ``map(fn)`` with no backend given (what users write), a
+  first run: the trial measures, nothing remembered;
+- ``feedline-remembered``: the same, started on the verdict that two earlier
+  (untimed) runs' trials agreed on (`feedline.engine._remembered`), as a
+  training script's later runs on the same machine do;
 - ``feedline-process`` and, for ``jpeg``, ``feedline-thread``: ``map(fn,
   backend=..., workers=W)``;
 - ``torch-fork``: ``DataLoader(num_workers=W)``, fork, the same function.
@@ -51,19 +55,25 @@ def tiled(w, samples: int):
     return dataclasses.replace(w, data=data, description=f"{w.description} (tiled to {samples} rows)")
 
 
-def rows_for(name: str, workers: int) -> dict[str, dict | None]:
-    """Loader row -> the feedline ``map`` settings (None: the row is the DataLoader)."""
-    rows = {"feedline-auto": {}, "feedline-process": {"backend": "process", "workers": workers}}
+REMEMBERED = "remembered"  # the row's settings: the automatic choice, started on a remembered verdict
+
+
+def rows_for(name: str, workers: int) -> dict[str, dict | str | None]:
+    """Loader row -> the feedline ``map`` settings (None: the row is the DataLoader; REMEMBERED: see above)."""
+    rows = {"feedline-auto": {}, "feedline-remembered": REMEMBERED,
+            "feedline-process": {"backend": "process", "workers": workers}}
     if name == "jpeg":
         rows["feedline-thread"] = {"backend": "thread", "workers": workers}
     rows["torch-fork"] = None
     return rows
 
 
-def one_epoch(w, settings: dict | None) -> dict:
+def one_epoch(w, settings: dict | str | None) -> dict:
     """One epoch with start-up: seconds, first-batch seconds, what ran; every index checked exactly once."""
     if settings is None:
         make = loaders_mod.LOADERS["torch-fork"]
+    elif settings == REMEMBERED:  # its first use runs the trials that must agree, untimed below
+        make = loaders_mod.LOADERS["feedline-remembered"]
     else:
         w = dataclasses.replace(w, hand=settings)
         make = loaders_mod.LOADERS["feedline-hand"]
@@ -108,6 +118,7 @@ def main(argv=None) -> int:
         rows = rows_for(name, workers)
         runs = {row: [] for row in rows}
         one_epoch(w, rows["feedline-process"])  # warm: page cache, imports, the fork server's first start
+        one_epoch(w, REMEMBERED)  # untimed: the agreeing trials the remembered row's runs start on
         for rep in range(args.reps):
             order = list(rows)[rep % len(rows):] + list(rows)[: rep % len(rows)]
             for row in order:
@@ -115,7 +126,7 @@ def main(argv=None) -> int:
                 last = runs[row][-1]
                 print(f"[{name}] {row}: {last['rate']:,.0f} samples/s, first batch {last['first_batch']:.3f} s ({last['detail']})",
                       file=sys.stderr, flush=True)
-                if row == "feedline-auto":
+                if row in ("feedline-auto", "feedline-remembered"):
                     print(f"[{name}]   why: {last['why']}", file=sys.stderr, flush=True)
         medians = {row: sorted(r, key=lambda m: m["rate"])[len(r) // 2] for row, r in runs.items()}
         torch_rate = medians["torch-fork"]["rate"]

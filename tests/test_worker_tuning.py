@@ -271,3 +271,30 @@ def test_a_growth_after_which_fewer_samples_arrive_is_undone_even_if_tasks_look_
         answers.append(tuner.observe(stats, None))
     assert 2 in answers, answers
     assert "samples delivered -50%" in tuner.stopped, tuner.stopped
+
+
+def test_no_worker_count_is_asked_for_while_a_trial_runs_two_backends(monkeypatch):
+    # Sixteen GIL-bound threads measured in the automatic choice's trial each use 1/16 of a core while they run,
+    # as threads waiting on I/O do. The tuner asked for 128 workers then, and the process workers that won the
+    # trial were given them (591 samples/s where sixteen deliver 2,200; 16 cores, benchmarks/server_check.py).
+    from feedline.engine import Stats, _autotune
+
+    calls = iter(range(1, 10**6))
+    monkeypatch.setattr(_autotune, "machine_idle", lambda: (lambda k: (90 * k, 100 * k))(next(calls)))  # 90 % idle
+    tuner = _autotune.WorkerTuner(workers=16, cores=16, enabled=True)
+    stats = Stats("auto", 16, 32, "test", cores=16)
+
+    def batch(steady: bool):
+        for worker in range(16):  # a task per worker and batch: 16 ms long, 1 ms of it on a CPU; the consumer waits
+            stats.task_spans.append((worker, 0.0, 0.016, stats.tasks, 8))
+            stats.tasks += 1
+            stats.task_seconds += 0.016
+            stats.task_cpu_seconds += 0.001
+        stats.samples += 8
+        stats.wall_seconds += 0.016
+        stats.wait_seconds += 0.016
+        return tuner.observe(stats, batch_bytes=64, steady=steady)
+
+    assert [batch(steady=False) for _ in range(40)] == [None] * 40
+    asked = [batch(steady=True) for _ in range(4)]  # the same tasks from one backend: they do wait
+    assert any(n is not None and n > 16 for n in asked), asked

@@ -97,6 +97,15 @@ class Executor:
         """Whether the backend running the work is decided: always, but for an automatic choice still trying backends."""
         return True
 
+    @property
+    def steady(self) -> bool:
+        """Whether only the backend that keeps the work runs tasks: decided, and the other's last task back.
+
+        The worker tuner judges only such stretches: tasks of two backends
+        side by side say nothing of either (see `feedline.engine._autotune`).
+        """
+        return True
+
     def shrink(self, workers: int) -> bool:
         """Run only ``workers`` workers from now on (fewer than now); False if this backend cannot let workers go."""
         return False

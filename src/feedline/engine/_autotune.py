@@ -24,8 +24,15 @@ a CPU taken by other programs also use little CPU, and more workers would
 not help them), the count grows at once to what would keep every core
 busy at that CPU share (tasks at 3 % of a core: 33 workers per core), at
 least doubling, up to `MAX_WORKERS_PER_CORE` per core, `MAX_WORKERS` and
-the memory budget. A backend that cannot add workers yet (the automatic
-choice's trial) is asked again at every batch. After a growth, one window
+the memory budget. Windows are judged only while one backend runs the
+work (`Executor.steady`): while the automatic choice's trial runs, and
+until the loser's last task is back, the window starts again at every
+batch. Sixteen threads that hold the GIL, measured in the trial, each use
+1/16 of a core as threads that wait on I/O do; the tuner asked for 128
+workers then, and the process workers that won the trial got them (591
+samples/s where sixteen deliver 2,200; 16 cores, `benchmarks.server_check`
+gil). A backend that cannot add workers yet is asked again at every
+batch. After a growth, one window
 settles and the next is compared with the last one before, on the
 workers' rate (workers x rows per task-second: per task, so batches that
 arrive in bursts, in order, do not skew it). A growth that raised it less
@@ -161,12 +168,15 @@ class WorkerTuner:
         self._grown = None  # (count before, the workers' and the delivered samples/s before) of a growth not yet judged
         self._settling = False  # the window right after a growth: new workers start, old tasks drain; not judged
 
-    def observe(self, stats, batch_bytes: int | None) -> int | None:
-        """Record one batch (``stats``: the epoch's counters so far); return a new worker count, or None."""
+    def observe(self, stats, batch_bytes: int | None, steady: bool = True) -> int | None:
+        """Record one batch (``stats``: the epoch's counters so far); return a new worker count, or None.
+
+        ``steady``: only the backend that keeps the work runs tasks (else the window starts again, nothing asked).
+        """
         if not self.enabled or self.stopped:
             return None
         now = _counters(stats)
-        if self._start is None or now[3] < self._start[3]:  # first batch (start-up left out), or a new epoch
+        if not steady or self._start is None or now[3] < self._start[3]:  # a trial, the first batch, or a new epoch
             self._restart(now)
             self._asked = self._grown = None
             self._settling = False

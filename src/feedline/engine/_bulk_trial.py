@@ -87,6 +87,11 @@ class SerialOrThreads(Executor):
     def settled(self) -> bool:
         return self.winner is not None
 
+    @property
+    def steady(self) -> bool:
+        """Decided, and the threads' last task back where the calling thread won (its own tasks run as collected)."""
+        return self.winner is not None and (self.winner == "thread" or not self._outstanding[self.threads])
+
     def submit(self, key, task, affinity=None) -> None:
         target = self._route()
         self._owner[key] = target

@@ -14,10 +14,10 @@ second keeps the work (`feedline.engine._trial`).
 
 from __future__ import annotations
 
-import os
 from typing import NamedTuple
 
 from .._errors import FeedlineError
+from ._cores import quota_note, usable_cores
 
 __all__ = ["Choice", "choose", "default_workers"]
 
@@ -29,11 +29,13 @@ class Choice(NamedTuple):
 
 
 def default_workers() -> int:
-    """Cores this process may use: one worker per core."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:
-        return max(1, os.cpu_count() or 1)
+    """Cores this process may use (its CPU quota counts: `feedline.engine._cores`): one worker per core."""
+    return usable_cores()
+
+
+def _per_core() -> str:
+    note = quota_note()
+    return f"one per available core: {note}" if note else "one per available core"
 
 
 def choose(plan) -> Choice:
@@ -61,13 +63,14 @@ def choose(plan) -> Choice:
             return Choice("serial", 1, "no per-sample Python work: bulk reads in the calling thread are fastest")
         if not plan.part.batch_ops:
             return Choice("serial-or-thread", count, f"bulk reads from a store (copies that release the GIL): the calling "
-                                                     f"thread or {count} threads ({'set by map()' if workers else 'one per available core'})")
+                                                     f"thread or {count} threads ({'set by map()' if workers else _per_core()})")
         return Choice("serial-or-thread", count, f"no per-sample Python work, a batch function: the calling thread or {count} "
-                                                 f"threads ({'set by map()' if workers else 'one per available core'})")
+                                                 f"threads ({'set by map()' if workers else _per_core()})")
     count = workers or cores
     if count < 2:
-        return Choice("serial", 1, "one core available")
-    why = f"{count} workers ({'set by map()' if workers else 'one per available core'})"
+        note = quota_note()
+        return Choice("serial", 1, f"one core available ({note})" if note else "one core available")
+    why = f"{count} workers ({'set by map()' if workers else _per_core()})"
     if plan.streaming:
         return Choice("process", count, f"generator source (its open shards cannot change backend): processes; {why}")
     return Choice("auto", count, why)

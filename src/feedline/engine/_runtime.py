@@ -109,7 +109,7 @@ class Runtime:
         Returns the decision (text) when the worker count changed.
         """
         old = self.workers
-        wanted = self.worker_tuner.observe(stats, self.tuner.batch_bytes)
+        wanted = self.worker_tuner.observe(stats, self.tuner.batch_bytes, steady=self.executor.steady)
         if wanted is not None and wanted < old:  # a growth that did not pay: undone where the backend can let workers go
             if self.executor.shrink(wanted):
                 self._follow_workers()

@@ -354,6 +354,13 @@ class BackendTrial(Executor):
         return self.winner is not None
 
     @property
+    def steady(self) -> bool:
+        """Decided, and the loser's last task back (a trial run again is not: both run meanwhile)."""
+        if self.winner is None:
+            return False
+        return not self._outstanding[self.processes if self.winner == "thread" else self.threads]
+
+    @property
     def processes_started(self) -> bool:
         """Whether this trial started process workers (threads that keep the cores busy never need them)."""
         return self._processes_started

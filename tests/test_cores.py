@@ -1,0 +1,102 @@
+"""A CPU quota caps the cores the automatic choices count: a container limited to 4 CPUs on a 64-core host gets 4 workers."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from feedline.engine._cores import cpu_quota
+
+
+def _tree(tmp_path, own: str, files: dict[str, str]):
+    """A cgroup mount under ``tmp_path`` holding ``files`` (relative path -> text), and a /proc/self/cgroup file."""
+    for rel, text in files.items():
+        path = tmp_path / "cg" / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    (tmp_path / "self").write_text(own)
+    return str(tmp_path / "cg"), str(tmp_path / "self")
+
+
+def test_a_cgroup_v2_quota_is_read_in_cpus_and_max_means_none(tmp_path):
+    root, own = _tree(tmp_path, "0::/job\n", {"job/cpu.max": "250000 100000\n"})
+    assert cpu_quota(root, own) == 2.5
+    root, own = _tree(tmp_path, "0::/job\n", {"job/cpu.max": "max 100000\n"})
+    assert cpu_quota(root, own) is None
+
+
+def test_a_parent_cgroup_quota_limits_its_children(tmp_path):
+    root, own = _tree(tmp_path, "0::/pod/container\n", {"pod/cpu.max": "400000 100000\n",
+                                                          "pod/container/cpu.max": "max 100000\n"})
+    assert cpu_quota(root, own) == 4.0
+
+
+def test_a_container_that_sees_its_cgroup_at_the_mount_root_is_read_there(tmp_path):
+    # with a cgroup namespace, /proc/self/cgroup may name a host path the container's mount does not hold
+    root, own = _tree(tmp_path, "0::/kubepods/burstable/pod1/abc\n", {"cpu.max": "200000 100000\n"})
+    assert cpu_quota(root, own) == 2.0
+
+
+def test_a_cgroup_v1_quota_is_read_and_minus_one_means_none(tmp_path):
+    root, own = _tree(tmp_path, "4:cpu,cpuacct:/docker/abc\n2:memory:/docker/abc\n",
+                      {"cpu,cpuacct/docker/abc/cpu.cfs_quota_us": "150000\n",
+                       "cpu,cpuacct/docker/abc/cpu.cfs_period_us": "100000\n"})
+    assert cpu_quota(root, own) == 1.5
+    root, own = _tree(tmp_path, "4:cpu,cpuacct:/docker/abc\n", {"cpu,cpuacct/docker/abc/cpu.cfs_quota_us": "-1\n",
+                                                                "cpu,cpuacct/docker/abc/cpu.cfs_period_us": "100000\n"})
+    assert cpu_quota(root, own) is None
+
+
+def test_no_cgroup_files_mean_no_quota(tmp_path):
+    assert cpu_quota(str(tmp_path / "absent"), str(tmp_path / "absent-too")) is None
+    root, own = _tree(tmp_path, "0::/\n", {"cpu.max": "not a number\n"})
+    assert cpu_quota(root, own) is None
+
+
+_CHILD = """
+import numpy as np, feedline as fl
+from feedline.engine._cores import usable_cores
+with fl.from_arrays(np.arange(64)).map(lambda v: v + 1).batch(8) as pipe:
+    out = [b.tolist() for b in pipe]
+    stats = pipe.stats()
+assert out == [list(range(k + 1, k + 9)) for k in range(0, 64, 8)]
+print(usable_cores(), stats.backend, stats.workers, stats.decision, sep="|")
+"""
+
+
+def _cgroup_with_quota(cpus: float):
+    """A real cgroup (v1 ``cpu`` or v2) limited to ``cpus`` CPUs, made for this test; skip where none can be made."""
+    name = f"feedline-test-{os.getpid()}"
+    for folder, files in ((f"/sys/fs/cgroup/cpu/{name}", {"cpu.cfs_period_us": "100000", "cpu.cfs_quota_us": str(int(cpus * 100000))}),
+                          (f"/sys/fs/cgroup/{name}", {"cpu.max": f"{int(cpus * 100000)} 100000"})):
+        try:
+            os.mkdir(folder)
+        except OSError:
+            continue
+        try:
+            for file, text in files.items():
+                with open(os.path.join(folder, file), "w") as f:
+                    f.write(text)
+            return folder
+        except OSError:
+            os.rmdir(folder)
+    pytest.skip("no cgroup with a CPU quota can be made here (needs root and a writable cgroup mount)")
+
+
+def test_a_process_under_a_cpu_quota_counts_the_quota_not_the_cpus_it_sees():
+    visible = len(os.sched_getaffinity(0))
+    if visible < 2:
+        pytest.skip("one CPU: a quota of one changes nothing")
+    folder = _cgroup_with_quota(1.0)
+    try:
+        run = subprocess.run(["sh", "-c", f'echo $$ > {folder}/cgroup.procs && exec "{sys.executable}" -c "$0"', _CHILD],
+                             capture_output=True, text=True, timeout=120)
+    finally:
+        os.rmdir(folder)
+    assert run.returncode == 0, run.stderr
+    cores, backend, workers, decision = run.stdout.strip().split("|")
+    assert (cores, backend, workers) == ("1", "serial", "1"), run.stdout  # not one worker per visible CPU
+    assert "one core available (a CPU quota of 1 of the" in decision, decision
