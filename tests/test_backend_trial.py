@@ -483,3 +483,38 @@ def test_a_core_spun_by_a_library_thread_outside_the_consumer_does_not_make_gil_
             spinner.join()
     assert "releases the GIL" not in stats.decision, stats.decision
     assert "process" in stats.trial, f"processes must be measured: {stats.decision}"
+
+
+def _measured_alone(monkeypatch, kept_grown: float, seconds: float) -> tuple[str | None, str]:
+    """Scouts kept their 4 cores busy and the processes reached 80 % of the threads' bound: sixteen threads are
+    measured alone, keeping ``kept_grown`` of 16 cores busy. The verdict after ``seconds`` (no thread task is in)."""
+    from feedline.engine import _trial
+
+    threads = _ScriptedScouts(kept=0.99 * 4, kept_grown=kept_grown)
+    clock = types.SimpleNamespace(perf_counter=lambda: threads.now, thread_time=lambda: 0.0)
+    monkeypatch.setattr(_trial, "time", clock)
+    trial = _trial.BackendTrial(threads, _Started, 16)
+    try:
+        trial._cores_kept, trial._judged = 0.99 * 4, 4  # the scouts' verdict: not held back
+        trial._thread_rows, trial._thread_cpu = 400.0, 1.0  # their CPU rate: 400 samples per CPU second
+        for _ in range(16):  # the processes' measurement: 16 tasks of 32 rows in 0.1 s each = 5,120 samples/s
+            trial._measure[trial.processes].add(types.SimpleNamespace(span=(0.0, 0.1), rows=32, cpu=0.1))
+        trial._ready = True
+        while threads.now < seconds and trial.winner is None:
+            threads.advance(0.005)
+            trial._advance()
+        return trial.winner, trial.note
+    finally:
+        trial.close()
+
+
+def test_threads_measured_alone_that_keep_too_few_cores_busy_lose_before_their_tasks_are_in(monkeypatch):
+    from feedline.engine._trial import EVIDENCE_SPAN
+
+    # sixteen jpeg threads on 16 cores kept ~5.5 busy: at 400 samples per CPU second they reach 2,200 samples/s,
+    # under the processes' 5,120 / 1.1; their tasks took ~0.5 s each, and the epoch waited for sixteen of them
+    winner, note = _measured_alone(monkeypatch, kept_grown=5.5, seconds=EVIDENCE_SPAN + 0.03)
+    assert winner == "process", note
+    assert "16 threads alone kept 5.5 of 16 cores busy, 2,200 samples/s at their CPU rate" in note, note
+    # sixteen that keep 15 cores busy could reach 6,000: they are measured to the end (no verdict without tasks)
+    assert _measured_alone(monkeypatch, kept_grown=15.0, seconds=0.5)[0] is None

@@ -76,6 +76,10 @@ without changing the output. `BackendTrial` is an `Executor` over two:
   (threads copy no batch and hold no memory per worker). Cores kept busy
   do not settle it: threads that release the GIL can still lose, e.g. to
   page faults of large temporaries that the workers' malloc settings avoid.
+  But they can lose early: threads that keep too few cores busy to come
+  within `PROCESS_MARGIN` of the processes even at their CPU rate lose once
+  a stretch with every thread busy shows it (`_threads_cannot_win`), not
+  after every thread's measured task is in.
 - A measurement is at least `workers` tasks and `MIN_SPAN` seconds of work
   per worker; its rate is rows over task spans, times the workers. The
   loser gets no new task and is closed once its last one is back.
@@ -326,6 +330,7 @@ class BackendTrial(Executor):
         self._alone_from = None  # processes measured from here (the threads' last task is back)
         self._threads_again = False  # the bound did not settle it: threads are measured alone
         self._threads_alone_from = None  # threads measured from here (the processes' last task is back)
+        self._alone_baseline: tuple | None = None  # (when, the threads' clocks) as every thread was busy, measured alone
         self._abandoned = False  # the threads' running tasks were taken back once
         self._handover: list = []  # tasks queued for threads when the processes came up, sent with the paused ones given back ...
         self._returns_due = 0  # ... once this many paused tasks are back
@@ -612,8 +617,46 @@ class BackendTrial(Executor):
         if self._threads_again:
             if self._threads_alone_from is None and not self._outstanding[self.processes]:
                 self._threads_alone_from = now
+            if self._threads_alone_from is not None and self._threads_cannot_win(now):
+                return
             if self._measure[self.threads].done:
                 self._decide()
+
+    def _threads_cannot_win(self, now: float) -> bool:
+        """Threads measured alone that keep too few cores busy to come within `PROCESS_MARGIN` of the processes: processes, now.
+
+        Threads deliver the cores they keep busy times their CPU rate (rows
+        per CPU second of their tasks), so a stretch of `EVIDENCE_SPAN` with
+        every thread busy says what they can reach long before their tasks
+        are in. On 16 cores sixteen jpeg threads kept ~5.5 of 16 cores busy
+        where four had kept 3.7 of 4; their tasks of 32 images took ~0.5 s
+        each, and waiting for sixteen of them cost one epoch in three ~1.2 s
+        (auto 1,582 samples/s against 2,789 by hand). Set once per stretch,
+        as `_judge_gil` does; a thread that waited for tasks starts it again.
+        """
+        clocks = self.threads.side_by_side()
+        if clocks is None or self._thread_cpu <= 0:
+            return False
+        if self._alone_baseline is None:
+            if all(busy for busy, *_ in clocks):
+                self._alone_baseline = (now, clocks)
+            return False
+        began, before = self._alone_baseline
+        if len(before) != len(clocks) or any(now_[2] - was[2] > IDLE_SHARE * (now - began) for now_, was in zip(clocks, before)):
+            self._alone_baseline = None  # one waited for tasks meanwhile (or the pool changed): not side by side
+            return False
+        if now - began < EVIDENCE_SPAN:
+            return False
+        kept = sum(now_[1] - was[1] for now_, was in zip(clocks, before)) / (now - began)
+        reach = kept * self._thread_rows / self._thread_cpu
+        processes = self._measure[self.processes].per_second
+        if processes <= PROCESS_MARGIN * reach:
+            return False  # threads may still win: measured to the end
+        self.rates = {"thread": reach, "process": processes}
+        self.decided_after = now - self._started
+        self._settle("process", f"tried both: {len(clocks)} threads alone kept {kept:.1f} of {self._usable} cores busy, "
+                                f"{reach:,.0f} samples/s at their CPU rate; processes {processes:,.0f} samples/s: processes")
+        return True
 
     def _at_once_share(self) -> float:
         """The share of the threads' bound at which processes win without a thread phase (see the module docstring)."""
@@ -884,7 +927,7 @@ class BackendTrial(Executor):
         self._thread_span, self._thread_tasks = 0.0, 0
         self._baseline = self._warm_baseline = self._cores_kept = None
         self._judging_from = time.perf_counter()
-        self._alone_from = self._threads_alone_from = None
+        self._alone_from = self._threads_alone_from = self._alone_baseline = None
         self._threads_again = self._abandoned = False
         self.winner = None  # the rates of the last decision stay in stats().trial until the next one
         self._started = time.perf_counter()
