@@ -36,10 +36,11 @@ class _Abandoned(Exception):
 class _Running:
     """The task a thread is on: when it started, and how far it got (samples begun)."""
 
-    __slots__ = ("started", "cpu", "samples")
+    __slots__ = ("key", "rows", "started", "cpu", "samples", "abandoned")
 
-    def __init__(self):
-        self.started, self.cpu, self.samples = time.perf_counter(), time.thread_time(), 0
+    def __init__(self, key, rows: int):
+        self.key, self.rows, self.started, self.cpu, self.samples = key, rows, time.perf_counter(), time.thread_time(), 0
+        self.abandoned = False  # given back at its next sample (`ThreadExecutor.abandon_running`)
 
 
 class _Returned:
@@ -69,13 +70,12 @@ class ThreadExecutor(Executor):
         self.begun = [0] * workers  # samples each thread began while watched
         self._cpu_clocks: list = []  # each thread's CPU-time clock id (None where the system has none)
         self.returned: list = []  # (key, _Returned): abandoned tasks, for `take_returned`
-        self._abandon_before = 0.0  # tasks started before this are given back at their next sample
         self._watched = False  # count each task's samples (for `running_rates`, `abandon_running`)
         self._keep = workers  # threads from this index on wait between samples until `resume` (see `pause_beyond`)
         self._resumed = threading.Event()
         self._resumed.set()
         self._give_back_paused = False  # paused tasks are given back when resumed (`resume(give_back=True)`)
-        self._paused = 0  # threads waiting in a pause now
+        self._paused: set = set()  # keys of the tasks whose threads wait in a pause now
         self._paused_lock = threading.Lock()
         self.threads = []
         self.arrays = reusing_arrays()  # large batch arrays used again once the consumer lets go
@@ -132,20 +132,20 @@ class ThreadExecutor(Executor):
             if item is _STOP:
                 return
             key, task = item
-            running = self.running[n] = _Running()
+            running = self.running[n] = _Running(key, 0 if task.indices is None else len(task.indices))
 
             def progress(index, running=running, n=n):
                 running.samples += 1
                 self.begun[n] += 1
-                if running.started < self._abandon_before:
+                if running.abandoned:
                     raise _Abandoned
                 if n >= self._keep and not self._resumed.is_set():
                     with self._paused_lock:
-                        self._paused += 1
+                        self._paused.add(running.key)
                     self._resumed.wait()  # paused while process workers start (`pause_beyond`)
                     with self._paused_lock:
-                        self._paused -= 1
-                    if running.started < self._abandon_before or self._give_back_paused:
+                        self._paused.discard(running.key)
+                    if running.abandoned or self._give_back_paused:
                         raise _Abandoned
 
             try:
@@ -241,21 +241,32 @@ class ThreadExecutor(Executor):
             self._give_back_paused = False
             self._resumed.clear()
 
-    def resume(self, give_back: bool = False) -> int:
+    def resume(self, give_back: bool = False) -> list:
         """Let threads paused by `pause_beyond` go on, or (``give_back``) give their tasks back (`take_returned`).
 
-        Returns how many threads were paused in a task (as many tasks come back with ``give_back``).
+        Returns the keys of the tasks whose threads were paused (with ``give_back``, those tasks come back).
         """
         with self._paused_lock:
-            paused = self._paused
+            paused = list(self._paused)
         self._give_back_paused = give_back
         self._keep = self.workers
         self._resumed.set()
         return paused
 
-    def abandon_running(self) -> None:
-        """Give back every running task at its next sample (`take_returned` has them once back)."""
-        self._abandon_before = time.perf_counter()
+    def abandon_running(self, done_under: float = 1.0) -> list:
+        """Give back the running tasks at their next sample (`take_returned` has them once back); returns their keys.
+
+        Only tasks with under ``done_under`` of their samples begun: one far
+        along costs less to finish here than to run again elsewhere. A task
+        that has no next sample finishes as usual instead: its key then
+        arrives as an ordinary result.
+        """
+        keys = []
+        for running in list(self.running):
+            if running is not None and (not running.rows or running.samples < done_under * running.rows):
+                running.abandoned = True
+                keys.append(running.key)
+        return keys
 
     def take_returned(self) -> list:
         """The ``(key, _Returned)`` pairs given back since the last call."""

@@ -144,6 +144,8 @@ KEEP_RUNNING = 2  # threads held back by the GIL that go on while process worker
 PAUSE_ALL_CORES = 8  # ... none on machines with this many cores: the workers came up in 0.02-0.03 s instead of 0.29-0.44 s (16 cores)
 PAUSE_LIMIT = 2.0  # ... for at most this many seconds: workers slower to come up than that do not stall the threads' tasks
 HANDOVER_WAIT = 0.05  # seconds the queued tasks wait for the paused threads' tasks to come back, so that those go first
+GIVE_BACK_SHARE = 2 / 3  # threads judged to keep at most this share of their cores busy give back, as the workers come up, ...
+GIVE_BACK_DONE = 0.25  # ... the running tasks with under this share of their samples begun (see `_check_ready`)
 SCOUT_THREADS = 4  # on `PAUSE_ALL_CORES` cores or more the trial judges this many threads first (`first_threads`)
 
 
@@ -274,8 +276,11 @@ class NotStarted(Executor):
     def watch_progress(self, on: bool) -> None:
         pass
 
-    def resume(self, give_back: bool = False) -> int:
-        return 0
+    def resume(self, give_back: bool = False) -> list:
+        return []
+
+    def take_returned(self) -> list:
+        return []
 
     def close(self) -> None:
         pass
@@ -332,9 +337,10 @@ class BackendTrial(Executor):
         self._threads_alone_from = None  # threads measured from here (the processes' last task is back)
         self._alone_baseline: tuple | None = None  # (when, the threads' clocks) as every thread was busy, measured alone
         self._abandoned = False  # the threads' running tasks were taken back once
-        self._handover: list = []  # tasks queued for threads when the processes came up, sent with the paused ones given back ...
-        self._returns_due = 0  # ... once this many paused tasks are back
+        self._handover: list = []  # thread tasks for the processes, sent earliest first with those given back ...
+        self._due: set = set()  # ... once the thread tasks with these keys are back (given back, or done) ...
         self._handover_by = 0.0  # ... or by then
+        self._held: list = []  # tasks for the processes submitted meanwhile: sent after the handover
         self._paused_at: float | None = None  # when threads were paused for the process workers' start
         self._closed: set = set()
         self._started = time.perf_counter()
@@ -376,15 +382,20 @@ class BackendTrial(Executor):
 
     def submit(self, key, task, affinity=None) -> None:
         self._check_ready()
+        self._move_returned()
         target = self._route()
         self._owner[key] = target
         self._outstanding[target] += 1
+        if target is self.processes and self._due:
+            self._held.append((key, task))  # behind the earlier tasks the threads give back (`_move_returned`)
+            return
         target.submit(key, task, affinity)
 
     def wait(self, timeout):
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             self._check_ready()
+            self._move_returned()
             busy = [e for e in self._live() if self._outstanding[e]]
             if not busy:
                 return []
@@ -407,6 +418,7 @@ class BackendTrial(Executor):
             executor.cancel(generation)
         for key in [k for k in self._owner if k[0] == generation]:
             self._outstanding[self._owner.pop(key)] -= 1
+        self._due = {key for key in self._due if key[0] != generation}  # cancelled tasks give no result to wait for
 
     def set_window_share(self, tasks: int) -> None:
         self._window_share = tasks
@@ -483,7 +495,19 @@ class BackendTrial(Executor):
         return self.processes
 
     def _check_ready(self) -> None:
-        """Once every process worker is up: move the tasks still queued for threads to them."""
+        """Once every process worker is up: move the tasks still queued for threads to them.
+
+        Paused threads give their tasks back, and so do running threads the
+        GIL held back to `GIVE_BACK_SHARE` of their cores, for tasks begun
+        under `GIVE_BACK_DONE`: a thread that finished a task just before
+        the workers came up had taken the next from its queue, and ran it at
+        a fraction of the processes' speed while they waited (audio, 2
+        cores: the threads' last tasks back 0.24 s in instead of ~0.11 s;
+        epochs +1-8 %, in four alternating pairs of eight). A task far along
+        runs to its end: the cores are shared, and what the thread did would
+        be lost (gil: tasks ~45 % done as the workers came up, -2 to -6 %
+        when they were given back too).
+        """
         if self._ready or self.winner is not None:
             return
         self._judge_gil()
@@ -500,12 +524,19 @@ class BackendTrial(Executor):
         if self._ready:
             self._paused_at = None
             queued = self.threads.take_queued()
-            paused = self.threads.resume(give_back=True)
-            if paused:  # paused tasks come back: they go first, in key order, once all are back (`_move_returned`)
-                self._handover, self._returns_due = queued, paused
-                self._handover_by = time.perf_counter() + HANDOVER_WAIT
-            else:
-                self._hand_over(queued)
+            due = self.threads.resume(give_back=True)  # paused tasks come back: they go first, in key order
+            if self._cores_kept is not None and self._cores_kept <= GIVE_BACK_SHARE * self._judged_cores():
+                # so do running ones not far along, where the processes will be much faster (`GIVE_BACK_SHARE`)
+                self._abandoned = True
+                due += self.threads.abandon_running(done_under=GIVE_BACK_DONE)
+            self._hand_over_after(queued, due)
+
+    def _hand_over_after(self, tasks, due) -> None:
+        """``tasks`` go to the processes with the thread tasks ``due`` back, earliest first (`_move_returned`)."""
+        self._handover += tasks
+        self._due |= set(due)
+        self._handover_by = time.perf_counter() + HANDOVER_WAIT
+        self._move_returned()
 
     def _hand_over(self, tasks) -> None:
         """Submit ``(key, task)`` pairs the threads hold no more to the processes, earliest first."""
@@ -518,6 +549,7 @@ class BackendTrial(Executor):
 
     def _collect(self, executor: Executor, events: list) -> list:
         if executor is self.threads:
+            self._due.difference_update(event.key for event in events)  # due, but done before the next sample
             self._move_returned()
         for event in events:
             if self._owner.pop(event.key, None) is not None:
@@ -574,28 +606,35 @@ class BackendTrial(Executor):
             running = self.threads.running_rates()
             if running and ABANDON_RATIO * max(running) < rate:
                 self._abandoned = True
-                self.threads.abandon_running()
+                self._hand_over_after([], self.threads.abandon_running())
 
     def _move_returned(self) -> None:
         """Tasks the threads gave back run on the processes; what the threads did of them counts for their bound.
 
-        The tasks of paused threads are held with the queued ones until all
-        of them are back (or `HANDOVER_WAIT` passed): they are the earliest
-        tasks, the next batches among them, and the process workers take
-        what they are sent in the order sent. Sent as they came, the queued
-        tasks went first and the given-back ones waited a whole round of
-        tasks behind them (16 workers on 2 cores: batch 3 at 2.2 s instead
-        of 0.7 s).
+        The tasks given back (paused or abandoned threads') are held with
+        the queued ones until all are back (or `HANDOVER_WAIT` passed), and
+        so are tasks submitted meanwhile (`_held`): the given-back ones are
+        the earliest, the next batches among them, and the process workers
+        take what they are sent in the order sent. Sent as they came, the
+        queued tasks went first and the given-back ones waited a whole round
+        of tasks behind them (16 workers on 2 cores: batch 3 at 2.2 s
+        instead of 0.7 s).
         """
         for key, returned in self.threads.take_returned():
             self._thread_rows += returned.rows
             self._thread_cpu += returned.cpu
             self._handover.append((key, returned.task))
-            self._returns_due -= 1
-        if self._returns_due > 0 and time.perf_counter() < self._handover_by:
+            self._due.discard(key)
+        if self._due and time.perf_counter() >= self._handover_by:
+            self._due = set()  # one still running past the deadline is handed over when it comes back
+        if self._due or not (self._handover or self._held):
             return
-        moving, self._handover, self._returns_due = self._handover, [], 0
+        moving, self._handover = self._handover, []
         self._hand_over(moving)
+        held, self._held = self._held, []
+        for key, task in held:
+            if self._owner.get(key) is self.processes:  # not cancelled meanwhile
+                self.processes.submit(key, task)
 
     def _advance(self) -> None:
         now = time.perf_counter()
@@ -879,6 +918,10 @@ class BackendTrial(Executor):
             self._retrial_after = self._retrial_after * 2 if confirmed else RETRIAL_AFTER
         self.winner, self.note = winner, note
         self.threads.resume()
+        if (winner == "process" and self._outstanding[self.threads]
+                and self.rates.get("process", 0.0) >= ABANDON_RATIO * self.rates.get("thread", math.inf)):
+            # threads measured alone hold the next tasks, at a fraction of the processes' speed: those move now
+            self._hand_over_after(self.threads.take_queued(), self.threads.abandon_running())
         if winner == "thread":
             self._widen()  # threads that won on I/O as scouts: the whole pool
         self._settled_at = time.perf_counter()
