@@ -545,6 +545,17 @@ class _RecordingProcesses(Executor):
         self.inner.close()
 
 
+def _expect_every_task_once_in_order(trial, processes: _RecordingProcesses, tasks: int = 8) -> None:
+    """Tasks 0..tasks-1 (40 samples each) all come back once, right, and reached the process workers in key order."""
+    events = []
+    deadline = time.monotonic() + 30
+    while len(events) < tasks and time.monotonic() < deadline:
+        events += trial.wait(0.05)
+    assert sorted(e.key[1] for e in events) == list(range(tasks)), "every task once"
+    assert all(e.result.payload.tolist() == list(range(40 * e.key[1], 40 * e.key[1] + 40)) for e in events)
+    assert processes.order == [(0, n) for n in range(tasks)], processes.order
+
+
 def test_thread_tasks_given_back_as_the_workers_come_up_reach_them_before_later_tasks():
     # The earliest tasks hold the next batches: given back by threads the GIL held back, they must reach the process
     # workers before the queued and the newly submitted ones (sent as they came back, they ran a round later).
@@ -565,13 +576,7 @@ def test_thread_tasks_given_back_as_the_workers_come_up_reach_them_before_later_
         trial._check_ready()  # the workers are up: 2-5 move, 0 and 1 are given back at their next sample
         for n in (6, 7):
             trial.submit((0, n), tasks[(0, n)])  # submitted before 0 and 1 are back
-        events = []
-        deadline = time.monotonic() + 30
-        while len(events) < 8 and time.monotonic() < deadline:
-            events += trial.wait(0.05)
-        assert sorted(e.key[1] for e in events) == list(range(8)), "every task once"
-        assert processes[0].order == [(0, n) for n in range(8)], processes[0].order
-        assert all(e.result.payload.tolist() == list(range(40 * e.key[1], 40 * e.key[1] + 40)) for e in events)
+        _expect_every_task_once_in_order(trial, processes[0])
     finally:
         trial.close()
 
@@ -599,11 +604,6 @@ def test_threads_that_lose_to_much_faster_processes_hand_over_the_tasks_they_hol
         trial._settle("process", "processes three times as fast")
         for n in (6, 7):
             trial.submit((0, n), tasks[(0, n)])
-        events = []
-        deadline = time.monotonic() + 30
-        while len(events) < 8 and time.monotonic() < deadline:
-            events += trial.wait(0.05)
-        assert sorted(e.key[1] for e in events) == list(range(8)), "every task once"
-        assert processes[0].order == [(0, n) for n in range(8)], processes[0].order
+        _expect_every_task_once_in_order(trial, processes[0])
     finally:
         trial.close()
