@@ -27,10 +27,11 @@ same run. The median of ``--reps`` runs is reported; loaders take turns.
 The automatic rows also print what the trial measured and why it chose
 (``why:`` lines on stderr).
 
-Last measured: 2026-11-26 on an H200 host with 16 cores (benchmarks/RESULTS.md,
-"Eleventh session"): ``gil`` automatic 3,188 samples/s against 3,471 with
-processes set by hand (0.92) and 2,962 for DataLoader; ``jpeg`` 0.90 of
-the hand setting (before that session's changes: 0.89 and 0.91).
+Last measured: 2026-11-26 on three H200 hosts with 16 cores, one per call
+(benchmarks/RESULTS.md, "Fourteenth session"): automatic / processes by hand
+``gil`` 0.93-1.00, ``jpeg`` 0.76-1.00 (first runs that measure threads
+alone cost ``jpeg`` most); remembered / hand 0.91-1.05 and 0.95-1.04;
+DataLoader 0.78-0.95 of the hand setting.
 """
 
 from __future__ import annotations
