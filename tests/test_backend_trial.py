@@ -607,3 +607,19 @@ def test_threads_that_lose_to_much_faster_processes_hand_over_the_tasks_they_hol
         _expect_every_task_once_in_order(trial, processes[0])
     finally:
         trial.close()
+
+
+def test_the_threads_bound_on_many_cores_keeps_the_share_of_cores_the_scouts_lost():
+    # four jpeg threads kept 3.6 of 4 cores busy on a 16-core machine: sixteen keep no larger share (they kept
+    # 4.7-6.4 of 16), so the most they could reach is 90 % of 16 cores at their CPU rate, not all 16
+    from feedline.engine import _trial
+
+    trial = _trial.BackendTrial(_ScriptedScouts(kept=3.6, kept_grown=5.5), _Started, 16)
+    try:
+        trial._thread_rows, trial._thread_cpu = 400.0, 1.0  # 400 samples per CPU second
+        trial._cores_kept, trial._judged = 3.6, 4
+        assert trial._thread_bound() == pytest.approx(16 * 400 * 0.9)
+        trial._judged = 16  # the whole pool judged: its bound is its cores at the CPU rate, as on 2 cores
+        assert trial._thread_bound() == pytest.approx(16 * 400)
+    finally:
+        trial.close()

@@ -896,10 +896,24 @@ class BackendTrial(Executor):
                 f"busy (the consumer's thread {self._cores_others:.2f}); ")
 
     def _thread_bound(self) -> float:
-        """Samples/s the threads could deliver at most: their CPU rate on every core they could use (0: unknown)."""
+        """Samples/s the threads could deliver at most: their CPU rate on every core they could use (0: unknown).
+
+        Where scouts were judged (`first_threads`), times the share of their
+        cores they kept busy: the cores lost to waiting on the GIL grow at
+        least with the threads that wait (jpeg, 16 cores: four threads kept
+        3.25-3.8 of 4 cores busy, sixteen 4.7-6.4 of 16), so the whole pool
+        keeps no larger share. Without it, processes just under the
+        unscaled bound (those over it reached 100-113 %) sent one jpeg epoch
+        in three, on one host three in four, to a thread phase that sixteen
+        threads lost at a third of the processes' speed.
+        """
         if self._thread_cpu <= 0 or not self._thread_rows:
             return 0.0
-        return self._usable * self._thread_rows / self._thread_cpu
+        bound = self._usable * self._thread_rows / self._thread_cpu
+        judged = self._judged_cores()
+        if self._cores_kept is not None and judged < self._usable:
+            bound *= min(1.0, self._cores_kept / judged)
+        return bound
 
     def _decide(self) -> None:
         threads, processes = self._measure[self.threads], self._measure[self.processes]
