@@ -28,18 +28,21 @@ __all__ = ["cpu_quota", "quota_note", "usable_cores"]
 
 def usable_cores() -> int:
     """Cores this process may use: its affinity mask, capped by its CPU quota (`cpu_quota`)."""
-    visible, quota = _visible(), cpu_quota()
-    if quota is not None:
-        visible = min(visible, math.ceil(quota - 1e-9))  # 2.0 CPUs: 2 cores; 2.5: 3 (the half core is still time)
-    return max(1, visible)
+    return _capped(_visible(), cpu_quota())
 
 
 def quota_note() -> str:
     """Why fewer cores than the CPUs this process sees, for the decision text ("" where no quota caps them)."""
     visible, quota = _visible(), cpu_quota()
-    if quota is None or math.ceil(quota - 1e-9) >= visible:
+    if _capped(visible, quota) >= visible:
         return ""
     return f"a CPU quota of {quota:g} of the {visible} CPUs this process sees"
+
+
+def _capped(visible: int, quota: float | None) -> int:
+    if quota is not None:
+        visible = min(visible, math.ceil(quota - 1e-9))  # 2.0 CPUs: 2 cores; 2.5: 3 (the half core is still time)
+    return max(1, visible)
 
 
 def _visible() -> int:

@@ -382,7 +382,8 @@ class BackendTrial(Executor):
 
     def submit(self, key, task, affinity=None) -> None:
         self._check_ready()
-        self._move_returned()
+        if self._due or self._handover or self._held:
+            self._move_returned()  # a hand-over waiting past its deadline goes now, before this task
         target = self._route()
         self._owner[key] = target
         self._outstanding[target] += 1
@@ -395,7 +396,8 @@ class BackendTrial(Executor):
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             self._check_ready()
-            self._move_returned()
+            if self._due or self._handover or self._held:
+                self._move_returned()
             busy = [e for e in self._live() if self._outstanding[e]]
             if not busy:
                 return []
