@@ -25,6 +25,7 @@ _WHERE = {
     "Ray": ".pipeline",
     "RemoteTraceback": "._errors",
     "SampleError": "._errors",
+    "SharedMemoryFull": "._errors",
     "Stats": ".engine",
     "WorkerError": "._errors",
     "concatenate": ".sources",
@@ -49,6 +50,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time see __getattr__
         FeedlineError,
         RemoteTraceback,
         SampleError,
+        SharedMemoryFull,
         WorkerError,
     )
     from .adapters.keras import from_keras_sequence
@@ -83,6 +85,7 @@ __all__ = [
     "Ray",
     "RemoteTraceback",
     "SampleError",
+    "SharedMemoryFull",
     "Stats",
     "WorkerError",
     "concatenate",

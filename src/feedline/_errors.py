@@ -6,7 +6,7 @@ the argument) and says what to do about it.
 
 from __future__ import annotations
 
-__all__ = ["DecodeError", "FeedlineError", "RemoteTraceback", "SampleError", "WorkerError"]
+__all__ = ["DecodeError", "FeedlineError", "RemoteTraceback", "SampleError", "SharedMemoryFull", "WorkerError"]
 
 
 class FeedlineError(Exception):
@@ -47,6 +47,15 @@ class SampleError(FeedlineError):
 
 class WorkerError(FeedlineError):
     """A worker died or could not start, and the work could not be redone."""
+
+
+class SharedMemoryFull(FeedlineError):
+    """Shared memory (``/dev/shm``) has no room for a batch slot: the process backend cannot hand batches over.
+
+    Docker gives containers 64 MB of it unless told otherwise. Raised where
+    the slot is made, before anything is written into it (see
+    `feedline.transport._shm`), with the sizes and what to do.
+    """
 
 
 class DecodeError(FeedlineError, ValueError):

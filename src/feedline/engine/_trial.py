@@ -115,6 +115,7 @@ import sys
 import time
 
 from .._counted import CountedSetting
+from .._errors import SharedMemoryFull
 from ..backends import Executor, warming_up
 from ._remembered import Remembered
 
@@ -341,6 +342,7 @@ class BackendTrial(Executor):
         self._due: set = set()  # ... once the thread tasks with these keys are back (given back, or done) ...
         self._handover_by = 0.0  # ... or by then
         self._held: list = []  # tasks for the processes submitted meanwhile: sent after the handover
+        self._sent: dict = {}  # key -> task, for tasks on process workers (`_rerun_without_shared_memory`)
         self._paused_at: float | None = None  # when threads were paused for the process workers' start
         self._closed: set = set()
         self._started = time.perf_counter()
@@ -390,7 +392,10 @@ class BackendTrial(Executor):
         if target is self.processes and self._due:
             self._held.append((key, task))  # behind the earlier tasks the threads give back (`_move_returned`)
             return
-        target.submit(key, task, affinity)
+        if target is self.processes:
+            self._to_processes(key, task)
+        else:
+            target.submit(key, task, affinity)
 
     def wait(self, timeout):
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -421,6 +426,7 @@ class BackendTrial(Executor):
         for key in [k for k in self._owner if k[0] == generation]:
             self._outstanding[self._owner.pop(key)] -= 1
         self._due = {key for key in self._due if key[0] != generation}  # cancelled tasks give no result to wait for
+        self._sent = {key: task for key, task in self._sent.items() if key[0] != generation}
 
     def set_window_share(self, tasks: int) -> None:
         self._window_share = tasks
@@ -547,12 +553,18 @@ class BackendTrial(Executor):
                 self._owner[key] = self.processes
                 self._outstanding[self.threads] -= 1
                 self._outstanding[self.processes] += 1
-                self.processes.submit(key, task)
+                self._to_processes(key, task)
+
+    def _to_processes(self, key, task) -> None:
+        self._sent[key] = task  # until its result is in: run on threads instead if shared memory is full
+        self.processes.submit(key, task)
 
     def _collect(self, executor: Executor, events: list) -> list:
         if executor is self.threads:
             self._due.difference_update(event.key for event in events)  # due, but done before the next sample
             self._move_returned()
+        elif events:
+            events = self._rerun_without_shared_memory(events)
         for event in events:
             if self._owner.pop(event.key, None) is not None:
                 self._outstanding[executor] -= 1
@@ -572,6 +584,44 @@ class BackendTrial(Executor):
             self._try_again(f"the rate fell ({self._drift.describe(self._decided_rate)})")
         self._close_idle_loser()
         return events
+
+    def _rerun_without_shared_memory(self, events: list) -> list:
+        """Process tasks that found no room in shared memory run on threads, which keep the work from then on.
+
+        Docker gives a container 64 MB of ``/dev/shm`` unless told
+        otherwise; process workers hand every batch over there, threads
+        need none. Under the automatic choice a full ``/dev/shm`` is a
+        reason to use threads (the decision says so), not an error; set
+        ``backend="process"`` by hand, it is `SharedMemoryFull`.
+        """
+        kept = []
+        for event in events:
+            task = self._sent.pop(event.key, None)
+            error = event.result.error
+            if task is None or error is None or error.type != SharedMemoryFull.__name__ or not self._threads_can_run():
+                kept.append(event)
+                continue
+            if self.winner != "thread":
+                why = (f"process workers cannot hand batches over: {error.message.split('. ')[0]}: threads "
+                       "(give the container more shared memory for processes)")
+                self._settle("thread", f"{self.note}; then {why}" if self.winner else why, measured=False)
+                self._restart = None  # no trial again (drift, grown threads meeting the GIL): processes cannot run here
+            self._owner[event.key] = self.threads
+            self._outstanding[self.processes] -= 1
+            self._outstanding[self.threads] += 1
+            self.threads.submit(event.key, task)
+        return kept
+
+    def _threads_can_run(self) -> bool:
+        """Whether threads can take the work: a pool, or one started now (a run started on a remembered process verdict)."""
+        if not isinstance(self.threads, NotStarted):
+            return True
+        if self._restart is None:
+            return False
+        waiting, self.threads = self.threads, self._restart("thread", self.workers)
+        self._outstanding[self.threads] = self._outstanding.pop(waiting)
+        self._measure[self.threads] = self._measure.pop(waiting)
+        return True
 
     def _watch_grown_threads(self, executor: Executor, result) -> None:
         """Threads grown for I/O that keep `GIL_LIMIT` cores busy between them: the GIL limits them now."""
@@ -636,7 +686,7 @@ class BackendTrial(Executor):
         held, self._held = self._held, []
         for key, task in held:
             if self._owner.get(key) is self.processes:  # not cancelled meanwhile
-                self.processes.submit(key, task)
+                self._to_processes(key, task)
 
     def _advance(self) -> None:
         now = time.perf_counter()

@@ -18,15 +18,49 @@ Protocol and ownership:
 
 from __future__ import annotations
 
+import errno
 import mmap
 import os
 import sys
+
+from .._errors import SharedMemoryFull
 
 __all__ = ["Segment", "segment_prefix", "sweep", "unlink"]
 
 _WINDOWS = sys.platform == "win32"
 if not _WINDOWS:
     import _posixshmem
+
+
+SHM_DIR = "/dev/shm"  # where POSIX shared memory lives on Linux (a tmpfs; its size is the limit)
+
+
+def _reserve(fd: int, size: int) -> None:
+    """Allocate the segment's memory now, so that a full ``/dev/shm`` is an error here, with a reason.
+
+    ``ftruncate`` reserves nothing: a worker writing a batch into a slot on
+    a full ``/dev/shm`` died of SIGBUS, was replaced three times, and the
+    epoch ended with an error that blamed the sample (4 MB ``/dev/shm``,
+    batches of 8 512x512x3 images). Allocating costs what the worker's
+    first writes would have (the pages are touched once either way), and a
+    slot is made once and used for many batches.
+    """
+    try:
+        os.posix_fallocate(fd, 0, size)
+    except AttributeError:  # no posix_fallocate (macOS): as before
+        return
+    except OSError as e:
+        if e.errno not in (errno.ENOSPC, errno.ENOMEM):
+            return  # a file system that cannot reserve (EINVAL, EOPNOTSUPP): as before
+        try:
+            stats = os.statvfs(SHM_DIR)
+            room = f"{SHM_DIR} has {stats.f_bavail * stats.f_frsize / 2**20:,.1f} MiB free of {stats.f_blocks * stats.f_frsize / 2**20:,.0f} MiB"
+        except OSError:
+            room = f"{SHM_DIR} has too little free"
+        raise SharedMemoryFull(
+            f"shared memory is full: a batch slot needs {size / 2**20:,.1f} MiB and {room}. Process workers hand batches "
+            f"over in shared memory: enlarge it (docker run --shm-size=8g; Kubernetes: an emptyDir volume with medium: "
+            f"Memory mounted at {SHM_DIR}), make batches smaller, or use backend='thread' (no shared memory)") from e
 
 
 def segment_prefix(consumer_pid: int | None = None) -> str:
@@ -60,6 +94,7 @@ class Segment:
         fd = _posixshmem.shm_open("/" + name, os.O_CREAT | os.O_EXCL | os.O_RDWR, mode=0o600)
         try:
             os.ftruncate(fd, size)
+            _reserve(fd, size)
             buf = mmap.mmap(fd, size)
         except BaseException:
             os.close(fd)

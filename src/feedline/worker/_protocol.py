@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .._errors import RemoteTraceback, SampleError, WorkerError
+from .._errors import RemoteTraceback, SampleError, SharedMemoryFull, WorkerError
 
 __all__ = [
     "Done", "Hello", "PartError", "Ready", "Release", "Result", "RunTask", "SendPart", "Stop", "Task", "TaskError",
@@ -76,12 +76,6 @@ class TaskError:
         """The exception the consumer raises: `WorkerError` for a crash, else `SampleError` with the cause chained."""
         if self.worker_exit is not None:
             return WorkerError(self.message)
-        sample = f"sample {self.index}" if self.index is not None else "a sample"
-        if self.where:
-            sample += f" ({self.where})"
-        error = SampleError(
-            f"{self.stage} failed on {sample}: {self.type}: {self.message}", index=self.index, where=self.where, stage=self.stage,
-        )
         cause = None
         if self.exception is not None:
             import cloudpickle
@@ -93,6 +87,14 @@ class TaskError:
         remote = RemoteTraceback(self.traceback)
         if cause is not None and cause.__cause__ is None:
             cause.__cause__ = remote
+        if isinstance(cause, SharedMemoryFull):
+            return cause  # the machine's shared memory, not the sample: raised as it is
+        sample = f"sample {self.index}" if self.index is not None else "a sample"
+        if self.where:
+            sample += f" ({self.where})"
+        error = SampleError(
+            f"{self.stage} failed on {sample}: {self.type}: {self.message}", index=self.index, where=self.where, stage=self.stage,
+        )
         error.__cause__ = cause if cause is not None else remote
         return error
 

@@ -1,0 +1,80 @@
+"""A full /dev/shm (Docker's default is 64 MB): a clear error with process workers set by hand, threads under the automatic choice.
+
+Each test runs a child interpreter in a private mount namespace whose
+/dev/shm is a 4 MB tmpfs (``unshare -m``, root only; skipped elsewhere).
+Batches of 8 images of 512x512x3 need 6 MiB slots. Before, the worker
+writing a batch died of SIGBUS three times and the epoch ended blaming
+the sample.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+_CHILD = """
+import os, sys, numpy as np, feedline as fl
+backend = None if sys.argv[1] == "auto" else sys.argv[1]
+
+def image(v):
+    total = 0
+    for k in range(50000):  # ~1-2 ms of Python: the automatic choice's trial starts process workers
+        total += k % 3
+    return np.full((512, 512, 3), v % 251, np.uint8)
+
+pipe = fl.from_arrays(np.arange(800)).map(image, backend=backend).batch(8)
+try:
+    with pipe:
+        firsts = [int(b[:, 0, 0, 0].sum()) for b in pipe]
+        stats = pipe.stats()
+except fl.SharedMemoryFull as e:
+    print("SharedMemoryFull|" + str(e))
+    sys.exit(0)
+assert firsts == [sum(v % 251 for v in range(k, k + 8)) for k in range(0, 800, 8)], "every batch, right, in order"
+print("ran|" + stats.backend + "|" + stats.decision)
+"""
+
+
+def _run(setting: str, small_shm: bool, env: dict) -> tuple[str, ...]:
+    command = [sys.executable, "-c", _CHILD, setting]
+    if small_shm:
+        command = ["unshare", "-m", "sh", "-c", 'mount -t tmpfs -o size=4m tmpfs /dev/shm && exec "$0" "$@"', *command]
+    run = subprocess.run(command, capture_output=True, text=True, timeout=180, env=env)
+    assert run.returncode == 0, run.stderr[-3000:]
+    return tuple(run.stdout.strip().splitlines()[-1].split("|"))
+
+
+@pytest.fixture
+def child_env(tmp_path):
+    if shutil.which("unshare") is None or subprocess.run(["unshare", "-m", "true"], capture_output=True).returncode != 0:
+        pytest.skip("needs `unshare -m` (root on Linux) to give a child a small /dev/shm")
+    return {**os.environ, "FEEDLINE_REMEMBER": str(tmp_path / "choices.json")}
+
+
+def test_process_workers_set_by_hand_on_a_full_dev_shm_raise_an_error_that_says_so(child_env):
+    kind, message = _run("process", small_shm=True, env=child_env)
+    assert kind == "SharedMemoryFull", message
+    assert "shared memory is full: a batch slot needs 6.0 MiB and /dev/shm has" in message, message
+    assert "--shm-size" in message and "backend='thread'" in message, "it says what to do"
+
+
+def test_the_automatic_choice_on_a_full_dev_shm_runs_on_threads_and_says_why(child_env):
+    child_env["FEEDLINE_REMEMBER"] = "0"
+    kind, backend, decision = _run("auto", small_shm=True, env=child_env)
+    assert (kind, backend) == ("ran", "thread"), decision
+    assert "process workers cannot hand batches over: shared memory is full" in decision, decision
+
+
+def test_a_remembered_process_verdict_on_a_full_dev_shm_runs_on_threads(child_env):
+    for _ in range(2):  # two trials agree on processes (the work holds the GIL), as on a machine with room
+        kind, backend, decision = _run("auto", small_shm=False, env=child_env)
+        if backend != "process":
+            pytest.skip(f"the trial chose {backend} on this machine: {decision}")
+    kind, backend, decision = _run("auto", small_shm=True, env=child_env)
+    assert "at once, remembered" in decision, decision  # it started on the remembered verdict ...
+    assert (kind, backend) == ("ran", "thread"), decision  # ... and went to threads, not to an error
+    assert "shared memory is full" in decision, decision
