@@ -298,3 +298,47 @@ def test_no_worker_count_is_asked_for_while_a_trial_runs_two_backends(monkeypatc
     assert [batch(steady=False) for _ in range(40)] == [None] * 40
     asked = [batch(steady=True) for _ in range(4)]  # the same tasks from one backend: they do wait
     assert any(n is not None and n > 16 for n in asked), asked
+
+
+def test_process_workers_grow_only_as_far_as_the_available_memory_holds(monkeypatch, no_leaks):
+    # Grown for I/O to 8 per core, process workers that each import a large library would fill a container's
+    # memory (128 workers of a few hundred MB in 8 GB): the OOM killer then ends every one, and the job.
+    from feedline.engine import _runtime
+
+    monkeypatch.setattr(_runtime, "private_bytes", lambda pids: 100 << 20)  # each worker: 100 MiB of its own
+    monkeypatch.setattr(_runtime, "available_memory", lambda: 400 << 20)  # half of it holds two more
+    out, counts, stats = _counts_per_batch(fl.from_arrays(np.arange(800)).map(waits_on_io, backend="process").batch(4))
+    assert out == [list(range(k, k + 4)) for k in range(0, 800, 4)]
+    _skip_if_the_machine_was_busy(stats)
+    grown = _grown(stats)
+    assert grown, stats.decisions
+    assert grown[0].startswith(f"workers {stats.cores} -> {stats.cores + 2}: "), grown[0]  # not 4 per core or more
+    assert f"capped at {stats.cores + 2}, not" in grown[0] and "100 MiB of its own and 400 MiB are available" in grown[0]
+
+
+def test_no_room_for_one_more_process_worker_keeps_the_count_and_says_why(monkeypatch, no_leaks):
+    from feedline.engine import _runtime
+
+    monkeypatch.setattr(_runtime, "private_bytes", lambda pids: 100 << 20)
+    monkeypatch.setattr(_runtime, "available_memory", lambda: 150 << 20)  # half of it: not one more worker
+    out, counts, stats = _counts_per_batch(fl.from_arrays(np.arange(400)).map(waits_on_io, backend="process").batch(4))
+    assert out == [list(range(k, k + 4)) for k in range(0, 400, 4)]
+    _skip_if_the_machine_was_busy(stats)
+    assert set(counts) == {stats.cores}, counts
+    stays = [d for d in stats.decisions if d.startswith("worker count stays")]
+    assert stays and f"capped at {stats.cores}" in stays[0], stats.decisions
+
+
+def test_available_memory_is_the_smaller_of_the_machines_and_the_cgroups_room(tmp_path):
+    from feedline.engine._memory import available_memory
+
+    (tmp_path / "meminfo").write_text("MemTotal:       32000000 kB\nMemAvailable:   20000000 kB\n")
+    (tmp_path / "self").write_text("0::/job\n")
+    (tmp_path / "cg" / "job").mkdir(parents=True)
+    (tmp_path / "cg" / "job" / "memory.max").write_text(f"{8 << 30}\n")
+    (tmp_path / "cg" / "job" / "memory.current").write_text(f"{3 << 30}\n")
+    paths = dict(root=str(tmp_path / "cg"), own=str(tmp_path / "self"), meminfo=str(tmp_path / "meminfo"))
+    assert available_memory(**paths) == 5 << 30  # the container's 8 GiB limit, 3 used
+    (tmp_path / "cg" / "job" / "memory.max").write_text("max\n")
+    assert available_memory(**paths) == 20000000 * 1024  # no limit: the machine's
+    assert available_memory(str(tmp_path / "no"), str(tmp_path / "no"), str(tmp_path / "no")) is None

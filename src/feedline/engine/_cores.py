@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 import os
 
-__all__ = ["cpu_quota", "quota_note", "usable_cores"]
+__all__ = ["cgroup_dirs", "cpu_quota", "quota_note", "usable_cores"]
 
 
 def usable_cores() -> int:
@@ -58,22 +58,36 @@ def cpu_quota(root: str = "/sys/fs/cgroup", own: str = "/proc/self/cgroup") -> f
     ``root`` is where the cgroup file systems are mounted and ``own`` the
     file that names this process's cgroups (both arguments for tests).
     """
+    quotas = []
+    for folder, version in cgroup_dirs(root, own, "cpu"):
+        quota = _v2(folder) if version == 2 else _v1(folder)
+        if quota is not None:
+            quotas.append(quota)
+    return min(quotas) if quotas else None
+
+
+def cgroup_dirs(root: str, own: str, controller: str) -> list[tuple[str, int]]:
+    """``(folder, cgroup version)`` of every place this process's ``controller`` settings may be, its own cgroup's first.
+
+    Each cgroup named in ``own`` and every one above it, under each place
+    its hierarchy may be mounted (v2: ``root`` or ``root/unified``; v1:
+    ``root/<controllers>`` or ``root/<controller>``); empty if ``own``
+    cannot be read.
+    """
     try:
         with open(own) as f:
             lines = f.read().splitlines()
     except OSError:
-        return None
+        return []
     found = []
     for line in lines:
         _, controllers, path = (line.split(":", 2) + ["", ""])[:3]
         if controllers == "":  # cgroup v2: one hierarchy, mounted at root (or root/unified next to v1)
-            for mount in (root, os.path.join(root, "unified")):
-                found += [_v2(d) for d in _dirs(mount, path)]
-        elif "cpu" in controllers.split(","):
-            for mount in {os.path.join(root, controllers), os.path.join(root, "cpu"), os.path.join(root, "cpu,cpuacct")}:
-                found += [_v1(d) for d in _dirs(mount, path)]
-    quotas = [q for q in found if q is not None]
-    return min(quotas) if quotas else None
+            found += [(folder, 2) for mount in (root, os.path.join(root, "unified")) for folder in _dirs(mount, path)]
+        elif controller in controllers.split(","):
+            mounts = dict.fromkeys((os.path.join(root, controllers), os.path.join(root, controller)))
+            found += [(folder, 1) for mount in mounts for folder in _dirs(mount, path)]
+    return found
 
 
 def _dirs(mount: str, path: str) -> list[str]:

@@ -26,6 +26,7 @@ from . import _remembered as remembered_choice
 from ._autotune import MAX_WORKERS, MAX_WORKERS_PER_CORE, DepthTuner, WorkerTuner
 from ._bulk_trial import SerialOrThreads
 from ._choice import choose, default_workers
+from ._memory import FREE_SHARE, available_memory, private_bytes
 from ._trial import BackendTrial, NotStarted, first_threads
 
 __all__ = ["Runtime"]
@@ -120,6 +121,12 @@ class Runtime:
                 return f"workers {old} -> {self.workers}: {self.worker_tuner.last_reason}"
             self.worker_tuner.workers = old
             return f"worker count stays at {old}: {self.worker_tuner.last_reason}"
+        if wanted is not None and wanted > old:
+            wanted = self._capped_by_memory(old, wanted)
+            if wanted <= old:  # no room for one more process worker: the count stays, and stops growing
+                self.worker_tuner.workers = old
+                self.worker_tuner.stopped = self.worker_tuner.last_reason
+                return f"worker count stays at {old}: {self.worker_tuner.last_reason}"
         depth = self.depth
         if wanted is None or not self.executor.grow(wanted):
             if wanted is not None:
@@ -129,6 +136,20 @@ class Runtime:
         self._follow_workers()
         self._remember_workers()
         return f"workers {old} -> {self.workers}: {self.worker_tuner.last_reason}"
+
+    def _capped_by_memory(self, old: int, wanted: int) -> int:
+        """Process workers: only as many more as `FREE_SHARE` of the available memory holds (`feedline.engine._memory`)."""
+        if self.backend != "process":
+            return wanted
+        each, room = private_bytes(self.executor.worker_pids()), available_memory()
+        if not each or room is None:
+            return wanted
+        fit = old + int(FREE_SHARE * room // each)
+        if fit >= wanted:
+            return wanted
+        self.worker_tuner.last_reason += (f" (capped at {max(fit, old)}, not {wanted}: each process worker holds "
+                                          f"{each / 2**20:,.0f} MiB of its own and {room / 2**20:,.0f} MiB are available)")
+        return max(fit, old)
 
     def _remember_workers(self) -> None:
         """The automatic choice's next run starts at the count the tuner settled on (`feedline.engine._remembered`)."""
