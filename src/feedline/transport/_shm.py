@@ -35,7 +35,7 @@ if not _WINDOWS:
 SHM_DIR = "/dev/shm"  # where POSIX shared memory lives on Linux (a tmpfs; its size is the limit)
 
 
-def _reserve(fd: int, size: int) -> None:
+def _reserve(fd: int, size: int, what: str) -> None:
     """Allocate the segment's memory now, so that a full ``/dev/shm`` is an error here, with a reason.
 
     ``ftruncate`` reserves nothing: a worker writing a batch into a slot on
@@ -58,7 +58,7 @@ def _reserve(fd: int, size: int) -> None:
         except OSError:
             room = f"{SHM_DIR} has too little free"
         raise SharedMemoryFull(
-            f"shared memory is full: a batch slot needs {size / 2**20:,.1f} MiB and {room}. Process workers hand batches "
+            f"shared memory is full: {what} needs {size / 2**20:,.1f} MiB and {room}. Process workers hand batches "
             f"over in shared memory: enlarge it (docker run --shm-size=8g; Kubernetes: an emptyDir volume with medium: "
             f"Memory mounted at {SHM_DIR}), make batches smaller, or use backend='thread' (no shared memory)") from e
 
@@ -83,8 +83,8 @@ class Segment:
         self.name, self.size, self.buf, self._win = name, size, buf, win
 
     @classmethod
-    def create(cls, name: str, size: int) -> "Segment":
-        """Create a new segment of ``size`` bytes (at least one page)."""
+    def create(cls, name: str, size: int, what: str = "a batch slot") -> "Segment":
+        """Create a new segment of ``size`` bytes (at least one page); ``what`` it holds names it in `SharedMemoryFull`."""
         size = max(int(size), mmap.PAGESIZE)
         if _WINDOWS:
             from multiprocessing import shared_memory
@@ -94,7 +94,7 @@ class Segment:
         fd = _posixshmem.shm_open("/" + name, os.O_CREAT | os.O_EXCL | os.O_RDWR, mode=0o600)
         try:
             os.ftruncate(fd, size)
-            _reserve(fd, size)
+            _reserve(fd, size, what)
             buf = mmap.mmap(fd, size)
         except BaseException:
             os.close(fd)

@@ -58,7 +58,7 @@ class SharedArrays:
         if key in self._by_id:
             return self._by_id[key][0]
         name = f"{segment_prefix()}a{next(_serial)}"
-        seg = Segment.create(name, array.nbytes)
+        seg = Segment.create(name, array.nbytes, what="an array of the source, for the workers,")
         view = np.ndarray(array.shape, array.dtype, buffer=seg.buf)
         view[...] = array
         # Keep the source array alive so id() stays unique while shared.

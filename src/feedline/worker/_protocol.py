@@ -73,7 +73,7 @@ class TaskError:
         return cls(index=index, where=where, stage="worker", type=error_type, message=message, worker_exit=how)
 
     def to_exception(self) -> BaseException:
-        """The exception the consumer raises: `WorkerError` for a crash, else `SampleError` with the cause chained."""
+        """The exception the consumer raises: `WorkerError` for a crash, `SharedMemoryFull` as it is, else `SampleError` with the cause chained."""
         if self.worker_exit is not None:
             return WorkerError(self.message)
         cause = None
