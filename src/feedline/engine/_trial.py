@@ -141,7 +141,7 @@ DRIFT_RATIO = 0.6  # the winner's samples/s per worker fell below this share of 
 DRIFT_WINDOWS = 2  # ... for this many windows in a row (a window: 4 tasks per worker, at least 8)
 RETRIAL_AFTER = 10.0  # seconds after a decision before it may be revisited; doubled each time a trial confirms the winner
 GIL_LIMIT = (0.8, 1.25)  # cores that threads grown for I/O keep busy between them when the GIL is what limits them
-KEEP_RUNNING = 2  # threads held back by the GIL that go on while process workers start (the rest wait: `_start_processes`) ...
+KEEP_RUNNING = 1  # threads held back by the GIL that go on while process workers start (the rest wait: `_start_processes`) ...
 PAUSE_ALL_CORES = 8  # ... none on machines with this many cores: the workers came up in 0.02-0.03 s instead of 0.29-0.44 s (16 cores)
 PAUSE_LIMIT = 2.0  # ... for at most this many seconds: workers slower to come up than that do not stall the threads' tasks
 HANDOVER_WAIT = 0.05  # seconds the queued tasks wait for the paused threads' tasks to come back, so that those go first
@@ -900,7 +900,12 @@ class BackendTrial(Executor):
         """Threads held back by the GIL that go on while the process workers start: none where processes will do many times more.
 
         The threads deliver about a core between them, however many run; on
-        2 cores that is half of what the processes will do, so two go on. On
+        2 cores that is half of what the processes will do, so as many go on
+        as the cores they kept busy, rounded up: one where they kept at most
+        one (audio epochs +3-8 % against two going on, two pairs of 8 runs;
+        the consumer thread that starts the workers then shares the GIL with
+        one thread, not two), two where they kept a little more (gil, 1.02 of
+        2: one alone ran 5 % slower). On
         16 cores two running threads held the workers' hand-shake (which
         needs the GIL) back 0.29-0.44 s, against 0.02-0.03 s with every
         thread paused; the automatic choice on the suite's gil workload went
