@@ -12,10 +12,8 @@ their cores to the GIL (`feedline.engine._trial`). So the quota counts:
 Read from cgroup v2 (``cpu.max``: ``"max 100000"`` or ``"400000
 100000"``) or v1 (``cpu.cfs_quota_us`` and ``cpu.cfs_period_us``, ``-1``
 for none), for this process's cgroup and each one above it (a parent's
-quota limits its children too), at the path ``/proc/self/cgroup`` names
-under the cgroup mount, and at the mount's root (what a container with a
-cgroup namespace sees). Anything unreadable counts as no quota: other
-systems have none of these files.
+quota limits its children too; `feedline.engine._cgroups`). Anything
+unreadable counts as no quota: other systems have none of these files.
 """
 
 from __future__ import annotations
@@ -23,7 +21,9 @@ from __future__ import annotations
 import math
 import os
 
-__all__ = ["cgroup_dirs", "cpu_quota", "quota_note", "usable_cores"]
+from ._cgroups import cgroup_dirs
+
+__all__ = ["cpu_quota", "quota_note", "usable_cores"]
 
 
 def usable_cores() -> int:
@@ -64,36 +64,6 @@ def cpu_quota(root: str = "/sys/fs/cgroup", own: str = "/proc/self/cgroup") -> f
         if quota is not None:
             quotas.append(quota)
     return min(quotas) if quotas else None
-
-
-def cgroup_dirs(root: str, own: str, controller: str) -> list[tuple[str, int]]:
-    """``(folder, cgroup version)`` of every place this process's ``controller`` settings may be, its own cgroup's first.
-
-    Each cgroup named in ``own`` and every one above it, under each place
-    its hierarchy may be mounted (v2: ``root`` or ``root/unified``; v1:
-    ``root/<controllers>`` or ``root/<controller>``); empty if ``own``
-    cannot be read.
-    """
-    try:
-        with open(own) as f:
-            lines = f.read().splitlines()
-    except OSError:
-        return []
-    found = []
-    for line in lines:
-        _, controllers, path = (line.split(":", 2) + ["", ""])[:3]
-        if controllers == "":  # cgroup v2: one hierarchy, mounted at root (or root/unified next to v1)
-            found += [(folder, 2) for mount in (root, os.path.join(root, "unified")) for folder in _dirs(mount, path)]
-        elif controller in controllers.split(","):
-            mounts = dict.fromkeys((os.path.join(root, controllers), os.path.join(root, controller)))
-            found += [(folder, 1) for mount in mounts for folder in _dirs(mount, path)]
-    return found
-
-
-def _dirs(mount: str, path: str) -> list[str]:
-    """The cgroup's folder under ``mount`` and every folder above it up to ``mount`` itself."""
-    parts = [p for p in path.strip("/").split("/") if p]
-    return [os.path.join(mount, *parts[:k]) for k in range(len(parts), -1, -1)]
 
 
 def _v2(folder: str) -> float | None:

@@ -12,15 +12,17 @@ fork server's imports are shared until written).
 Available memory is the smaller of the machine's (``MemAvailable`` in
 /proc/meminfo) and the cgroup's limit minus its usage (v2 ``memory.max``
 and ``memory.current``; v1 ``memory.limit_in_bytes`` and
-``memory.usage_in_bytes``), for this process's cgroup and those above it.
-Unknown (other systems, unreadable files): no cap.
+``memory.usage_in_bytes``), for this process's cgroup and those above it
+(`feedline.engine._cgroups`). The cgroup's usage counts page cache the
+kernel could reclaim, so the cap errs towards fewer workers. Unknown
+(other systems, unreadable files): no cap.
 """
 
 from __future__ import annotations
 
 import os
 
-from ._cores import cgroup_dirs
+from ._cgroups import cgroup_dirs
 
 __all__ = ["FREE_SHARE", "available_memory", "private_bytes"]
 

@@ -598,7 +598,7 @@ class BackendTrial(Executor):
         for event in events:
             task = self._sent.pop(event.key, None)
             error = event.result.error
-            if task is None or error is None or error.type != SharedMemoryFull.__name__ or not self._threads_can_run():
+            if task is None or error is None or error.type != SharedMemoryFull.__name__ or not self._threads_to_take_over():
                 kept.append(event)
                 continue
             if self.winner != "thread":
@@ -612,8 +612,8 @@ class BackendTrial(Executor):
             self.threads.submit(event.key, task)
         return kept
 
-    def _threads_can_run(self) -> bool:
-        """Whether threads can take the work: a pool, or one started now (a run started on a remembered process verdict)."""
+    def _threads_to_take_over(self) -> bool:
+        """Threads to take the work over: the pool, or one started now (a run started on a remembered process verdict); False: none."""
         if not isinstance(self.threads, NotStarted):
             return True
         if self._restart is None:
