@@ -100,3 +100,41 @@ def test_a_process_under_a_cpu_quota_counts_the_quota_not_the_cpus_it_sees():
     cores, backend, workers, decision = run.stdout.strip().split("|")
     assert (cores, backend, workers) == ("1", "serial", "1"), run.stdout  # not one worker per visible CPU
     assert "one core available (a CPU quota of 1 of the" in decision, decision
+
+
+def _child_with(args: list[str], env: dict) -> list[str]:
+    run = subprocess.run([sys.executable, *args, "-c", _CHILD], capture_output=True, text=True, timeout=120,
+                         env={**os.environ, **env})
+    assert run.returncode == 0, run.stderr
+    return run.stdout.strip().split("|")
+
+
+def test_python_cpu_count_sets_the_cores_the_automatic_choice_counts():
+    """A pod with a CPU request and no limit sees the whole node: ``PYTHON_CPU_COUNT`` (Python 3.13's name) says how many."""
+    cores, backend, workers, decision = _child_with([], {"PYTHON_CPU_COUNT": "3"})
+    assert (cores, workers) == ("3", "3"), decision
+    assert f"one per available core: PYTHON_CPU_COUNT=3; this process sees {len(os.sched_getaffinity(0))} CPUs" in decision
+
+
+def test_x_cpu_count_wins_over_the_environment_and_one_core_means_serial():
+    cores, backend, workers, decision = _child_with(["-X", "cpu_count=1"], {"PYTHON_CPU_COUNT": "5"})
+    assert (cores, backend, workers) == ("1", "serial", "1"), decision
+    assert "one core available (-X cpu_count=1; this process sees" in decision
+
+
+def test_python_cpu_count_default_and_python_e_count_the_cpus_as_usual():
+    visible = str(len(os.sched_getaffinity(0)))
+    assert _child_with([], {"PYTHON_CPU_COUNT": "default"})[0] == visible
+    assert _child_with(["-E"], {"PYTHON_CPU_COUNT": "7"})[0] == visible  # -E: no PYTHON* variable is read
+
+
+@pytest.mark.parametrize("value", ["abc", "0", "-2", "2.5"])
+def test_a_python_cpu_count_that_is_not_a_count_is_a_clear_error_naming_it(monkeypatch, value):
+    import numpy as np
+
+    import feedline as fl
+
+    monkeypatch.setenv("PYTHON_CPU_COUNT", value)
+    with pytest.raises(fl.FeedlineError, match=rf"PYTHON_CPU_COUNT='{value}' is not a number of CPUs: set it to a whole number"):
+        with fl.from_arrays(np.arange(8)).map(lambda v: v + 1).batch(4) as pipe:
+            list(pipe)

@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from .._errors import FeedlineError
-from ._cores import quota_note, usable_cores
+from ._cores import cores_note, usable_cores
 
 __all__ = ["Choice", "choose", "default_workers"]
 
@@ -29,12 +29,12 @@ class Choice(NamedTuple):
 
 
 def default_workers() -> int:
-    """Cores this process may use (its CPU quota counts: `feedline.engine._cores`): one worker per core."""
+    """Cores this process may use (its CPU quota, or the count the user set: `feedline.engine._cores`): one worker per core."""
     return usable_cores()
 
 
 def _per_core() -> str:
-    note = quota_note()
+    note = cores_note()
     return f"one per available core: {note}" if note else "one per available core"
 
 
@@ -68,7 +68,7 @@ def choose(plan) -> Choice:
                                                  f"threads ({'set by map()' if workers else _per_core()})")
     count = workers or cores
     if count < 2:
-        note = quota_note()
+        note = cores_note()
         return Choice("serial", 1, f"one core available ({note})" if note else "one core available")
     why = f"{count} workers ({'set by map()' if workers else _per_core()})"
     if plan.streaming:

@@ -1,4 +1,4 @@
-"""How many cores this process may use: the CPUs it may run on, capped by a CPU quota.
+"""How many cores this process may use: the CPUs it may run on, capped by a CPU quota, or the count the user set.
 
 A container limited to 4 CPUs on a 64-core host (``docker run --cpus 4``,
 a Kubernetes CPU limit) still sees 64 CPUs in its affinity mask; the
@@ -14,29 +14,83 @@ Read from cgroup v2 (``cpu.max``: ``"max 100000"`` or ``"400000
 for none), for this process's cgroup and each one above it (a parent's
 quota limits its children too; `feedline.engine._cgroups`). Anything
 unreadable counts as no quota: other systems have none of these files.
+
+Where neither says what the machine gives this process (a Kubernetes pod
+with a CPU request and no limit sees the whole node; a batch scheduler
+that shares cores by time), the user says it as they would to Python
+3.13 and later: ``PYTHON_CPU_COUNT=6`` or ``python -X cpu_count=6``
+(``default``: count as usual). feedline reads both on every Python it
+supports, and the count wins over the mask and the quota, as it does
+for ``os.process_cpu_count()``.
 """
 
 from __future__ import annotations
 
 import math
 import os
+import sys
 
+from .._errors import FeedlineError
 from ._cgroups import cgroup_dirs
 
-__all__ = ["cpu_quota", "quota_note", "usable_cores"]
+__all__ = ["CPU_COUNT_VAR", "cores_note", "cpu_count_set", "cpu_quota", "usable_cores"]
+
+CPU_COUNT_VAR = "PYTHON_CPU_COUNT"  # Python 3.13's name for it (and ``-X cpu_count``): one setting for Python and feedline
 
 
 def usable_cores() -> int:
-    """Cores this process may use: its affinity mask, capped by its CPU quota (`cpu_quota`)."""
+    """Cores this process may use: the count the user set (`cpu_count_set`), else its affinity mask capped by its CPU quota (`cpu_quota`)."""
+    chosen = cpu_count_set()
+    if chosen is not None:
+        return chosen
     return _capped(_visible(), cpu_quota())
 
 
-def quota_note() -> str:
-    """Why fewer cores than the CPUs this process sees, for the decision text ("" where no quota caps them)."""
-    visible, quota = _visible(), cpu_quota()
+def cores_note() -> str:
+    """Why not one core per CPU this process sees, for the decision text ("" where nothing changed the count)."""
+    visible, chosen = _visible(), cpu_count_set()
+    if chosen is not None:
+        return f"{_setting_name()}={chosen}; this process sees {visible} CPUs"
+    quota = cpu_quota()
     if _capped(visible, quota) >= visible:
         return ""
     return f"a CPU quota of {quota:g} of the {visible} CPUs this process sees"
+
+
+def cpu_count_set() -> int | None:
+    """The CPU count the user set: ``-X cpu_count=N``, else ``PYTHON_CPU_COUNT=N`` (not under ``python -E``); None: not set.
+
+    Raises:
+        FeedlineError: the value is not a positive whole number or ``default``
+            (Python 3.13 and later refuse to start with such a value; older ones
+            do not read it, so feedline says what is wrong).
+    """
+    value = _setting_value()
+    if value is None or value == "default":
+        return None
+    try:
+        count = int(value)
+    except ValueError:
+        count = 0
+    if count < 1:
+        raise FeedlineError(f"{_setting_name()}={value!r} is not a number of CPUs: set it to a whole number of 1 or more "
+                            f"(the cores feedline and Python may use, e.g. {CPU_COUNT_VAR}=8), or to 'default' to count "
+                            "the CPUs this process may run on")
+    return count
+
+
+def _setting_value() -> str | None:
+    option = sys._xoptions.get("cpu_count")
+    if option is not None:
+        return str(option).strip()
+    if sys.flags.ignore_environment:
+        return None
+    value = os.environ.get(CPU_COUNT_VAR)
+    return None if value is None or not value.strip() else value.strip()
+
+
+def _setting_name() -> str:
+    return "-X cpu_count" if sys._xoptions.get("cpu_count") is not None else CPU_COUNT_VAR
 
 
 def _capped(visible: int, quota: float | None) -> int:
