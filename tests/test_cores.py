@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import pytest
+from cgroups import cgroup_limited, run_in
 
 from feedline.engine._cores import cpu_quota
 
@@ -67,35 +68,13 @@ print(usable_cores(), stats.backend, stats.workers, stats.decision, sep="|")
 """
 
 
-def _cgroup_with_quota(cpus: float):
-    """A real cgroup (v1 ``cpu`` or v2) limited to ``cpus`` CPUs, made for this test; skip where none can be made."""
-    name = f"feedline-test-{os.getpid()}"
-    for folder, files in ((f"/sys/fs/cgroup/cpu/{name}", {"cpu.cfs_period_us": "100000", "cpu.cfs_quota_us": str(int(cpus * 100000))}),
-                          (f"/sys/fs/cgroup/{name}", {"cpu.max": f"{int(cpus * 100000)} 100000"})):
-        try:
-            os.mkdir(folder)
-        except OSError:
-            continue
-        try:
-            for file, text in files.items():
-                with open(os.path.join(folder, file), "w") as f:
-                    f.write(text)
-            return folder
-        except OSError:
-            os.rmdir(folder)
-    pytest.skip("no cgroup with a CPU quota can be made here (needs root and a writable cgroup mount)")
-
-
 def test_a_process_under_a_cpu_quota_counts_the_quota_not_the_cpus_it_sees():
     visible = len(os.sched_getaffinity(0))
     if visible < 2:
         pytest.skip("one CPU: a quota of one changes nothing")
-    folder = _cgroup_with_quota(1.0)
-    try:
-        run = subprocess.run(["sh", "-c", f'echo $$ > {folder}/cgroup.procs && exec "{sys.executable}" -c "$0"', _CHILD],
-                             capture_output=True, text=True, timeout=120)
-    finally:
-        os.rmdir(folder)
+    with cgroup_limited({"cpu": {"cpu.cfs_period_us": "100000", "cpu.cfs_quota_us": "100000"}},
+                        {"cpu.max": "100000 100000"}) as folder:  # 1 CPU's worth of time
+        run = run_in(folder, _CHILD)
     assert run.returncode == 0, run.stderr
     cores, backend, workers, decision = run.stdout.strip().split("|")
     assert (cores, backend, workers) == ("1", "serial", "1"), run.stdout  # not one worker per visible CPU

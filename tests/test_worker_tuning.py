@@ -342,3 +342,21 @@ def test_available_memory_is_the_smaller_of_the_machines_and_the_cgroups_room(tm
     (tmp_path / "cg" / "job" / "memory.max").write_text("max\n")
     assert available_memory(**paths) == 20000000 * 1024  # no limit: the machine's
     assert available_memory(str(tmp_path / "no"), str(tmp_path / "no"), str(tmp_path / "no")) is None
+
+
+def test_a_container_memory_limit_is_the_memory_available_to_its_processes():
+    """In a real cgroup limited to 256 MiB (a container's memory limit), the room is under 256 MiB, not the machine's."""
+    from cgroups import cgroup_limited, run_in
+
+    from feedline.engine._memory import available_memory
+
+    machine = available_memory()
+    if machine is None or machine < 1 << 30:
+        pytest.skip("this machine's available memory is unknown or under 1 GiB: a 256 MiB limit would not show")
+    limit = 256 << 20
+    with cgroup_limited({"memory": {"memory.limit_in_bytes": str(limit)}}, {"memory.max": str(limit)}) as folder:
+        run = run_in(folder, "from feedline.engine._memory import available_memory; print(available_memory())")
+    assert run.returncode == 0, run.stderr
+    inside = int(run.stdout.strip())
+    assert 0 < inside < limit, (inside, limit)  # the limit minus what the child itself already uses
+    assert inside < machine // 4
