@@ -39,10 +39,10 @@ print("ran|" + stats.backend + "|" + stats.decision)
 """
 
 
-def _run(setting: str, small_shm: bool, env: dict) -> tuple[str, ...]:
-    command = [sys.executable, "-c", _CHILD, setting]
+def _run(setting: str, small_shm: bool, env: dict, child: str = _CHILD, size: str = "4m") -> tuple[str, ...]:
+    command = [sys.executable, "-c", child, setting]
     if small_shm:
-        command = ["unshare", "-m", "sh", "-c", 'mount -t tmpfs -o size=4m tmpfs /dev/shm && exec "$0" "$@"', *command]
+        command = ["unshare", "-m", "sh", "-c", f'mount -t tmpfs -o size={size} tmpfs /dev/shm && exec "$0" "$@"', *command]
     run = subprocess.run(command, capture_output=True, text=True, timeout=180, env=env)
     assert run.returncode == 0, run.stderr[-3000:]
     return tuple(run.stdout.strip().splitlines()[-1].split("|"))
@@ -78,3 +78,45 @@ def test_a_remembered_process_verdict_on_a_full_dev_shm_runs_on_threads(child_en
     assert "at once, remembered" in decision, decision  # it started on the remembered verdict ...
     assert (kind, backend) == ("ran", "thread"), decision  # ... and went to threads, not to an error
     assert "shared memory is full" in decision, decision
+
+
+_SMALL_BATCHES = """
+import os, sys, numpy as np, feedline as fl
+rows = np.lib.format.open_memmap(os.path.join(sys.argv[1], "rows.npy"), "w+", np.uint8, (20000, 4096))
+rows[:, 0] = np.arange(20000) % 251
+rows.flush()
+pipe = fl.from_arrays(rows).map(lambda r: r, backend="process", workers=2).batch(256)  # batches of 1 MiB
+with pipe:
+    for epoch in range(3):
+        firsts = [int(b[:, 0].astype(np.int64).sum()) for b in pipe.epoch(epoch)]
+        assert firsts == [sum(v % 251 for v in range(k, min(k + 256, 20000))) for k in range(0, 20000, 256)], epoch
+print("ran|" + pipe.stats().backend)
+"""
+
+
+def test_process_workers_on_a_small_dev_shm_reuse_the_slots_handed_back_instead_of_failing(child_env, tmp_path):
+    # 12 MiB of /dev/shm holds the slots two workers need at once for 1 MiB batches, but not the few extra ones a
+    # worker made when the consumer had not yet handed its slots back: one epoch in two ended in SharedMemoryFull.
+    for _ in range(3):
+        assert _run(str(tmp_path), small_shm=True, env=child_env, child=_SMALL_BATCHES, size="12m") == ("ran", "process")
+
+
+_BIG_SOURCE = """
+import sys, numpy as np, feedline as fl
+try:
+    with fl.from_arrays(np.zeros((2048, 4096), np.uint8)).map(lambda r: r, backend=None if sys.argv[1] == "auto" else sys.argv[1]).batch(64) as pipe:
+        print("ran|" + str(sum(len(b) for b in pipe)) + "|" + pipe.stats().decision)
+except fl.SharedMemoryFull as e:
+    print("SharedMemoryFull|" + str(e))
+"""
+
+
+def test_a_source_array_too_big_for_dev_shm_is_shared_memory_full_not_a_pickling_error(child_env):
+    # An 8 MiB in-memory array goes to the workers through /dev/shm: 4 MiB of it was reported as a TypeError
+    # saying the pipeline "cannot be sent to worker processes", with advice about open files and locks.
+    kind, message = _run("process", small_shm=True, env=child_env, child=_BIG_SOURCE)
+    assert kind == "SharedMemoryFull", message
+    assert "an array of the source, for the workers, needs 8.0 MiB" in message and "--shm-size" in message, message
+    child_env["FEEDLINE_REMEMBER"] = "0"
+    kind, rows, decision = _run("auto", small_shm=True, env=child_env, child=_BIG_SOURCE)
+    assert (kind, rows) == ("ran", "2048"), decision  # the automatic choice keeps every row (threads, or no workers)

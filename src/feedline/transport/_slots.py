@@ -22,7 +22,9 @@ Protocol (one writer, one reader per slot):
   Only when the ring is full does the id travel with the next message.
 - Back-pressure is not done here: the consumer bounds the number of tasks
   in flight, so a worker holds at most (in-flight tasks + batches the user
-  still references) slots.
+  still references) slots, plus a few made while released ones were on
+  their way back. On a full /dev/shm a worker waits (bounded) for one of
+  its slots to come back before it reports `SharedMemoryFull`.
 - Shutdown: a worker unlinks the names of its slots on exit (names already
   unlinked by the consumer are ignored). If the worker is killed before the
   consumer attached a new slot, the consumer sweeps the worker's prefix.
@@ -34,16 +36,20 @@ import collections
 import itertools
 import math
 import mmap
+import time
 import weakref
 
 import numpy as np
 
+from .._errors import SharedMemoryFull
 from .._tree import BatchGroup, flatten, unflatten
 from ._shm import Segment, unlink
 
 __all__ = ["ReleaseRing", "SlotReader", "SlotWriter"]
 
 _ALIGN = 64
+ROOM_WAIT = 2.0  # seconds a worker waits, on a full /dev/shm, for the consumer to hand back a slot (`SlotWriter._handed_back`)
+ROOM_POLL = 0.001  # ... looking at its ring this often
 
 
 def _layout(specs):
@@ -126,10 +132,8 @@ class SlotWriter:
     def _take(self, total: int) -> int:
         if self.returned is not None:
             self.release(self.returned.take())
-        fitting = [s for s in self.free if self.slots[s].size >= total]
-        if fitting:
-            slot = min(fitting, key=lambda s: self.slots[s].size)
-            self.free.discard(slot)
+        slot = self._fitting(total)
+        if slot is not None:
             return slot
         if len(self.free) >= self.max_free:  # too small to reuse: retire one
             victim = min(self.free, key=lambda s: self.slots[s].size)
@@ -137,8 +141,46 @@ class SlotWriter:
             self._retire(victim)
         slot = next(self._ids)
         size = -(-total // mmap.PAGESIZE) * mmap.PAGESIZE
-        self.slots[slot] = Segment.create(f"{self.prefix}{slot}", size)
+        try:
+            self.slots[slot] = Segment.create(f"{self.prefix}{slot}", size)
+        except SharedMemoryFull:
+            reused = self._handed_back(total)
+            if reused is None:
+                raise
+            return reused
         return slot
+
+    def _fitting(self, total: int) -> int | None:
+        """The smallest free slot that holds ``total`` bytes, taken; None if none does."""
+        fitting = [s for s in self.free if self.slots[s].size >= total]
+        if not fitting:
+            return None
+        slot = min(fitting, key=lambda s: self.slots[s].size)
+        self.free.discard(slot)
+        return slot
+
+    def _handed_back(self, total: int) -> int | None:
+        """/dev/shm is full: a slot of ours that fits, once the consumer hands one back within `ROOM_WAIT`; None if none comes.
+
+        A worker makes a new slot when none of its own is back yet, and the
+        consumer hands slots back a little after the user lets go of a
+        batch; where /dev/shm is small (Docker's 64 MB) those few extra
+        slots filled it and the epoch ended with `SharedMemoryFull`, while
+        the slots the consumer was about to hand back would have done.
+        Slots held by batches the consumer cannot take yet (they wait
+        behind an earlier one) never come back: the wait is bounded, and
+        then the error stands.
+        """
+        if self.returned is None or len(self.slots) <= len(self.free):
+            return None  # nothing of ours is out: nothing can come back
+        deadline = time.monotonic() + ROOM_WAIT
+        while time.monotonic() < deadline:
+            time.sleep(ROOM_POLL)
+            self.release(self.returned.take())
+            slot = self._fitting(total)
+            if slot is not None:
+                return slot
+        return None
 
     def _retire(self, slot: int) -> None:
         seg = self.slots.pop(slot)

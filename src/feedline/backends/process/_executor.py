@@ -38,7 +38,7 @@ from multiprocessing.connection import wait as wait_connections
 
 import numpy as np
 
-from ..._errors import WorkerError
+from ..._errors import SharedMemoryFull, WorkerError
 from ...transport._shm import Segment, segment_prefix, sweep, unlink
 from ...transport._slots import SlotReader
 from ...transport._transfer import SharedArrays, check_picklable, dumps_for_workers
@@ -144,6 +144,9 @@ class ProcessExecutor(Executor):
         # Pickling (and sharing large arrays) overlaps the interpreters' start-up.
         try:
             self._part_bytes = dumps_for_workers(part, self.shared)
+        except SharedMemoryFull:  # a source array found no room in /dev/shm: not a pickling problem, and it says what to do
+            self.close()
+            raise
         except Exception as e:
             self.close()
             raise PartNotPicklable(str(e)) from e
@@ -303,6 +306,8 @@ class ProcessExecutor(Executor):
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             self._take_accepted()
+            self._take_releases()  # before blocking: a worker on a full /dev/shm may be waiting for one (`SlotWriter._handed_back`)
+            self._send_releases()
             starting = [w for w in self.pool if w is not None and not w.ready]
             remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
             step = remaining
