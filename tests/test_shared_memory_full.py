@@ -1,10 +1,14 @@
-"""A full /dev/shm (Docker's default is 64 MB): a clear error with process workers set by hand, threads under the automatic choice.
+"""A full /dev/shm (Docker's default is 64 MB): segments spill to files, or a clear error, or threads.
 
 Each test runs a child interpreter in a private mount namespace whose
-/dev/shm is a 4 MB tmpfs (``unshare -m``, root only; skipped elsewhere).
-Batches of 8 images of 512x512x3 need 6 MiB slots. Before, the worker
-writing a batch died of SIGBUS three times and the epoch ended blaming
-the sample.
+/dev/shm is a small tmpfs (``unshare -m``, root only; skipped elsewhere).
+Batches of 8 images of 512x512x3 need 6 MiB slots, a 4 MB /dev/shm has no
+room for one. Before, the worker writing a batch died of SIGBUS three times
+and the epoch ended blaming the sample. Now a segment that finds no room
+is a file in the spill folder (``FEEDLINE_SPILL_DIR``, default a folder of
+the temporary directory), with one warning; with spilling off
+(``FEEDLINE_SPILL_DIR=0``) or no room there either, process workers set by
+hand raise `SharedMemoryFull` and the automatic choice runs threads.
 """
 
 from __future__ import annotations
@@ -39,31 +43,55 @@ print("ran|" + stats.backend + "|" + stats.decision)
 """
 
 
-def _run(setting: str, small_shm: bool, env: dict, child: str = _CHILD, size: str = "4m") -> tuple[str, ...]:
+def _run_child(setting: str, small_shm: bool, env: dict, child: str = _CHILD, size: str = "4m", spill_size: str = ""):
+    """``(the child's last line split at "|", its stderr)``; ``spill_size``: the spill folder is a tmpfs that small."""
     command = [sys.executable, "-c", child, setting]
     if small_shm:
-        command = ["unshare", "-m", "sh", "-c", f'mount -t tmpfs -o size={size} tmpfs /dev/shm && exec "$0" "$@"', *command]
+        mounts = f"mount -t tmpfs -o size={size} tmpfs /dev/shm"
+        if spill_size:
+            mounts += f' && mkdir -p "$FEEDLINE_SPILL_DIR" && mount -t tmpfs -o size={spill_size} tmpfs "$FEEDLINE_SPILL_DIR"'
+        command = ["unshare", "-m", "sh", "-c", f'{mounts} && exec "$0" "$@"', *command]
     run = subprocess.run(command, capture_output=True, text=True, timeout=180, env=env)
     assert run.returncode == 0, run.stderr[-3000:]
-    return tuple(run.stdout.strip().splitlines()[-1].split("|"))
+    return tuple(run.stdout.strip().splitlines()[-1].split("|")), run.stderr
+
+
+def _run(setting: str, small_shm: bool, env: dict, child: str = _CHILD, size: str = "4m") -> tuple[str, ...]:
+    return _run_child(setting, small_shm, env, child, size)[0]
 
 
 @pytest.fixture
 def child_env(tmp_path):
     if shutil.which("unshare") is None or subprocess.run(["unshare", "-m", "true"], capture_output=True).returncode != 0:
         pytest.skip("needs `unshare -m` (root on Linux) to give a child a small /dev/shm")
-    return {**os.environ, "FEEDLINE_REMEMBER": str(tmp_path / "choices.json")}
+    return {**os.environ, "FEEDLINE_REMEMBER": str(tmp_path / "choices.json"), "FEEDLINE_SPILL_DIR": str(tmp_path / "spill")}
 
 
-def test_process_workers_set_by_hand_on_a_full_dev_shm_raise_an_error_that_says_so(child_env):
+def test_process_workers_on_a_full_dev_shm_hand_batches_over_through_the_spill_folder_and_warn_once(child_env, tmp_path):
+    (kind, backend, _), stderr = _run_child("process", small_shm=True, env=child_env)
+    assert (kind, backend) == ("ran", "process"), stderr[-2000:]  # every batch, right, in order (the child checks)
+    assert stderr.count("feedline: /dev/shm has no room for what process workers hand over") == 1, stderr[-2000:]
+    assert f"through files in {tmp_path / 'spill'} instead" in stderr and "--shm-size" in stderr, stderr[-2000:]
+    assert os.listdir(tmp_path / "spill") == [], "no file left behind"
+
+
+def test_process_workers_set_by_hand_raise_an_error_that_says_so_where_nothing_can_spill(child_env):
+    child_env["FEEDLINE_SPILL_DIR"] = "0"  # spilling off
     kind, message = _run("process", small_shm=True, env=child_env)
     assert kind == "SharedMemoryFull", message
     assert "shared memory is full: a batch slot needs 6.0 MiB and /dev/shm has" in message, message
     assert "--shm-size" in message and "backend='thread'" in message, "it says what to do"
 
 
+def test_a_spill_folder_without_room_either_is_shared_memory_full_naming_both(child_env, tmp_path):
+    (kind, message), _ = _run_child("process", small_shm=True, env=child_env, spill_size="4m")
+    assert kind == "SharedMemoryFull", message
+    assert f"and the spill folder {tmp_path / 'spill'} (FEEDLINE_SPILL_DIR) has" in message, message
+
+
 def test_the_automatic_choice_on_a_full_dev_shm_runs_on_threads_and_says_why(child_env):
     child_env["FEEDLINE_REMEMBER"] = "0"
+    child_env["FEEDLINE_SPILL_DIR"] = "0"  # spilling off: the fallback the automatic choice has left
     kind, backend, decision = _run("auto", small_shm=True, env=child_env)
     assert (kind, backend) == ("ran", "thread"), decision
     assert "process workers cannot hand batches over: shared memory is full" in decision, decision
@@ -74,6 +102,7 @@ def test_a_remembered_process_verdict_on_a_full_dev_shm_runs_on_threads(child_en
         kind, backend, decision = _run("auto", small_shm=False, env=child_env)
         if backend != "process":
             pytest.skip(f"the trial chose {backend} on this machine: {decision}")
+    child_env["FEEDLINE_SPILL_DIR"] = "0"
     kind, backend, decision = _run("auto", small_shm=True, env=child_env)
     assert "at once, remembered" in decision, decision  # it started on the remembered verdict ...
     assert (kind, backend) == ("ran", "thread"), decision  # ... and went to threads, not to an error
@@ -97,6 +126,7 @@ print("ran|" + pipe.stats().backend)
 def test_process_workers_on_a_small_dev_shm_reuse_the_slots_handed_back_instead_of_failing(child_env, tmp_path):
     # 12 MiB of /dev/shm holds the slots two workers need at once for 1 MiB batches, but not the few extra ones a
     # worker made when the consumer had not yet handed its slots back: one epoch in two ended in SharedMemoryFull.
+    child_env["FEEDLINE_SPILL_DIR"] = "0"  # the wait alone, no spilling
     for _ in range(3):
         assert _run(str(tmp_path), small_shm=True, env=child_env, child=_SMALL_BATCHES, size="12m") == ("ran", "process")
 
@@ -111,12 +141,27 @@ except fl.SharedMemoryFull as e:
 """
 
 
-def test_a_source_array_too_big_for_dev_shm_is_shared_memory_full_not_a_pickling_error(child_env):
+def test_a_source_array_too_big_for_dev_shm_spills_or_is_shared_memory_full_not_a_pickling_error(child_env):
     # An 8 MiB in-memory array goes to the workers through /dev/shm: 4 MiB of it was reported as a TypeError
     # saying the pipeline "cannot be sent to worker processes", with advice about open files and locks.
+    (kind, rows, _), stderr = _run_child("process", small_shm=True, env=child_env, child=_BIG_SOURCE)
+    assert (kind, rows) == ("ran", "2048"), stderr[-2000:]  # spilled: a file the workers map
+    assert "feedline: /dev/shm has no room" in stderr
+    child_env["FEEDLINE_SPILL_DIR"] = "0"
     kind, message = _run("process", small_shm=True, env=child_env, child=_BIG_SOURCE)
     assert kind == "SharedMemoryFull", message
     assert "an array of the source, for the workers, needs 8.0 MiB" in message and "--shm-size" in message, message
     child_env["FEEDLINE_REMEMBER"] = "0"
     kind, rows, decision = _run("auto", small_shm=True, env=child_env, child=_BIG_SOURCE)
     assert (kind, rows) == ("ran", "2048"), decision  # the automatic choice keeps every row (threads, or no workers)
+
+
+def test_files_a_killed_consumer_left_in_the_spill_folder_go_at_the_next_spill(child_env, tmp_path):
+    spill = tmp_path / "spill"
+    spill.mkdir()
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True).stdout.strip()
+    (spill / f"feedline_{gone}_w3_0").write_bytes(b"x" * 4096)  # a slot whose consumer and workers were killed
+    (spill / "notes.txt").write_text("not ours")
+    (kind, backend, _), stderr = _run_child("process", small_shm=True, env=child_env)
+    assert (kind, backend) == ("ran", "process"), stderr[-2000:]
+    assert sorted(os.listdir(spill)) == ["notes.txt"]

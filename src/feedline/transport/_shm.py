@@ -9,6 +9,13 @@ Protocol and ownership:
   every existing mapping and is freed by the OS when the last mapping goes,
   even if every process is killed. Names therefore exist only for the
   moment between creation and the first attach.
+- Where ``/dev/shm`` has no room (Docker and Kubernetes give containers 64
+  MB of it), a segment is a file of the same name in a spill folder instead
+  (`spill_dir`: a per-user folder in the temporary directory), mapped the
+  same way: the memory is the page cache, shared by every mapping, and the
+  name rules are the same (unlinked at the first attach). The consumer warns
+  once. joblib and Ray fall back the same way. Only if that folder has no
+  room either is it `SharedMemoryFull`.
 - ``multiprocessing.shared_memory`` is not used on POSIX because in Python
   3.10-3.12 every process that merely attaches registers the segment with
   its own resource tracker, which unlinks it (and warns) when that process
@@ -22,10 +29,12 @@ import errno
 import mmap
 import os
 import sys
+import tempfile
+import warnings
 
 from .._errors import SharedMemoryFull
 
-__all__ = ["Segment", "segment_prefix", "sweep", "unlink"]
+__all__ = ["SPILL_VAR", "Segment", "segment_prefix", "spill_dir", "sweep", "unlink", "warn_spilled"]
 
 _WINDOWS = sys.platform == "win32"
 if not _WINDOWS:
@@ -33,10 +42,46 @@ if not _WINDOWS:
 
 
 SHM_DIR = "/dev/shm"  # where POSIX shared memory lives on Linux (a tmpfs; its size is the limit)
+SPILL_VAR = "FEEDLINE_SPILL_DIR"  # where segments go when /dev/shm is full (default: `spill_dir`); "0": nowhere
+_warned: list[bool] = []  # the spill warning was given in this process
+_swept: list[bool] = []  # this process removed the files of dead consumers from the spill folder
 
 
-def _reserve(fd: int, size: int, what: str) -> None:
-    """Allocate the segment's memory now, so that a full ``/dev/shm`` is an error here, with a reason.
+def spill_dir() -> str | None:
+    """The folder for segments that find no room in ``/dev/shm``: ``$FEEDLINE_SPILL_DIR``, else one per user in the temporary directory; None: off.
+
+    The same in the consumer and its workers (they inherit its environment).
+    """
+    setting = os.environ.get(SPILL_VAR, "").strip()
+    if setting.lower() in ("0", "off", "no", "false"):
+        return None
+    if setting:
+        return os.path.expanduser(setting)
+    return os.path.join(tempfile.gettempdir(), f"feedline-spill-{os.getuid()}")
+
+
+def warn_spilled(segment: "Segment") -> None:
+    """Warn once per process that batches go through files in the spill folder (``/dev/shm`` is full)."""
+    if not segment.spilled or _warned:
+        return
+    _warned.append(True)
+    warnings.warn(f"feedline: {SHM_DIR} has no room for what process workers hand over ({_room(SHM_DIR)}), so it goes "
+                  f"through files in {os.path.dirname(segment.spilled)} instead (the page cache: as fast while memory "
+                  f"lasts, written back to disk now and then). Enlarge {SHM_DIR} (docker run --shm-size=8g; Kubernetes: "
+                  f"an emptyDir volume with medium: Memory mounted at {SHM_DIR}) or set {SPILL_VAR} to a tmpfs folder",
+                  RuntimeWarning, stacklevel=2)
+
+
+def _room(folder: str) -> str:
+    try:
+        stats = os.statvfs(folder)
+        return f"{stats.f_bavail * stats.f_frsize / 2**20:,.1f} MiB free of {stats.f_blocks * stats.f_frsize / 2**20:,.0f} MiB"
+    except OSError:
+        return "too little free"
+
+
+def _reserve(fd: int, size: int) -> bool:
+    """Allocate the segment's memory now, so that a full ``/dev/shm`` shows here; False: no room.
 
     ``ftruncate`` reserves nothing: a worker writing a batch into a slot on
     a full ``/dev/shm`` died of SIGBUS, was replaced three times, and the
@@ -48,19 +93,73 @@ def _reserve(fd: int, size: int, what: str) -> None:
     try:
         os.posix_fallocate(fd, 0, size)
     except AttributeError:  # no posix_fallocate (macOS): as before
-        return
+        return True
     except OSError as e:
-        if e.errno not in (errno.ENOSPC, errno.ENOMEM):
-            return  # a file system that cannot reserve (EINVAL, EOPNOTSUPP): as before
+        if e.errno in (errno.ENOSPC, errno.ENOMEM):
+            return False
+        return True  # a file system that cannot reserve (EINVAL, EOPNOTSUPP): as before
+    return True
+
+
+def _full(what: str, size: int, spill: str | None) -> SharedMemoryFull:
+    where = f"{SHM_DIR} has {_room(SHM_DIR)}"
+    if spill is not None:
+        where += f", and the spill folder {spill} ({SPILL_VAR}) has {_room(spill) if os.path.isdir(spill) else 'no room'}"
+    return SharedMemoryFull(
+        f"shared memory is full: {what} needs {size / 2**20:,.1f} MiB and {where}. Process workers hand batches "
+        f"over in shared memory: enlarge it (docker run --shm-size=8g; Kubernetes: an emptyDir volume with medium: "
+        f"Memory mounted at {SHM_DIR}), make batches smaller, or use backend='thread' (no shared memory)")
+
+
+def _sweep_dead_consumers(folder: str) -> None:
+    """Remove files of consumers that are gone (killed with their workers: a disk keeps files, unlike /dev/shm at reboot)."""
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return
+    for name in names:
+        parts = name.split("_")
+        if len(parts) < 3 or parts[0] != "feedline" or not parts[1].isdigit():
+            continue
         try:
-            stats = os.statvfs(SHM_DIR)
-            room = f"{SHM_DIR} has {stats.f_bavail * stats.f_frsize / 2**20:,.1f} MiB free of {stats.f_blocks * stats.f_frsize / 2**20:,.0f} MiB"
-        except OSError:
-            room = f"{SHM_DIR} has too little free"
-        raise SharedMemoryFull(
-            f"shared memory is full: {what} needs {size / 2**20:,.1f} MiB and {room}. Process workers hand batches "
-            f"over in shared memory: enlarge it (docker run --shm-size=8g; Kubernetes: an emptyDir volume with medium: "
-            f"Memory mounted at {SHM_DIR}), make batches smaller, or use backend='thread' (no shared memory)") from e
+            os.kill(int(parts[1]), 0)
+        except ProcessLookupError:
+            try:
+                os.unlink(os.path.join(folder, name))
+            except OSError:
+                pass
+        except OSError:  # alive, another user's (EPERM): theirs
+            pass
+
+
+def _spill_path(name: str) -> str | None:
+    folder = spill_dir()
+    return None if folder is None else os.path.join(folder, name)
+
+
+def _create_spilled(name: str, size: int):
+    """``(mmap, path)`` of a new file ``name`` of ``size`` bytes in the spill folder; None where it has no room either."""
+    path = _spill_path(name)
+    if path is None:
+        return None
+    if not _swept:
+        _swept.append(True)
+        _sweep_dead_consumers(os.path.dirname(path))
+    try:
+        os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
+    except OSError:
+        return None
+    try:
+        os.ftruncate(fd, size)
+        if not _reserve(fd, size):
+            raise OSError(errno.ENOSPC, "no room")
+        return mmap.mmap(fd, size), path
+    except OSError:
+        os.unlink(path)
+        return None
+    finally:
+        os.close(fd)
 
 
 def segment_prefix(consumer_pid: int | None = None) -> str:
@@ -75,16 +174,22 @@ class Segment:
         name: the segment's name (without a leading slash).
         size: its size in bytes.
         buf: a writable ``mmap`` over the whole segment.
+        spilled: the file's path where it lives in the spill folder, not in
+            ``/dev/shm`` (see the module docstring); "" otherwise.
     """
 
-    __slots__ = ("name", "size", "buf", "_win")
+    __slots__ = ("name", "size", "buf", "spilled", "_win")
 
-    def __init__(self, name: str, size: int, buf, win=None):
-        self.name, self.size, self.buf, self._win = name, size, buf, win
+    def __init__(self, name: str, size: int, buf, win=None, spilled: str = ""):
+        self.name, self.size, self.buf, self._win, self.spilled = name, size, buf, win, spilled
 
     @classmethod
-    def create(cls, name: str, size: int, what: str = "a batch slot") -> "Segment":
-        """Create a new segment of ``size`` bytes (at least one page); ``what`` it holds names it in `SharedMemoryFull`."""
+    def create(cls, name: str, size: int, what: str = "a batch slot", spill: bool = True) -> "Segment":
+        """Create a new segment of ``size`` bytes (at least one page); ``what`` it holds names it in `SharedMemoryFull`.
+
+        ``spill``: where ``/dev/shm`` has no room, make it in the spill folder
+        (module docstring); False: raise `SharedMemoryFull` at once.
+        """
         size = max(int(size), mmap.PAGESIZE)
         if _WINDOWS:
             from multiprocessing import shared_memory
@@ -94,14 +199,20 @@ class Segment:
         fd = _posixshmem.shm_open("/" + name, os.O_CREAT | os.O_EXCL | os.O_RDWR, mode=0o600)
         try:
             os.ftruncate(fd, size)
-            _reserve(fd, size, what)
-            buf = mmap.mmap(fd, size)
+            room = _reserve(fd, size)
+            buf = mmap.mmap(fd, size) if room else None
         except BaseException:
             os.close(fd)
             unlink(name)
             raise
         os.close(fd)
-        return cls(name, size, buf)
+        if buf is not None:
+            return cls(name, size, buf)
+        unlink(name)
+        spilled = _create_spilled(name, size) if spill else None
+        if spilled is None:
+            raise _full(what, size, spill_dir() if spill else None)
+        return cls(name, size, spilled[0], spilled=spilled[1])
 
     @classmethod
     def attach(cls, name: str, *, readonly: bool = False) -> "Segment":
@@ -112,14 +223,21 @@ class Segment:
             shm = shared_memory.SharedMemory(name=name)
             return cls(name, shm.size, shm._mmap, shm)
         flags = os.O_RDONLY if readonly else os.O_RDWR
-        fd = _posixshmem.shm_open("/" + name, flags, mode=0o600)
+        spilled = ""
+        try:
+            fd = _posixshmem.shm_open("/" + name, flags, mode=0o600)
+        except FileNotFoundError:
+            spilled = _spill_path(name)
+            if spilled is None:
+                raise
+            fd = os.open(spilled, flags)  # made in the spill folder (/dev/shm was full); FileNotFoundError if not there either
         try:
             size = os.fstat(fd).st_size
             access = mmap.ACCESS_READ if readonly else mmap.ACCESS_WRITE
             buf = mmap.mmap(fd, size, access=access)
         finally:
             os.close(fd)
-        return cls(name, size, buf)
+        return cls(name, size, buf, spilled=spilled)
 
 
 def unlink(name: str) -> bool:
@@ -128,6 +246,14 @@ def unlink(name: str) -> bool:
         return False  # Windows frees a segment with its last handle.
     try:
         _posixshmem.shm_unlink("/" + name)
+        return True
+    except FileNotFoundError:
+        pass
+    spilled = _spill_path(name)
+    if spilled is None:
+        return False
+    try:
+        os.unlink(spilled)
         return True
     except FileNotFoundError:
         return False
@@ -140,11 +266,14 @@ def sweep(prefix: str) -> list[str]:
     elsewhere owners unlink by the names they recorded.
     """
     removed = []
-    try:
-        names = os.listdir("/dev/shm")
-    except OSError:
+    if _WINDOWS:
         return removed
-    for name in names:
-        if name.startswith(prefix) and unlink(name):
-            removed.append(name)
+    for folder in (SHM_DIR, spill_dir()):
+        try:
+            names = os.listdir(folder) if folder else []
+        except OSError:
+            continue
+        for name in names:
+            if name.startswith(prefix) and unlink(name):
+                removed.append(name)
     return removed

@@ -24,7 +24,7 @@ Protocol (one writer, one reader per slot):
   in flight, so a worker holds at most (in-flight tasks + batches the user
   still references) slots, plus a few made while released ones were on
   their way back. On a full /dev/shm a worker waits (bounded) for one of
-  its slots to come back before it reports `SharedMemoryFull`.
+  its slots to come back before it makes one in the spill folder.
 - Shutdown: a worker unlinks the names of its slots on exit (names already
   unlinked by the consumer are ignored). If the worker is killed before the
   consumer attached a new slot, the consumer sweeps the worker's prefix.
@@ -43,12 +43,12 @@ import numpy as np
 
 from .._errors import SharedMemoryFull
 from .._tree import BatchGroup, flatten, unflatten
-from ._shm import Segment, unlink
+from ._shm import Segment, unlink, warn_spilled
 
 __all__ = ["ReleaseRing", "SlotReader", "SlotWriter"]
 
 _ALIGN = 64
-ROOM_WAIT = 2.0  # seconds a worker waits, on a full /dev/shm, for the consumer to hand back a slot (`SlotWriter._handed_back`)
+ROOM_WAIT = 0.5  # seconds a worker waits, on a full /dev/shm, for the consumer to hand back a slot (`SlotWriter._handed_back`)
 ROOM_POLL = 0.001  # ... looking at its ring this often
 
 
@@ -142,12 +142,12 @@ class SlotWriter:
         slot = next(self._ids)
         size = -(-total // mmap.PAGESIZE) * mmap.PAGESIZE
         try:
-            self.slots[slot] = Segment.create(f"{self.prefix}{slot}", size)
+            self.slots[slot] = Segment.create(f"{self.prefix}{slot}", size, spill=False)
         except SharedMemoryFull:
-            reused = self._handed_back(total)
-            if reused is None:
-                raise
-            return reused
+            reused = self._handed_back(total)  # one of ours on its way back keeps the batch in /dev/shm ...
+            if reused is not None:
+                return reused
+            self.slots[slot] = Segment.create(f"{self.prefix}{slot}", size)  # ... else the spill folder, or the error
         return slot
 
     def _fitting(self, total: int) -> int | None:
@@ -169,7 +169,7 @@ class SlotWriter:
         the slots the consumer was about to hand back would have done.
         Slots held by batches the consumer cannot take yet (they wait
         behind an earlier one) never come back: the wait is bounded, and
-        then the error stands.
+        then the slot is made in the spill folder (`feedline.transport._shm`).
         """
         if self.returned is None or len(self.slots) <= len(self.free):
             return None  # nothing of ours is out: nothing can come back
@@ -274,6 +274,7 @@ class SlotReader:
         slot = fields["slot"]
         if fields["name"] is not None:
             self.maps[slot] = Segment.attach(fields["name"])
+            warn_spilled(self.maps[slot])
             unlink(fields["name"])
         flat, arrays = _views(self.maps[slot].buf, fields["layout"], fields["total"])
         if flat.base is not None:

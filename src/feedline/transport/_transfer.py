@@ -32,7 +32,7 @@ import types
 import cloudpickle
 import numpy as np
 
-from ._shm import Segment, segment_prefix, unlink
+from ._shm import Segment, segment_prefix, unlink, warn_spilled
 
 __all__ = ["SHARE_THRESHOLD", "SharedArrays", "attached_names", "check_picklable", "code_with_its_file", "dumps_for_workers"]
 
@@ -59,6 +59,7 @@ class SharedArrays:
             return self._by_id[key][0]
         name = f"{segment_prefix()}a{next(_serial)}"
         seg = Segment.create(name, array.nbytes, what="an array of the source, for the workers,")
+        warn_spilled(seg)
         view = np.ndarray(array.shape, array.dtype, buffer=seg.buf)
         view[...] = array
         # Keep the source array alive so id() stays unique while shared.
