@@ -18,12 +18,17 @@ BACKENDS = ["serial", "thread", "process"]
 
 
 def feedline_segments() -> set[str]:
-    """Shared-memory segments of this test process (Linux lists them in /dev/shm)."""
+    """Shared-memory segments of this test process (Linux lists them in /dev/shm), and files it spilled (/dev/shm full)."""
+    from feedline.transport._shm import spill_dir
+
     prefix = f"feedline_{os.getpid()}_"
-    try:
-        return {n for n in os.listdir("/dev/shm") if n.startswith(prefix)}
-    except FileNotFoundError:
-        return set()
+    found = set()
+    for folder in ("/dev/shm", spill_dir()):
+        try:
+            found |= {os.path.join(folder, n) for n in os.listdir(folder) if n.startswith(prefix)} if folder else set()
+        except FileNotFoundError:
+            pass
+    return found
 
 
 def child_pids() -> set[int]:

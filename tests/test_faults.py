@@ -73,7 +73,22 @@ def is_live_worker(pid: int) -> bool:
 
 
 def segments_of(consumer_pid: int) -> list[str]:
-    return sorted(n for n in os.listdir("/dev/shm") if n.startswith(f"feedline_{consumer_pid}_"))
+    """Names of the consumer's segments, in /dev/shm and in the spill folder (where /dev/shm was full)."""
+    from feedline.transport._shm import spill_dir
+
+    names = []
+    for folder in ("/dev/shm", spill_dir()):
+        if folder and os.path.isdir(folder):
+            names += [n for n in os.listdir(folder) if n.startswith(f"feedline_{consumer_pid}_")]
+    return sorted(names)
+
+
+def remove_segments_of(consumer_pid: int) -> None:
+    """Remove what a failed test's consumer left, wherever it is."""
+    from feedline.transport._shm import unlink
+
+    for name in segments_of(consumer_pid):
+        unlink(name)
 
 
 class PidWatcher:
@@ -503,8 +518,7 @@ def test_sigkilled_consumer_leaves_no_workers_or_segments(workers_state, tmp_pat
             print(f"consumer SIGKILLed ({workers_state} workers): workers gone after {gone:.2f} s")
         finally:
             _kill_leftovers(workers)
-            for name in segments_of(proc.pid):  # do not leave a failed test's segments behind
-                os.unlink(f"/dev/shm/{name}")
+            remove_segments_of(proc.pid)  # do not leave a failed test's segments behind
 
 
 def test_breaking_out_early_then_next_epoch_is_complete(backend, no_leaks):
@@ -634,5 +648,4 @@ def test_sigterm_to_the_whole_process_group_leaves_no_segment(when, start, tmp_p
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
-        for name in segments_of(proc.pid):
-            os.unlink(os.path.join("/dev/shm", name))
+        remove_segments_of(proc.pid)

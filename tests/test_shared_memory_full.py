@@ -165,3 +165,16 @@ def test_files_a_killed_consumer_left_in_the_spill_folder_go_at_the_next_spill(c
     (kind, backend, _), stderr = _run_child("process", small_shm=True, env=child_env)
     assert (kind, backend) == ("ran", "process"), stderr[-2000:]
     assert sorted(os.listdir(spill)) == ["notes.txt"]
+
+
+@pytest.mark.timeout(600)
+def test_fault_suite_passes_with_every_segment_spilled(child_env, tmp_path):
+    """Killed, dying, replaced and many workers with 128 KB of /dev/shm: segments spilled, and every file gone after."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    tests = ["tests/test_faults.py", "tests/test_scale.py::test_close_returns_and_leaves_nothing_with_many_workers"]
+    command = ["unshare", "-m", "sh", "-c", 'mount -t tmpfs -o size=128k tmpfs /dev/shm && exec "$0" "$@"',
+               sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-x", "-W", "ignore::RuntimeWarning", *tests]
+    done = subprocess.run(command, env=child_env, capture_output=True, text=True, timeout=580, cwd=os.path.dirname(here))
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+    assert (tmp_path / "spill").is_dir(), "nothing spilled: the test no longer tests the spill folder"
+    assert os.listdir(tmp_path / "spill") == [], "no spilled file left behind"
