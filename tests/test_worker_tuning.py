@@ -360,3 +360,43 @@ def test_a_container_memory_limit_is_the_memory_available_to_its_processes():
     inside = int(run.stdout.strip())
     assert 0 < inside < limit, (inside, limit)  # the limit minus what the child itself already uses
     assert inside < machine // 4
+
+
+_GROWS_IN_A_CONTAINER = """
+import time, numpy as np, feedline as fl
+from feedline import testing
+
+def waits_on_io(v):
+    time.sleep(0.004)
+    return v
+
+with fl.from_arrays(np.arange(800)).map(waits_on_io, backend="process").batch(4) as pipe:
+    out = [b.tolist() for b in pipe]
+    stats = pipe.stats()
+assert out == [list(range(k, k + 4)) for k in range(0, 800, 4)], "every batch, right, in order"
+print("\\n".join(d for d in stats.decisions if d.startswith("worker")))
+"""
+
+
+def test_process_workers_grown_in_a_memory_limited_container_are_capped_by_what_it_has_left():
+    """A real cgroup limited to 200 MiB: each growth is capped at half the room it measures, and says so, once."""
+    import re
+
+    from cgroups import cgroup_limited, run_in
+
+    limit = 200 << 20
+    with cgroup_limited({"memory": {"memory.limit_in_bytes": str(limit)}}, {"memory.max": str(limit)}) as folder:
+        run = run_in(folder, _GROWS_IN_A_CONTAINER)
+    assert run.returncode == 0, run.stderr[-3000:]  # not killed for memory, every batch delivered
+    grown = [line for line in run.stdout.splitlines() if line.startswith("workers ")]
+    if not grown:
+        pytest.skip(f"the worker count did not grow here (a busy machine holds it back): {run.stdout}")
+    caps = [re.search(r"capped at (\d+), not \d+: each process worker holds ([\d,]+) MiB of its own and ([\d,]+) MiB "
+                      r"are available", line) for line in grown]
+    assert caps[0] is not None, grown[0]  # 200 MiB cannot hold 8 workers per core
+    for line, cap in zip(grown, caps):
+        assert line.count("(capped at") <= 1, line  # each growth's own cap, not the earlier ones too
+        if cap is not None:
+            old = int(line.split()[1])
+            count, each, room = int(cap[1]), int(cap[2].replace(",", "")), int(cap[3].replace(",", ""))
+            assert room < 200 and count - old <= 0.5 * room / max(each, 1) + 1, line

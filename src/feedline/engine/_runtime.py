@@ -121,12 +121,13 @@ class Runtime:
                 return f"workers {old} -> {self.workers}: {self.worker_tuner.last_reason}"
             self.worker_tuner.workers = old
             return f"worker count stays at {old}: {self.worker_tuner.last_reason}"
+        cap = ""
         if wanted is not None and wanted > old:
-            wanted = self._capped_by_memory(old, wanted)
+            wanted, cap = self._capped_by_memory(old, wanted)
             if wanted <= old:  # no room for one more process worker: the count stays, and stops growing
                 self.worker_tuner.workers = old
-                self.worker_tuner.stopped = self.worker_tuner.last_reason
-                return f"worker count stays at {old}: {self.worker_tuner.last_reason}"
+                self.worker_tuner.stopped = self.worker_tuner.last_reason + cap
+                return f"worker count stays at {old}: {self.worker_tuner.stopped}"
         depth = self.depth
         if wanted is None or not self.executor.grow(wanted):
             if wanted is not None:
@@ -135,21 +136,24 @@ class Runtime:
         self._depth_before_growth = depth
         self._follow_workers()
         self._remember_workers()
-        return f"workers {old} -> {self.workers}: {self.worker_tuner.last_reason}"
+        return f"workers {old} -> {self.workers}: {self.worker_tuner.last_reason}{cap}"
 
-    def _capped_by_memory(self, old: int, wanted: int) -> int:
-        """Process workers: only as many more as `FREE_SHARE` of the available memory holds (`feedline.engine._memory`)."""
+    def _capped_by_memory(self, old: int, wanted: int) -> tuple[int, str]:
+        """Process workers: only as many more as `FREE_SHARE` of the available memory holds (`feedline.engine._memory`).
+
+        Returns the count and, where it is capped, why (for this decision only:
+        the tuner asks again with the same reason, and the cap is measured anew).
+        """
         if self.backend != "process":
-            return wanted
+            return wanted, ""
         each, room = private_bytes(self.executor.worker_pids()), available_memory()
         if not each or room is None:
-            return wanted
+            return wanted, ""
         fit = old + int(FREE_SHARE * room // each)
         if fit >= wanted:
-            return wanted
-        self.worker_tuner.last_reason += (f" (capped at {max(fit, old)}, not {wanted}: each process worker holds "
-                                          f"{each / 2**20:,.0f} MiB of its own and {room / 2**20:,.0f} MiB are available)")
-        return max(fit, old)
+            return wanted, ""
+        return max(fit, old), (f" (capped at {max(fit, old)}, not {wanted}: each process worker holds "
+                               f"{each / 2**20:,.0f} MiB of its own and {room / 2**20:,.0f} MiB are available)")
 
     def _remember_workers(self) -> None:
         """The automatic choice's next run starts at the count the tuner settled on (`feedline.engine._remembered`)."""
