@@ -178,3 +178,13 @@ def test_fault_suite_passes_with_every_segment_spilled(child_env, tmp_path):
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
     assert (tmp_path / "spill").is_dir(), "nothing spilled: the test no longer tests the spill folder"
     assert os.listdir(tmp_path / "spill") == [], "no spilled file left behind"
+
+
+def test_a_spill_folder_that_cannot_be_made_is_named_in_the_error(child_env, tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("a file where the folder would go")  # as a read-only file system refuses it
+    child_env["FEEDLINE_SPILL_DIR"] = str(blocker / "spill")
+    kind, message = _run("process", small_shm=True, env=child_env)
+    assert kind == "SharedMemoryFull", message
+    assert f"the spill folder {blocker / 'spill'} (FEEDLINE_SPILL_DIR) could not be made" in message, message
+    assert "set FEEDLINE_SPILL_DIR to a writable folder with room" in message, message

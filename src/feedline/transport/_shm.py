@@ -104,11 +104,18 @@ def _reserve(fd: int, size: int) -> bool:
 def _full(what: str, size: int, spill: str | None) -> SharedMemoryFull:
     where = f"{SHM_DIR} has {_room(SHM_DIR)}"
     if spill is not None:
-        where += f", and the spill folder {spill} ({SPILL_VAR}) has {_room(spill) if os.path.isdir(spill) else 'no room'}"
+        if not os.path.isdir(spill):
+            state = "could not be made (a read-only file system?)"
+        elif not os.access(spill, os.W_OK | os.X_OK):
+            state = "is not writable"
+        else:
+            state = f"has {_room(spill)}"
+        where += f", and the spill folder {spill} ({SPILL_VAR}) {state}"
     return SharedMemoryFull(
         f"shared memory is full: {what} needs {size / 2**20:,.1f} MiB and {where}. Process workers hand batches "
         f"over in shared memory: enlarge it (docker run --shm-size=8g; Kubernetes: an emptyDir volume with medium: "
-        f"Memory mounted at {SHM_DIR}), make batches smaller, or use backend='thread' (no shared memory)")
+        f"Memory mounted at {SHM_DIR}), set {SPILL_VAR} to a writable folder with room, make batches smaller, or "
+        f"use backend='thread' (no shared memory)")
 
 
 def _sweep_dead_consumers(folder: str) -> None:
