@@ -590,9 +590,11 @@ class BackendTrial(Executor):
 
         Docker gives a container 64 MB of ``/dev/shm`` unless told
         otherwise; process workers hand every batch over there, threads
-        need none. Under the automatic choice a full ``/dev/shm`` is a
-        reason to use threads (the decision says so), not an error; set
-        ``backend="process"`` by hand, it is `SharedMemoryFull`.
+        need none. A full ``/dev/shm`` sends segments to the spill folder
+        first (`feedline.transport._shm`); where that is off
+        (``FEEDLINE_SPILL_DIR=0``) or full too, under the automatic choice
+        it is a reason to use threads (the decision says so), not an error;
+        set ``backend="process"`` by hand, it is `SharedMemoryFull`.
         """
         kept = []
         for event in events:
