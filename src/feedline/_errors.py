@@ -50,11 +50,12 @@ class WorkerError(FeedlineError):
 
 
 class SharedMemoryFull(FeedlineError):
-    """Shared memory (``/dev/shm``) has no room for a batch slot: the process backend cannot hand batches over.
+    """Shared memory (``/dev/shm``) has no room for a batch slot or a source array, and neither has the spill folder.
 
-    Docker gives containers 64 MB of it unless told otherwise. Raised where
-    the slot is made, before anything is written into it (see
-    `feedline.transport._shm`), with the sizes and what to do.
+    Docker gives containers 64 MB of it unless told otherwise; what does not
+    fit goes to files in the spill folder (``FEEDLINE_SPILL_DIR``) first.
+    Raised where the segment is made, before anything is written into it
+    (see `feedline.transport._shm`), with the sizes and what to do.
     """
 
 

@@ -165,6 +165,12 @@ def first_threads(workers: int, cores: int) -> int:
     return min(workers, SCOUT_THREADS) if cores >= PAUSE_ALL_CORES else workers
 
 
+def _waited_for_tasks(baseline: tuple, now: float, clocks: list) -> bool:
+    """A thread waited for tasks more than `IDLE_SHARE` of the stretch since ``baseline`` (or the pool changed): not side by side."""
+    began, _, before = baseline
+    return len(before) != len(clocks) or any(now_[2] - was[2] > IDLE_SHARE * (now - began) for now_, was in zip(clocks, before))
+
+
 class _Measure:
     """Tasks one backend ran alone: samples per second and cores kept busy, for all its workers.
 
@@ -336,7 +342,7 @@ class BackendTrial(Executor):
         self._alone_from = None  # processes measured from here (the threads' last task is back)
         self._threads_again = False  # the bound did not settle it: threads are measured alone
         self._threads_alone_from = None  # threads measured from here (the processes' last task is back)
-        self._alone_baseline: tuple | None = None  # (when, the threads' clocks) as every thread was busy, measured alone
+        self._alone_baseline: tuple | None = None  # (when, consumer CPU, the threads' clocks) as every thread was busy, measured alone
         self._abandoned = False  # the threads' running tasks were taken back once
         self._handover: list = []  # thread tasks for the processes, sent earliest first with those given back ...
         self._due: set = set()  # ... once the thread tasks with these keys are back (given back, or done) ...
@@ -384,7 +390,7 @@ class BackendTrial(Executor):
 
     def submit(self, key, task, affinity=None) -> None:
         self._check_ready()
-        if self._due or self._handover or self._held:
+        if self._handing_over:
             self._move_returned()  # a hand-over waiting past its deadline goes now, before this task
         target = self._route()
         self._owner[key] = target
@@ -401,7 +407,7 @@ class BackendTrial(Executor):
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             self._check_ready()
-            if self._due or self._handover or self._held:
+            if self._handing_over:
                 self._move_returned()
             busy = [e for e in self._live() if self._outstanding[e]]
             if not busy:
@@ -538,6 +544,11 @@ class BackendTrial(Executor):
                 self._abandoned = True
                 due += self.threads.abandon_running(done_under=GIVE_BACK_DONE)
             self._hand_over_after(queued, due)
+
+    @property
+    def _handing_over(self) -> bool:
+        """Thread tasks are on their way to the processes (`_move_returned` sends them, then the held ones)."""
+        return bool(self._due or self._handover or self._held)
 
     def _hand_over_after(self, tasks, due) -> None:
         """``tasks`` go to the processes with the thread tasks ``due`` back, earliest first (`_move_returned`)."""
@@ -681,7 +692,7 @@ class BackendTrial(Executor):
             self._due.discard(key)
         if self._due and time.perf_counter() >= self._handover_by:
             self._due = set()  # one still running past the deadline is handed over when it comes back
-        if self._due or not (self._handover or self._held):
+        if self._due or not self._handing_over:
             return
         moving, self._handover = self._handover, []
         self._hand_over(moving)
@@ -732,15 +743,14 @@ class BackendTrial(Executor):
             return False
         if self._alone_baseline is None:
             if all(busy for busy, *_ in clocks):
-                self._alone_baseline = (now, clocks)
+                self._alone_baseline = (now, time.thread_time(), clocks)
             return False
-        began, before = self._alone_baseline
-        if len(before) != len(clocks) or any(now_[2] - was[2] > IDLE_SHARE * (now - began) for now_, was in zip(clocks, before)):
+        if _waited_for_tasks(self._alone_baseline, now, clocks):
             self._alone_baseline = None  # one waited for tasks meanwhile (or the pool changed): not side by side
             return False
-        if now - began < EVIDENCE_SPAN:
+        if now - self._alone_baseline[0] < EVIDENCE_SPAN:
             return False
-        kept = sum(now_[1] - was[1] for now_, was in zip(clocks, before)) / (now - began)
+        kept = self._stretch(self._alone_baseline, now, clocks)[1]
         reach = kept * self._thread_rows / self._thread_cpu
         processes = self._measure[self.processes].per_second
         if processes <= PROCESS_MARGIN * reach:
@@ -832,11 +842,10 @@ class BackendTrial(Executor):
             return
         if self._warm_baseline is None and all(busy and begun >= 2 for busy, _, _, begun in clocks):
             self._warm_baseline = (now, time.thread_time(), clocks)  # every thread past its first sample: the early stretch
-        began, _, before = self._baseline
-        if any(now_[2] - was[2] > IDLE_SHARE * (now - began) for now_, was in zip(clocks, before)):
+        if _waited_for_tasks(self._baseline, now, clocks):
             self._baseline = self._warm_baseline = None  # one waited for tasks meanwhile: not side by side
             return
-        if now - began >= EVIDENCE_SPAN:
+        if now - self._baseline[0] >= EVIDENCE_SPAN:
             span, kept, others, usable, begun = self._stretch(self._baseline, now, clocks)
         elif self._warm_baseline is not None and now - self._warm_baseline[0] >= EARLY_SPAN:
             span, kept, others, usable, begun = self._stretch(self._warm_baseline, now, clocks)

@@ -158,15 +158,21 @@ def _create_spilled(name: str, size: int):
     except OSError:
         return None
     try:
-        os.ftruncate(fd, size)
-        if not _reserve(fd, size):
-            raise OSError(errno.ENOSPC, "no room")
-        return mmap.mmap(fd, size), path
+        buf = _map_reserved(fd, size)
     except OSError:
-        os.unlink(path)
-        return None
+        buf = None
     finally:
         os.close(fd)
+    if buf is None:
+        os.unlink(path)
+        return None
+    return buf, path
+
+
+def _map_reserved(fd: int, size: int):
+    """Size the open file ``fd`` to ``size`` bytes, reserve them (`_reserve`) and map it; None: no room."""
+    os.ftruncate(fd, size)
+    return mmap.mmap(fd, size) if _reserve(fd, size) else None
 
 
 def segment_prefix(consumer_pid: int | None = None) -> str:
@@ -205,9 +211,7 @@ class Segment:
             return cls(name, size, shm._mmap, shm)
         fd = _posixshmem.shm_open("/" + name, os.O_CREAT | os.O_EXCL | os.O_RDWR, mode=0o600)
         try:
-            os.ftruncate(fd, size)
-            room = _reserve(fd, size)
-            buf = mmap.mmap(fd, size) if room else None
+            buf = _map_reserved(fd, size)
         except BaseException:
             os.close(fd)
             unlink(name)
