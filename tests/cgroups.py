@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -41,9 +43,28 @@ def cgroup_limited(v1: dict[str, dict[str, str]], v2: dict[str, str]):
         try:
             yield folder
         finally:
+            _empty(folder)
             os.rmdir(folder)
         return
     pytest.skip("no cgroup with these limits can be made here (needs root and a writable cgroup mount)")
+
+
+def _empty(folder: str, wait: float = 10.0) -> None:
+    """Wait for the processes left in the cgroup to exit (a child's fork server and workers go a moment after it), then kill any left.
+
+    A cgroup with a process in it cannot be removed (EBUSY).
+    """
+    deadline = time.monotonic() + wait
+    while True:
+        with open(os.path.join(folder, "cgroup.procs")) as f:
+            pids = [int(line) for line in f if line.strip()]
+        if not pids or time.monotonic() >= deadline + 5.0:
+            return  # (then rmdir says what is left)
+        if time.monotonic() >= deadline:
+            for pid in pids:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+        time.sleep(0.05)
 
 
 def run_in(folder: str, program: str, env: dict | None = None) -> subprocess.CompletedProcess:
