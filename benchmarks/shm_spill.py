@@ -1,4 +1,4 @@
-"""Process workers in a container's small /dev/shm: feedline's spill folder against room, threads and DataLoader.
+"""Process workers in a container's small /dev/shm: feedline's memory files and spill folder against room, threads and DataLoader.
 
 Run (from the repository root, in the project's virtualenv with torch; as
 root on Linux, since each small-/dev/shm run is a child in a private mount
@@ -16,8 +16,10 @@ GIL, so processes are what help), batches of 8 (6 MiB), two workers,
 
 - ``feedline process, room``: ``backend="process"``, /dev/shm as the host has it;
 - ``feedline process, small /dev/shm``: the same in ``--shm`` of /dev/shm: the
-  slots go to files in the spill folder (`feedline.transport._shm`);
-- ``feedline process, small /dev/shm, no spill``: ``FEEDLINE_SPILL_DIR=0``:
+  slots are memory files (memfd, `feedline.transport._shm`);
+- ``..., spill folder``: memory files off (``FEEDLINE_MEMFD=0``, as on macOS):
+  the slots go to files in the spill folder;
+- ``..., nowhere``: ``FEEDLINE_MEMFD=0 FEEDLINE_SPILL_DIR=0``:
   `SharedMemoryFull` (the run reports the error);
 - ``feedline thread``: threads, what the automatic choice fell back to before;
 - ``torch fork, room`` / ``torch fork, small /dev/shm``: ``DataLoader(num_workers=2)``
@@ -44,7 +46,8 @@ ROOT = os.path.dirname(HERE)
 SETTINGS = {  # name -> (loader, small /dev/shm, extra environment)
     "feedline process, room": ("process", False, {}),
     "feedline process, small /dev/shm": ("process", True, {}),
-    "feedline process, small /dev/shm, no spill": ("process", True, {"FEEDLINE_SPILL_DIR": "0"}),
+    "feedline process, small /dev/shm, spill folder": ("process", True, {"FEEDLINE_MEMFD": "0"}),
+    "feedline process, small /dev/shm, nowhere": ("process", True, {"FEEDLINE_MEMFD": "0", "FEEDLINE_SPILL_DIR": "0"}),
     "feedline thread": ("thread", False, {}),
     "torch fork, room": ("torch", False, {}),
     "torch fork, small /dev/shm": ("torch", True, {}),

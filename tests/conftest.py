@@ -17,8 +17,32 @@ os.environ["FEEDLINE_REMEMBER"] = "0"
 BACKENDS = ["serial", "thread", "process"]
 
 
+def memory_files(prefix: str, pids=None) -> set[str]:
+    """Memory files (memfd: segments made where /dev/shm was full) named ``prefix...`` that processes ``pids`` (all: None) hold.
+
+    They are listed nowhere but in their holders' descriptors, and go with
+    the last of them, so this is where a memory file can leak.
+    """
+    if pids is None:
+        pids = [int(p) for p in os.listdir("/proc") if p.isdigit()] if os.path.isdir("/proc") else []
+    found = set()
+    for pid in pids:
+        try:
+            fds = os.listdir(f"/proc/{pid}/fd")
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                target = os.readlink(f"/proc/{pid}/fd/{fd}")
+            except OSError:
+                continue
+            if target.startswith("/memfd:" + prefix):
+                found.add(target.split(" ")[0])  # "/memfd:<name> (deleted)"
+    return found
+
+
 def feedline_segments() -> set[str]:
-    """Shared-memory segments of this test process (Linux lists them in /dev/shm), and files it spilled (/dev/shm full)."""
+    """Shared-memory segments of this test process (Linux lists them in /dev/shm), files it spilled, memory files its workers hold."""
     from feedline.transport._shm import spill_dir
 
     prefix = f"feedline_{os.getpid()}_"
@@ -26,9 +50,9 @@ def feedline_segments() -> set[str]:
     for folder in ("/dev/shm", spill_dir()):
         try:
             found |= {os.path.join(folder, n) for n in os.listdir(folder) if n.startswith(prefix)} if folder else set()
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):
             pass
-    return found
+    return found | memory_files(prefix, [os.getpid(), *child_pids()])
 
 
 def child_pids() -> set[int]:

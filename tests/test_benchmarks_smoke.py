@@ -171,7 +171,7 @@ def test_remembered_benchmark_compares_first_runs_and_remembered_runs_with_the_h
     assert "at once, remembered: this pipeline's trial" in out, out  # the remembered row started on its agreeing trials
 
 
-def test_shm_spill_benchmark_runs_feedline_through_the_spill_folder_and_reports_what_failed():
+def test_shm_spill_benchmark_runs_feedline_through_memory_files_and_the_spill_folder_and_reports_what_failed():
     pytest.importorskip("torch")
     import shutil
 
@@ -179,8 +179,10 @@ def test_shm_spill_benchmark_runs_feedline_through_the_spill_folder_and_reports_
         pytest.skip("needs `unshare -m` (root on Linux) to give runs a small /dev/shm")
     text = _run_script("shm_spill", "--reps", "1", "--samples", "48", "--epochs", "2")
     rows = _table_rows(text)
-    assert set(rows) == {"feedline process, room", "feedline process, small /dev/shm", "feedline process, small /dev/shm, no spill",
+    small = ("feedline process, small /dev/shm", "feedline process, small /dev/shm, spill folder")
+    assert set(rows) == {"feedline process, room", *small, "feedline process, small /dev/shm, nowhere",
                          "feedline thread", "torch fork, room", "torch fork, small /dev/shm"}, rows
-    assert rows["feedline process, small /dev/shm"][2] == "0 of 1" and float(rows["feedline process, small /dev/shm"][1].replace(",", "")) > 0
-    assert rows["feedline process, small /dev/shm, no spill"][2].startswith("1 of 1: SharedMemoryFull"), rows
+    for name in small:
+        assert rows[name][2] == "0 of 1" and float(rows[name][1].replace(",", "")) > 0, rows
+    assert rows["feedline process, small /dev/shm, nowhere"][2].startswith("1 of 1: SharedMemoryFull"), rows
     assert "files left in the spill folder: 0" in text

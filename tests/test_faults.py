@@ -25,7 +25,7 @@ import warnings
 
 import numpy as np
 import pytest
-from conftest import child_pids, snapshot, wait_for
+from conftest import child_pids, memory_files, snapshot, wait_for
 
 import feedline as fl
 from feedline import FeedlineError, SampleError, WorkerError, testing
@@ -73,14 +73,14 @@ def is_live_worker(pid: int) -> bool:
 
 
 def segments_of(consumer_pid: int) -> list[str]:
-    """Names of the consumer's segments, in /dev/shm and in the spill folder (where /dev/shm was full)."""
+    """Names of the consumer's segments, in /dev/shm, in the spill folder and memory files (where /dev/shm was full)."""
     from feedline.transport._shm import spill_dir
 
     names = []
     for folder in ("/dev/shm", spill_dir()):
         if folder and os.path.isdir(folder):
             names += [n for n in os.listdir(folder) if n.startswith(f"feedline_{consumer_pid}_")]
-    return sorted(names)
+    return sorted(names) + sorted(memory_files(f"feedline_{consumer_pid}_"))
 
 
 def remove_segments_of(consumer_pid: int) -> None:
@@ -88,7 +88,8 @@ def remove_segments_of(consumer_pid: int) -> None:
     from feedline.transport._shm import unlink
 
     for name in segments_of(consumer_pid):
-        unlink(name)
+        if not name.startswith("/memfd:"):  # memory files go with the processes that hold them
+            unlink(name)
 
 
 class PidWatcher:

@@ -1,13 +1,14 @@
-"""A full /dev/shm (Docker's default is 64 MB): segments spill to files, or a clear error, or threads.
+"""A full /dev/shm (Docker's default is 64 MB): segments go to memory files or spill to files, or a clear error, or threads.
 
 Each test runs a child interpreter in a private mount namespace whose
 /dev/shm is a small tmpfs (``unshare -m``, root only; skipped elsewhere).
 Batches of 8 images of 512x512x3 need 6 MiB slots, a 4 MB /dev/shm has no
 room for one. Before, the worker writing a batch died of SIGBUS three times
 and the epoch ended blaming the sample. Now a segment that finds no room
-is a file in the spill folder (``FEEDLINE_SPILL_DIR``, default a folder of
-the temporary directory), with one warning; with spilling off
-(``FEEDLINE_SPILL_DIR=0``) or no room there either, process workers set by
+is a memory file (Linux ``memfd_create``: not limited by /dev/shm, never on
+a disk), or, with those off (``FEEDLINE_MEMFD=0``, as on macOS), a file in
+the spill folder (``FEEDLINE_SPILL_DIR``, default a folder of the temporary
+directory), with one warning; with both off or full, process workers set by
 hand raise `SharedMemoryFull` and the automatic choice runs threads.
 """
 
@@ -64,7 +65,18 @@ def _run(setting: str, small_shm: bool, env: dict, child: str = _CHILD, size: st
 def child_env(tmp_path):
     if shutil.which("unshare") is None or subprocess.run(["unshare", "-m", "true"], capture_output=True).returncode != 0:
         pytest.skip("needs `unshare -m` (root on Linux) to give a child a small /dev/shm")
-    return {**os.environ, "FEEDLINE_REMEMBER": str(tmp_path / "choices.json"), "FEEDLINE_SPILL_DIR": str(tmp_path / "spill")}
+    return {**os.environ, "FEEDLINE_REMEMBER": str(tmp_path / "choices.json"), "FEEDLINE_SPILL_DIR": str(tmp_path / "spill"),
+            "FEEDLINE_MEMFD": "0"}  # the spill folder's tests; the memory files' tests turn them on
+
+
+@pytest.fixture
+def memfd_env(child_env, tmp_path):
+    """Memory files on; the spill folder cannot be made (as on a read-only file system), so nothing can go there."""
+    if not hasattr(os, "memfd_create"):
+        pytest.skip("memory files (memfd_create) are Linux only")
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("a file where the spill folder would go")
+    return {**child_env, "FEEDLINE_MEMFD": "1", "FEEDLINE_SPILL_DIR": str(blocker / "spill")}
 
 
 def test_process_workers_on_a_full_dev_shm_hand_batches_over_through_the_spill_folder_and_warn_once(child_env, tmp_path):
@@ -188,3 +200,65 @@ def test_a_spill_folder_that_cannot_be_made_is_named_in_the_error(child_env, tmp
     assert kind == "SharedMemoryFull", message
     assert f"the spill folder {blocker / 'spill'} (FEEDLINE_SPILL_DIR) could not be made" in message, message
     assert "set FEEDLINE_SPILL_DIR to a writable folder with room" in message, message
+
+
+# ------------------------------------------------------------------ memory files (memfd), the first fallback
+def test_process_workers_on_a_full_dev_shm_hand_batches_over_in_memory_files_with_no_warning(memfd_env):
+    # A read-only root file system (Kubernetes' readOnlyRootFilesystem) and Docker's 64 MB /dev/shm: the spill
+    # folder cannot be made either, and process workers set by hand raised SharedMemoryFull.
+    (kind, backend, _), stderr = _run_child("process", small_shm=True, env=memfd_env)
+    assert (kind, backend) == ("ran", "process"), stderr[-2000:]  # every batch, right, in order (the child checks)
+    assert "feedline: /dev/shm has no room" not in stderr, "memory files cost nothing: no warning"
+
+
+def test_a_source_array_too_big_for_dev_shm_reaches_the_workers_in_a_memory_file(memfd_env):
+    (kind, rows, _), stderr = _run_child("process", small_shm=True, env=memfd_env, child=_BIG_SOURCE)
+    assert (kind, rows) == ("ran", "2048"), stderr[-2000:]  # the workers mapped the consumer's memory file
+
+
+def test_the_automatic_choice_on_a_full_dev_shm_keeps_process_workers_through_memory_files(memfd_env):
+    memfd_env["FEEDLINE_REMEMBER"] = "0"
+    kind, backend, decision = _run("auto", small_shm=True, env=memfd_env)
+    assert (kind, backend) == ("ran", "process"), decision  # the work holds the GIL: processes, not threads
+    assert "shared memory is full" not in decision, decision
+
+
+_EXITS_AFTER_HANDING_OVER = """
+import os, sys, threading, time, numpy as np, feedline as fl
+marker = os.path.join(sys.argv[1], "exited")
+
+def image(v):
+    if v == 8 and not os.path.exists(marker):  # the second batch, its first run only
+        open(marker, "w").close()
+        threading.Timer(0.3, os._exit, (0,)).start()  # the worker exits once it has handed the batch over
+    return np.full((512, 512, 3), v % 251, np.uint8)
+
+with fl.from_arrays(np.arange(64)).map(image, backend="process", workers=1).batch(8) as pipe:
+    it = iter(pipe)
+    first = next(it)  # held: the next batches need new slots, so each is announced by a memory file's name
+    time.sleep(1.5)  # meanwhile the worker hands batches over and exits: its memory files are gone unmapped
+    firsts = [int(first[:, 0, 0, 0].sum())] + [int(b[:, 0, 0, 0].sum()) for b in it]
+    assert firsts == [sum(v % 251 for v in range(k, k + 8)) for k in range(0, 64, 8)], firsts
+    print("ran|" + str(pipe.stats().worker_restarts) + "|" + str(os.path.exists(marker)))
+"""
+
+
+def test_a_worker_that_exits_before_its_batch_in_a_memory_file_is_mapped_has_that_task_run_again(memfd_env, tmp_path):
+    # A memory file lives with its owner's descriptor: a worker that exits between handing a batch over and the
+    # consumer mapping it takes the batch along. The consumer must count that task as not done (not crash on
+    # the missing file, and not lose the batch), and run it again on the replacement worker.
+    (kind, restarts, exited), stderr = _run_child(str(tmp_path), small_shm=True, env=memfd_env, child=_EXITS_AFTER_HANDING_OVER)
+    assert (kind, exited) == ("ran", "True"), stderr[-2000:]  # every batch once, right, in order (the child checks)
+    assert restarts == "1", stderr[-2000:]
+
+
+@pytest.mark.timeout(600)
+def test_fault_suite_passes_with_every_segment_in_a_memory_file(memfd_env, tmp_path):
+    """Killed, dying, replaced and many workers with 128 KB of /dev/shm and no spill folder: memory files, nothing left."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    tests = ["tests/test_faults.py", "tests/test_scale.py::test_close_returns_and_leaves_nothing_with_many_workers"]
+    command = ["unshare", "-m", "sh", "-c", 'mount -t tmpfs -o size=128k tmpfs /dev/shm && exec "$0" "$@"',
+               sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-x", *tests]
+    done = subprocess.run(command, env=memfd_env, capture_output=True, text=True, timeout=580, cwd=os.path.dirname(here))
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+    assert not (tmp_path / "not-a-folder" / "spill").exists()

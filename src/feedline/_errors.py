@@ -50,10 +50,11 @@ class WorkerError(FeedlineError):
 
 
 class SharedMemoryFull(FeedlineError):
-    """Shared memory (``/dev/shm``) has no room for a batch slot or a source array, and neither has the spill folder.
+    """Shared memory (``/dev/shm``) has no room for a batch slot or a source array, and neither have the fallbacks.
 
     Docker gives containers 64 MB of it unless told otherwise; what does not
-    fit goes to files in the spill folder (``FEEDLINE_SPILL_DIR``) first.
+    fit goes to memory files (Linux) or files in the spill folder
+    (``FEEDLINE_SPILL_DIR``) first.
     Raised where the segment is made, before anything is written into it
     (see `feedline.transport._shm`), with the sizes and what to do.
     """

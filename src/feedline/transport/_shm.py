@@ -10,12 +10,21 @@ Protocol and ownership:
   even if every process is killed. Names therefore exist only for the
   moment between creation and the first attach.
 - Where ``/dev/shm`` has no room (Docker and Kubernetes give containers 64
-  MB of it), a segment is a file of the same name in a spill folder instead
-  (`spill_dir`: a per-user folder in the temporary directory), mapped the
-  same way: the memory is the page cache, shared by every mapping, and the
-  name rules are the same (unlinked at the first attach). The consumer warns
-  once. joblib and Ray fall back the same way. Only if that folder has no
-  room either is it `SharedMemoryFull`.
+  MB of it), a segment is an anonymous memory file (Linux ``memfd_create``):
+  the same memory as ``/dev/shm`` but not limited by its mount, never on a
+  disk, and never leaked (it goes with the last descriptor and mapping).
+  Its name carries where it lives, ``<name>@memfd:<pid>:<fd>:<inode>``:
+  another process maps it through ``/proc/<pid>/fd/<fd>``, so the owner
+  keeps that descriptor open until it unlinks the name (`unlink` of an
+  owner closes it; of anyone else, a no-op), and a segment whose owner died
+  before the first attach cannot be mapped (`SegmentGone`: the process
+  executor runs that worker's task again). ``FEEDLINE_MEMFD=0`` turns it off.
+- Elsewhere, or without room there either, a segment is a file of the same
+  name in a spill folder (`spill_dir`: a per-user folder in the temporary
+  directory), mapped the same way: the memory is the page cache, shared by
+  every mapping, and the name rules are the same (unlinked at the first
+  attach). The consumer warns once. joblib and Ray fall back the same way.
+  Only if that folder has no room either is it `SharedMemoryFull`.
 - ``multiprocessing.shared_memory`` is not used on POSIX because in Python
   3.10-3.12 every process that merely attaches registers the segment with
   its own resource tracker, which unlinks it (and warns) when that process
@@ -34,7 +43,7 @@ import warnings
 
 from .._errors import SharedMemoryFull
 
-__all__ = ["SPILL_VAR", "Segment", "segment_prefix", "spill_dir", "sweep", "unlink", "warn_spilled"]
+__all__ = ["MEMFD_VAR", "SPILL_VAR", "Segment", "SegmentGone", "segment_prefix", "spill_dir", "sweep", "unlink", "warn_spilled"]
 
 _WINDOWS = sys.platform == "win32"
 if not _WINDOWS:
@@ -43,6 +52,10 @@ if not _WINDOWS:
 
 SHM_DIR = "/dev/shm"  # where POSIX shared memory lives on Linux (a tmpfs; its size is the limit)
 SPILL_VAR = "FEEDLINE_SPILL_DIR"  # where segments go when /dev/shm is full (default: `spill_dir`); "0": nowhere
+MEMFD_VAR = "FEEDLINE_MEMFD"  # "0": no memory files where /dev/shm is full (the spill folder at once)
+_MEMFD = "@memfd:"  # in a segment's name: ``<name>@memfd:<owner pid>:<fd>:<inode>``
+_OFF = ("0", "off", "no", "false")
+_own_memfds: dict[str, int] = {}  # name -> the descriptor this process keeps open so that others can map it
 _warned: list[bool] = []  # the spill warning was given in this process
 _swept: list[bool] = []  # this process removed the files of dead consumers from the spill folder
 
@@ -53,7 +66,7 @@ def spill_dir() -> str | None:
     The same in the consumer and its workers (they inherit its environment).
     """
     setting = os.environ.get(SPILL_VAR, "").strip()
-    if setting.lower() in ("0", "off", "no", "false"):
+    if setting.lower() in _OFF:
         return None
     if setting:
         return os.path.expanduser(setting)
@@ -101,8 +114,10 @@ def _reserve(fd: int, size: int) -> bool:
     return True
 
 
-def _full(what: str, size: int, spill: str | None) -> SharedMemoryFull:
+def _full(what: str, size: int, spill: str | None, memfd: bool) -> SharedMemoryFull:
     where = f"{SHM_DIR} has {_room(SHM_DIR)}"
+    if memfd:
+        where += ", memory files (memfd) found no room either (a memory limit?)"
     if spill is not None:
         if not os.path.isdir(spill):
             state = "could not be made (a read-only file system?)"
@@ -139,6 +154,49 @@ def _sweep_dead_consumers(folder: str) -> None:
             pass
 
 
+class SegmentGone(FileNotFoundError):
+    """A segment's name no longer leads to it: unlinked, or its owner (a memory file's) has exited."""
+
+
+def _memfd_on() -> bool:
+    """Memory files can stand in for a full ``/dev/shm``: Linux, ``/proc`` mounted, not turned off."""
+    return (hasattr(os, "memfd_create") and os.path.isdir("/proc/self/fd")
+            and os.environ.get(MEMFD_VAR, "").strip().lower() not in _OFF)
+
+
+def _create_memfd(name: str, size: int):
+    """``(mmap, name with its address)`` of a new memory file of ``size`` bytes; None where memory has no room (a cgroup limit)."""
+    try:
+        fd = os.memfd_create(name, os.MFD_CLOEXEC)
+    except OSError:
+        return None
+    buf = _map_reserved(fd, size, fallback=True)
+    if buf is None:
+        os.close(fd)
+        return None
+    address = f"{name}{_MEMFD}{os.getpid()}:{fd}:{os.fstat(fd).st_ino}"
+    _own_memfds[address] = fd
+    return buf, address
+
+
+def _open_memfd(address: str, flags: int) -> int:
+    """A descriptor of the memory file ``address`` names, opened through its owner's ``/proc`` entry."""
+    pid, fd, inode = (int(part) for part in address.rpartition(_MEMFD)[2].split(":"))
+    path = f"/proc/{pid}/fd/{fd}"
+    try:
+        opened = os.open(path, flags)
+    except FileNotFoundError:
+        raise SegmentGone(f"shared memory {address}: the process that made it (pid {pid}) has exited or unlinked it") from None
+    except PermissionError as e:
+        raise PermissionError(f"feedline: cannot map shared memory {address} through {path} ({e.strerror}): this system "
+                              f"keeps processes from opening each other's descriptors; set {MEMFD_VAR}=0 to use the "
+                              f"spill folder instead, or enlarge {SHM_DIR}") from e
+    if os.fstat(opened).st_ino != inode:  # the pid or the descriptor number was reused
+        os.close(opened)
+        raise SegmentGone(f"shared memory {address}: the process that made it (pid {pid}) has exited or unlinked it")
+    return opened
+
+
 def _spill_path(name: str) -> str | None:
     folder = spill_dir()
     return None if folder is None else os.path.join(folder, name)
@@ -157,22 +215,27 @@ def _create_spilled(name: str, size: int):
         fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
     except OSError:
         return None
-    try:
-        buf = _map_reserved(fd, size)
-    except OSError:
-        buf = None
-    finally:
-        os.close(fd)
+    buf = _map_reserved(fd, size, fallback=True)
+    os.close(fd)
     if buf is None:
         os.unlink(path)
         return None
     return buf, path
 
 
-def _map_reserved(fd: int, size: int):
-    """Size the open file ``fd`` to ``size`` bytes, reserve them (`_reserve`) and map it; None: no room."""
-    os.ftruncate(fd, size)
-    return mmap.mmap(fd, size) if _reserve(fd, size) else None
+def _map_reserved(fd: int, size: int, fallback: bool = False):
+    """Size the open file ``fd`` to ``size`` bytes, reserve them (`_reserve`) and map it; None: no room.
+
+    ``fallback``: a memory file or the spill folder, where any failure
+    (``OSError``) means no room too; the next place is tried.
+    """
+    try:
+        os.ftruncate(fd, size)
+        return mmap.mmap(fd, size) if _reserve(fd, size) else None
+    except OSError:
+        if fallback:
+            return None
+        raise
 
 
 def segment_prefix(consumer_pid: int | None = None) -> str:
@@ -200,8 +263,10 @@ class Segment:
     def create(cls, name: str, size: int, what: str = "a batch slot", spill: bool = True) -> "Segment":
         """Create a new segment of ``size`` bytes (at least one page); ``what`` it holds names it in `SharedMemoryFull`.
 
-        ``spill``: where ``/dev/shm`` has no room, make it in the spill folder
-        (module docstring); False: raise `SharedMemoryFull` at once.
+        ``spill``: where ``/dev/shm`` has no room, make it a memory file or in
+        the spill folder (module docstring); False: raise `SharedMemoryFull`
+        at once. The segment's `name` then says where it is: pass that name
+        to `attach` and `unlink`.
         """
         size = max(int(size), mmap.PAGESIZE)
         if _WINDOWS:
@@ -220,14 +285,23 @@ class Segment:
         if buf is not None:
             return cls(name, size, buf)
         unlink(name)
+        memfd = spill and _memfd_on()
+        made = _create_memfd(name, size) if memfd else None
+        if made is not None:
+            return cls(made[1], size, made[0])
         spilled = _create_spilled(name, size) if spill else None
         if spilled is None:
-            raise _full(what, size, spill_dir() if spill else None)
+            raise _full(what, size, spill_dir() if spill else None, memfd)
         return cls(name, size, spilled[0], spilled=spilled[1])
 
     @classmethod
     def attach(cls, name: str, *, readonly: bool = False) -> "Segment":
-        """Map an existing segment by name."""
+        """Map an existing segment by name.
+
+        Raises:
+            SegmentGone: the name was unlinked, or the memory file's owner
+                has exited (a `FileNotFoundError`).
+        """
         if _WINDOWS:
             from multiprocessing import shared_memory
 
@@ -235,13 +309,19 @@ class Segment:
             return cls(name, shm.size, shm._mmap, shm)
         flags = os.O_RDONLY if readonly else os.O_RDWR
         spilled = ""
-        try:
-            fd = _posixshmem.shm_open("/" + name, flags, mode=0o600)
-        except FileNotFoundError:
-            spilled = _spill_path(name)
-            if spilled is None:
-                raise
-            fd = os.open(spilled, flags)  # made in the spill folder (/dev/shm was full); FileNotFoundError if not there either
+        if _MEMFD in name:
+            fd = _open_memfd(name, flags)
+        else:
+            try:
+                fd = _posixshmem.shm_open("/" + name, flags, mode=0o600)
+            except FileNotFoundError:
+                spilled = _spill_path(name)
+                try:
+                    if spilled is None:
+                        raise FileNotFoundError(name)
+                    fd = os.open(spilled, flags)  # made in the spill folder (/dev/shm was full)
+                except FileNotFoundError:
+                    raise SegmentGone(f"shared memory {name}: no such segment (unlinked, or never made)") from None
         try:
             size = os.fstat(fd).st_size
             access = mmap.ACCESS_READ if readonly else mmap.ACCESS_WRITE
@@ -255,6 +335,11 @@ def unlink(name: str) -> bool:
     """Remove a segment's name; True if it existed. Mappings stay valid."""
     if _WINDOWS:
         return False  # Windows frees a segment with its last handle.
+    if _MEMFD in name:  # the owner lets go of the descriptor others map it by; to anyone else the name means nothing
+        fd = _own_memfds.pop(name, None)
+        if fd is not None:
+            os.close(fd)
+        return fd is not None
     try:
         _posixshmem.shm_unlink("/" + name)
         return True
@@ -266,7 +351,7 @@ def unlink(name: str) -> bool:
     try:
         os.unlink(spilled)
         return True
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):  # not there, or no spill folder at all
         return False
 
 

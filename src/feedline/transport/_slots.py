@@ -23,11 +23,14 @@ Protocol (one writer, one reader per slot):
 - Back-pressure is not done here: the consumer bounds the number of tasks
   in flight, so a worker holds at most (in-flight tasks + batches the user
   still references) slots, plus a few made while released ones were on
-  their way back. On a full /dev/shm a slot is a file in the spill folder;
-  where nothing can spill, a worker waits (bounded) for one of its slots.
+  their way back. On a full /dev/shm a slot is a memory file or a file in
+  the spill folder; where neither can be, a worker waits (bounded) for one
+  of its slots.
 - Shutdown: a worker unlinks the names of its slots on exit (names already
   unlinked by the consumer are ignored). If the worker is killed before the
-  consumer attached a new slot, the consumer sweeps the worker's prefix.
+  consumer attached a new slot, the consumer sweeps the worker's prefix; a
+  slot in a memory file went with the worker, and the consumer runs the
+  task that announced it again (`feedline.transport._shm.SegmentGone`).
 """
 
 from __future__ import annotations
@@ -142,7 +145,7 @@ class SlotWriter:
         slot = next(self._ids)
         size = -(-total // mmap.PAGESIZE) * mmap.PAGESIZE
         try:
-            self.slots[slot] = Segment.create(f"{self.prefix}{slot}", size)  # in the spill folder if /dev/shm is full
+            self.slots[slot] = Segment.create(f"{self.prefix}{slot}", size)  # a memory file or spilled if /dev/shm is full
         except SharedMemoryFull:
             reused = self._handed_back(total)  # nowhere to spill: one of ours on its way back, or the error
             if reused is None:

@@ -57,14 +57,13 @@ class SharedArrays:
         key = id(array)
         if key in self._by_id:
             return self._by_id[key][0]
-        name = f"{segment_prefix()}a{next(_serial)}"
-        seg = Segment.create(name, array.nbytes, what="an array of the source, for the workers,")
+        seg = Segment.create(f"{segment_prefix()}a{next(_serial)}", array.nbytes, what="an array of the source, for the workers,")
         warn_spilled(seg)
         view = np.ndarray(array.shape, array.dtype, buffer=seg.buf)
         view[...] = array
         # Keep the source array alive so id() stays unique while shared.
-        self._by_id[key] = (name, array)
-        return name
+        self._by_id[key] = (seg.name, array)  # the name says where it is (a memory file's: its owner's descriptor)
+        return seg.name
 
     @property
     def names(self) -> list[str]:

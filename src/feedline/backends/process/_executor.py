@@ -39,7 +39,7 @@ from multiprocessing.connection import wait as wait_connections
 import numpy as np
 
 from ..._errors import SharedMemoryFull, WorkerError
-from ...transport._shm import Segment, segment_prefix, sweep, unlink
+from ...transport._shm import Segment, SegmentGone, segment_prefix, sweep, unlink
 from ...transport._slots import SlotReader
 from ...transport._transfer import SharedArrays, check_picklable, dumps_for_workers
 from ...worker import Result, TaskError
@@ -240,7 +240,11 @@ class ProcessExecutor(Executor):
                 continue
             worker.conn = conn
             self.readable.add(conn, worker)
-            worker.status = Segment.attach(hello.status_segment)
+            try:
+                worker.status = Segment.attach(hello.status_segment)
+            except SegmentGone:  # it exited right after saying hello (its status segment was a memory file)
+                self._lost(worker)
+                continue
             unlink(hello.status_segment)
             worker.ring = status_ring(worker.status.buf)
 
@@ -357,17 +361,23 @@ class ProcessExecutor(Executor):
             raise WorkerError(f"a process worker sent an unexpected message: {type(message).__name__}")
         key, result, fields = message.key, message.result, message.fields
         result.worker = worker.position
+        if fields is not None:
+            try:
+                result.payload = worker.reader.open(fields)
+            except SegmentGone:  # a new slot in a memory file died with its worker: the task is not done
+                self._lost(worker)
+                return []
         task = worker.outstanding.pop(key, None)
         if task is not None:
             self.tasks.finished(key, task, result.consumed)
-        if fields is not None:
-            payload = worker.reader.open(fields)
-            if not self.tasks.live(key):
-                return []  # dropping the views releases the slot
-            result.payload = payload
         if not self.tasks.live(key):
-            return []
+            return []  # dropping the result's views releases the slot
         return [Event(key, result)]
+
+    def _lost(self, worker: _Worker) -> None:
+        """``worker`` exited before the consumer mapped what it handed over: the death path runs its tasks again."""
+        worker.proc.kill()  # it is gone already, or no use: what it sends cannot be read
+        self._on_death(worker)
 
     def _stop_stuck(self) -> None:
         """Kill each worker whose sample has run past the limit; its task runs again without that sample."""
