@@ -30,16 +30,23 @@ Protocol and ownership:
   its own resource tracker, which unlinks it (and warns) when that process
   exits. We call ``shm_open``/``mmap`` directly instead; on Windows, where a
   segment lives as long as a handle to it, the standard class is used.
+- A mapping holds no file descriptor (`_map`): Python's ``mmap.mmap`` keeps
+  a duplicate open for each, and the consumer maps every slot of every
+  worker, so ``list(pipe)`` of 2,000 batches died of ``Too many open
+  files`` at the usual limit of 1,024 (macOS: 256). The memory is unmapped
+  when the last view of it is gone.
 """
 
 from __future__ import annotations
 
+import ctypes
 import errno
 import mmap
 import os
 import sys
 import tempfile
 import warnings
+import weakref
 
 from .._errors import SharedMemoryFull
 
@@ -48,6 +55,12 @@ __all__ = ["MEMFD_VAR", "SPILL_VAR", "Segment", "SegmentGone", "segment_prefix",
 _WINDOWS = sys.platform == "win32"
 if not _WINDOWS:
     import _posixshmem
+
+    _libc = ctypes.CDLL(None, use_errno=True)
+    _libc.mmap.restype = ctypes.c_void_p
+    _libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+    _libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+    _MAP_FAILED = ctypes.c_void_p(-1).value
 
 
 SHM_DIR = "/dev/shm"  # where POSIX shared memory lives on Linux (a tmpfs; its size is the limit)
@@ -165,7 +178,7 @@ def _memfd_on() -> bool:
 
 
 def _create_memfd(name: str, size: int):
-    """``(mmap, name with its address)`` of a new memory file of ``size`` bytes; None where memory has no room (a cgroup limit)."""
+    """``(buffer, name with its address)`` of a new memory file of ``size`` bytes; None where memory has no room (a cgroup limit)."""
     try:
         fd = os.memfd_create(name, os.MFD_CLOEXEC)
     except OSError:
@@ -203,7 +216,7 @@ def _spill_path(name: str) -> str | None:
 
 
 def _create_spilled(name: str, size: int):
-    """``(mmap, path)`` of a new file ``name`` of ``size`` bytes in the spill folder; None where it has no room either."""
+    """``(buffer, path)`` of a new file ``name`` of ``size`` bytes in the spill folder; None where it has no room either."""
     path = _spill_path(name)
     if path is None:
         return None
@@ -223,6 +236,26 @@ def _create_spilled(name: str, size: int):
     return buf, path
 
 
+def _map(fd: int, size: int, writable: bool = True) -> memoryview:
+    """The first ``size`` bytes of the open file ``fd``, mapped shared, as a byte memoryview that holds no descriptor.
+
+    The mapping goes when the last view of it does (a finalizer on the
+    ctypes array the views keep alive); not at interpreter exit, where
+    other exit handlers may still read a batch (the OS unmaps at exit).
+    Read-only where ``writable`` is False, so that NumPy refuses writes
+    instead of the process dying of a segmentation fault.
+    """
+    protection = mmap.PROT_READ | (mmap.PROT_WRITE if writable else 0)
+    address = _libc.mmap(None, size, protection, mmap.MAP_SHARED, fd, 0)
+    if address is None or address == _MAP_FAILED:
+        code = ctypes.get_errno()
+        raise OSError(code, os.strerror(code))
+    memory = (ctypes.c_char * size).from_address(address)
+    weakref.finalize(memory, _libc.munmap, address, size).atexit = False
+    view = memoryview(memory).cast("B")
+    return view if writable else view.toreadonly()
+
+
 def _map_reserved(fd: int, size: int, fallback: bool = False):
     """Size the open file ``fd`` to ``size`` bytes, reserve them (`_reserve`) and map it; None: no room.
 
@@ -231,7 +264,7 @@ def _map_reserved(fd: int, size: int, fallback: bool = False):
     """
     try:
         os.ftruncate(fd, size)
-        return mmap.mmap(fd, size) if _reserve(fd, size) else None
+        return _map(fd, size) if _reserve(fd, size) else None
     except OSError:
         if fallback:
             return None
@@ -249,7 +282,8 @@ class Segment:
     Attributes:
         name: the segment's name (without a leading slash).
         size: its size in bytes.
-        buf: a writable ``mmap`` over the whole segment.
+        buf: a byte ``memoryview`` over the whole segment (`_map`; read-only
+            if attached so; on Windows the standard class's ``mmap``).
         spilled: the file's path where it lives in the spill folder, not in
             ``/dev/shm`` (see the module docstring); "" otherwise.
     """
@@ -324,8 +358,7 @@ class Segment:
                     raise SegmentGone(f"shared memory {name}: no such segment (unlinked, or never made)") from None
         try:
             size = os.fstat(fd).st_size
-            access = mmap.ACCESS_READ if readonly else mmap.ACCESS_WRITE
-            buf = mmap.mmap(fd, size, access=access)
+            buf = _map(fd, size, writable=not readonly)
         finally:
             os.close(fd)
         return cls(name, size, buf, spilled=spilled)
