@@ -26,7 +26,7 @@ GIL, so processes are what help), batches of 8 (6 MiB), two workers,
   over the same function (its workers hand batches over in shared memory too).
 
 Runs alternate, ``--reps`` rounds, medians. Last run: benchmarks/RESULTS.md,
-"Fifteenth session".
+"Sixteenth session".
 """
 
 from __future__ import annotations
