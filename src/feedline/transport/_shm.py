@@ -236,6 +236,14 @@ def _create_spilled(name: str, size: int):
     return buf, path
 
 
+def _open_spilled(path: str, flags: int) -> int | None:
+    """A descriptor of the spilled segment at ``path``; None if there is none (or no spill folder: a file in its way)."""
+    try:
+        return os.open(path, flags)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+
+
 def _map(fd: int, size: int, writable: bool = True) -> memoryview:
     """The first ``size`` bytes of the open file ``fd``, mapped shared, as a byte memoryview that holds no descriptor.
 
@@ -349,12 +357,9 @@ class Segment:
             try:
                 fd = _posixshmem.shm_open("/" + name, flags, mode=0o600)
             except FileNotFoundError:
-                spilled = _spill_path(name)
-                try:
-                    if spilled is None:
-                        raise FileNotFoundError(name)
-                    fd = os.open(spilled, flags)  # made in the spill folder (/dev/shm was full)
-                except FileNotFoundError:
+                spilled = _spill_path(name) or ""
+                fd = _open_spilled(spilled, flags) if spilled else None  # made in the spill folder (/dev/shm was full)
+                if fd is None:
                     raise SegmentGone(f"shared memory {name}: no such segment (unlinked, or never made)") from None
         try:
             size = os.fstat(fd).st_size
