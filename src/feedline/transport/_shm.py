@@ -195,18 +195,18 @@ def _create_memfd(name: str, size: int):
 def _open_memfd(address: str, flags: int) -> int:
     """A descriptor of the memory file ``address`` names, opened through its owner's ``/proc`` entry."""
     pid, fd, inode = (int(part) for part in address.rpartition(_MEMFD)[2].split(":"))
-    path = f"/proc/{pid}/fd/{fd}"
+    path, gone = f"/proc/{pid}/fd/{fd}", f"shared memory {address}: the process that made it (pid {pid}) has exited or unlinked it"
     try:
         opened = os.open(path, flags)
     except FileNotFoundError:
-        raise SegmentGone(f"shared memory {address}: the process that made it (pid {pid}) has exited or unlinked it") from None
+        raise SegmentGone(gone) from None
     except PermissionError as e:
         raise PermissionError(f"feedline: cannot map shared memory {address} through {path} ({e.strerror}): this system "
                               f"keeps processes from opening each other's descriptors; set {MEMFD_VAR}=0 to use the "
                               f"spill folder instead, or enlarge {SHM_DIR}") from e
     if os.fstat(opened).st_ino != inode:  # the pid or the descriptor number was reused
         os.close(opened)
-        raise SegmentGone(f"shared memory {address}: the process that made it (pid {pid}) has exited or unlinked it")
+        raise SegmentGone(gone)
     return opened
 
 
