@@ -27,11 +27,11 @@ same run. The median of ``--reps`` runs is reported; loaders take turns.
 The automatic rows also print what the trial measured and why it chose
 (``why:`` lines on stderr).
 
-Last measured: 2026-11-26 on three H200 hosts with 16 cores, one per call
-(benchmarks/RESULTS.md, "Fourteenth session"): automatic / processes by hand
-``gil`` 0.93-1.00, ``jpeg`` 0.76-1.00 (first runs that measure threads
-alone cost ``jpeg`` most); remembered / hand 0.91-1.05 and 0.95-1.04;
-DataLoader 0.78-0.95 of the hand setting.
+Last measured: 2026-11-26 on two H100 hosts with 16 cores (benchmarks/RESULTS.md,
+"Seventeenth session"): automatic / processes by hand ``gil`` 0.97, ``jpeg``
+0.85 before the scouts' bound (`feedline.engine._trial.grown_busy`), 0.97
+after it (every first run chose processes at once); DataLoader 0.88-0.97 of
+the hand setting.
 """
 
 from __future__ import annotations

@@ -609,17 +609,30 @@ def test_threads_that_lose_to_much_faster_processes_hand_over_the_tasks_they_hol
         trial.close()
 
 
-def test_the_threads_bound_on_many_cores_keeps_the_share_of_cores_the_scouts_lost():
-    # four jpeg threads kept 3.6 of 4 cores busy on a 16-core machine: sixteen keep no larger share (they kept
-    # 4.7-6.4 of 16), so the most they could reach is 90 % of 16 cores at their CPU rate, not all 16
+def test_the_threads_bound_on_many_cores_keeps_what_the_scouts_gil_waits_allow():
+    # four jpeg threads kept 3.6 of 4 cores busy on a 16-core machine; sixteen kept 4.7-6.5 of 16: the most they
+    # could reach is their CPU rate on the ~6 cores one GIL lets them keep busy, not on 90 % of all 16
     from feedline.engine import _trial
 
     trial = _trial.BackendTrial(_ScriptedScouts(kept=3.6, kept_grown=5.5), _Started, 16)
     try:
         trial._thread_rows, trial._thread_cpu = 400.0, 1.0  # 400 samples per CPU second
         trial._cores_kept, trial._judged = 3.6, 4
-        assert trial._thread_bound() == pytest.approx(16 * 400 * 0.9)
-        trial._judged = 16  # the whole pool judged: its bound is its cores at the CPU rate, as on 2 cores
+        assert 400 * 5 < trial._thread_bound() < 400 * 7, "sixteen threads keep ~6 of 16 cores busy"
+        trial._cores_kept = 4.0  # scouts that lost nothing to the GIL: every core
+        assert trial._thread_bound() == pytest.approx(16 * 400)
+        trial._cores_kept, trial._judged = 5.5, 16  # the whole pool judged: its bound is its cores at the CPU rate
         assert trial._thread_bound() == pytest.approx(16 * 400)
     finally:
         trial.close()
+
+
+def test_threads_grown_from_scouts_keep_busy_what_one_gil_allows():
+    from feedline.engine._trial import grown_busy
+
+    assert grown_busy(4, 4.0, 16) == 16 and grown_busy(16, 6.0, 16) == 6.0, "nothing lost, or the pool itself: as seen"
+    assert grown_busy(4, 3.9, 16) < grown_busy(4, 3.99, 16) < 16, "the more the scouts lose, the less the pool keeps"
+    assert grown_busy(4, 1.0, 64) == pytest.approx(1.0), "scouts that keep one core busy between them: one GIL's worth"
+    many = grown_busy(4, 3.73, 256)
+    assert many == pytest.approx(grown_busy(4, 3.73, 64)) and 6 < many < 8, "a GIL held ~14 % of the time: ~7 cores"
+    assert grown_busy(4, 2.0, 16) <= 8.0, "never above the scouts' share of the grown pool's cores"

@@ -31,6 +31,7 @@ MEAN, STD = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
 
 @pytest.fixture(scope="module")
 def photos(tmp_path_factory):
+    pytest.importorskip("simplejpeg")  # fv.decode's JPEG decoder (the GPU machine's image has none)
     folder = tmp_path_factory.mktemp("photos")
     rng = np.random.default_rng(0)
     paths = []

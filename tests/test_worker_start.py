@@ -42,6 +42,8 @@ def test_describing_a_process_map_starts_the_fork_server_ahead_of_iteration():
     code = (
         "import numpy as np, feedline as fl\n"
         "from feedline import testing\n"
+        "from feedline.engine import _runtime\n"
+        "_runtime.default_workers = lambda: 4\n"  # few cores: an automatic map starts nothing ahead (the next test)
         "p = fl.from_arrays(np.arange(4))\n"
         "p.map(lambda s: s, backend='thread')\n"
         "p.map(lambda s: s)\n"
@@ -140,6 +142,8 @@ def test_automatic_choice_whose_threads_keep_the_cores_busy_never_starts_a_fork_
     code = (
         "import numpy as np, feedline as fl\n"
         "from feedline import testing\n"
+        "from feedline.engine import _runtime\n"
+        "_runtime.default_workers = lambda: 2\n"  # 2 cores (on 8 or more the map starts the server when described)
         "import zlib\n"
         "data = np.random.default_rng(0).integers(0, 4, 1 << 19, dtype=np.uint8).tobytes()\n"
         "def heavy(s):\n"

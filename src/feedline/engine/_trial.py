@@ -168,6 +168,55 @@ def first_threads(workers: int, cores: int) -> int:
     return min(workers, SCOUT_THREADS) if cores >= PAUSE_ALL_CORES else workers
 
 
+def _busy_with_one_gil(threads: int, held: float) -> float:
+    """Cores ``threads`` keep busy when each holds the GIL ``held`` of its working time, on exponential holds.
+
+    One GIL is a single server with a finite population (the machine
+    repairman queue): a thread works free of the GIL for a while, then
+    waits for it and holds it. The GIL is busy ``1 - p0`` of the time,
+    ``p0`` the chance that no thread holds or waits for it; each thread's
+    cycle is one unit of CPU, so the threads keep ``(1 - p0) / held`` cores
+    busy, never more than ``threads`` and never more than ``1 / held``.
+    Summed in logarithms: the terms overflow floats past ~170 threads.
+    """
+    ratio = held / (1.0 - held)
+    logs, log_term = [0.0], 0.0
+    for k in range(1, threads + 1):
+        log_term += math.log(threads - k + 1) + math.log(ratio)
+        logs.append(log_term)
+    top = max(logs)
+    idle = math.exp(-top) / sum(math.exp(x - top) for x in logs)
+    return (1.0 - idle) / held
+
+
+def grown_busy(judged: int, kept: float, grown: int) -> float:
+    """Cores ``grown`` threads could keep busy at most, where ``judged`` of them kept ``kept`` busy side by side.
+
+    Scouts (`first_threads`) that lose a little of their cores to the GIL
+    say how long each holds it, and sixteen threads queue for it far more
+    than four: the GIL share that costs four threads 7 % of their cores
+    caps sixteen at ~7 of 16 (the suite's jpeg workload on 16 cores: four
+    kept 3.25-3.8 of 4, sixteen 4.7-6.5 of 16). The hold is solved from the
+    scouts with the queue of `_busy_with_one_gil` (exponential holds queue
+    more than steady ones, so the hold it finds is the shortest that fits:
+    an upper bound on what the grown pool keeps busy), and the result is
+    never above the scouts' own share of ``grown`` cores.
+    """
+    share = min(1.0, kept / judged) * grown
+    if judged >= grown or kept >= judged * (1.0 - 1e-6):
+        return share
+    if kept <= 1.0:
+        return min(share, max(kept, 1.0))  # one GIL's worth: many threads keep no more busy
+    low, high = 1e-9, 1.0 - 1e-9  # the hold: busy falls as it grows
+    for _ in range(60):
+        middle = (low + high) / 2
+        if _busy_with_one_gil(judged, middle) > kept:
+            low = middle
+        else:
+            high = middle
+    return min(share, _busy_with_one_gil(grown, low))
+
+
 def _waited_for_tasks(baseline: tuple, now: float, clocks: list) -> bool:
     """A thread waited for tasks more than `IDLE_SHARE` of the stretch since ``baseline`` (or the pool changed): not side by side."""
     began, _, before = baseline
@@ -1013,22 +1062,24 @@ class BackendTrial(Executor):
     def _thread_bound(self) -> float:
         """Samples/s the threads could deliver at most: their CPU rate on every core they could use (0: unknown).
 
-        Where scouts were judged (`first_threads`), times the share of their
-        cores they kept busy: the cores lost to waiting on the GIL grow at
-        least with the threads that wait (jpeg, 16 cores: four threads kept
-        3.25-3.8 of 4 cores busy, sixteen 4.7-6.4 of 16), so the whole pool
-        keeps no larger share. Without it, processes just under the
-        unscaled bound (those over it reached 100-113 %) sent one jpeg epoch
-        in three, on one host three in four, to a thread phase that sixteen
-        threads lost at a third of the processes' speed.
+        Where scouts were judged (`first_threads`), on the cores the whole
+        pool could keep busy as the scouts' GIL waits say (`grown_busy`):
+        the cores lost to waiting on the GIL grow faster than the threads
+        that wait (jpeg, 16 cores: four threads kept 3.25-3.8 of 4 cores
+        busy, sixteen 4.7-6.5 of 16). With the bound scaled only by the
+        scouts' share (0.93 of 16 cores for 3.73 of 4), processes at
+        96-105 % of it still sent two jpeg first runs of three on an H100
+        host to a thread phase that sixteen threads lost at 40 % of the
+        processes' speed (automatic 0.83-0.87 of processes by hand); unscaled,
+        one in three, on one host three in four.
         """
         if self._thread_cpu <= 0 or not self._thread_rows:
             return 0.0
-        bound = self._usable * self._thread_rows / self._thread_cpu
+        rate = self._thread_rows / self._thread_cpu
         judged = self._judged_cores()
         if self._cores_kept is not None and judged < self._usable:
-            bound *= min(1.0, self._cores_kept / judged)
-        return bound
+            return rate * grown_busy(judged, self._cores_kept, self._usable)
+        return rate * self._usable
 
     def _decide(self) -> None:
         threads, processes = self._measure[self.threads], self._measure[self.processes]
