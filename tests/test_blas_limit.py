@@ -63,6 +63,18 @@ def test_a_blas_thread_count_the_program_chose_is_left_alone(default_pool):
     assert _blas_threads(FEEDLINE_BLAS_LIMIT="0")[1:3] == [default_pool, default_pool]
 
 
+def test_one_blas_thread_asked_for_after_numpy_loaded_still_limits_the_pool(default_pool):
+    # a script that sets the variable below its imports: the pool NumPy started keeps a thread per core, and
+    # those threads spin after every product beside the thread workers
+    late = _CODE.replace("import numpy as np, feedline as fl\n",
+                         "import os, numpy as np, feedline as fl\nos.environ['OPENBLAS_NUM_THREADS'] = '1'\n")
+    out = subprocess.run([sys.executable, "-c", late.replace("__BACKEND__", "'thread'")], capture_output=True, text=True,
+                         timeout=120, env={k: v for k, v in os.environ.items() if k not in USER_BLAS_VARS})
+    assert out.returncode == 0, out.stderr
+    before, most, fewest, after = (int(v) for v in out.stdout.split())
+    assert before == default_pool and (most, fewest) == (1, 1) and after == default_pool
+
+
 def test_samples_run_in_the_calling_thread_keep_the_whole_blas_pool(default_pool):
     # serial: one sample at a time, nothing else competes for the cores its products may use
     assert _blas_threads("'serial'")[1:3] == [default_pool, default_pool]
