@@ -1,9 +1,10 @@
-"""Thread workers beside NumPy's BLAS pool: one BLAS thread while they run (the default) against the pool left as it is.
+"""Thread workers beside NumPy's BLAS pool (or torch's intra-op pool): one thread while they run against the pool as is.
 
 Run (from the repository root)::
 
     python -m benchmarks.blas_threads            # ~1 minute on 2 cores
     python -m benchmarks.blas_threads --reps 5
+    python -m benchmarks.blas_threads --workload torch   # torch ops per sample; the automatic choice too
 
 The suite's ``audio`` workload (WAV decode, then a log-mel filter bank: one
 small matrix product per sample) on ``backend="thread"`` with one worker
@@ -13,9 +14,18 @@ suite sets them to 1, so its tables never show this), four epochs, the
 first with start-up; the settings alternate. ``limited``: feedline's
 default (`feedline._blas_limit`); ``pool as is``: ``FEEDLINE_BLAS_LIMIT=0``.
 
+``--workload torch``: three tensor ops per sample (an antialiased resize of
+a 3x320x320 tensor to 224, a 5x5 blur, a normalisation; `torch_augment`),
+512 samples, with torch imported before feedline; ``limited`` is
+`feedline._blas_limit.OneTorchThread`, and the automatic choice (``auto``,
+nothing remembered) runs with and without it: torch's pool does the work
+in threads that are not the workers, so the workers look held back by the
+GIL.
+
 Last measured (2026-11-26, 2 cores, Python 3.11, ``--reps 4``): thread
 workers 4,805 samples/s limited, 3,406 with the pool as is (0.71), process
 workers 8,807 (benchmarks/RESULTS.md, "BLAS threads beside thread workers").
+``--workload torch``: benchmarks/RESULTS.md, "Seventeenth session".
 """
 
 from __future__ import annotations
@@ -35,41 +45,73 @@ SETTINGS = {  # label -> (backend, extra environment)
     "thread, pool as is": ("thread", {"FEEDLINE_BLAS_LIMIT": "0"}),
     "process": ("process", {}),
 }
+TORCH_SETTINGS = {  # the automatic choice too: the pool is what misled it
+    "auto, limited": ("auto", {"FEEDLINE_REMEMBER": "0"}),
+    "auto, pool as is": ("auto", {"FEEDLINE_REMEMBER": "0", "FEEDLINE_BLAS_LIMIT": "0"}),
+    **SETTINGS,
+}
+TORCH_SAMPLES = 512
+
+
+def torch_augment(i):
+    """Three tensor ops on a 3x320x320 tensor drawn from ``i``: an antialiased resize to 224, a 5x5 blur, a normalisation."""
+    import torch
+    import torch.nn.functional as F
+
+    image = torch.rand(3, 320, 320, generator=torch.Generator().manual_seed(int(i)))
+    image = F.interpolate(image[None], size=(224, 224), mode="bilinear", antialias=True)
+    image = F.conv2d(image, torch.full((3, 1, 5, 5), 1 / 25), padding=2, groups=3)[0]
+    return ((image - image.mean((1, 2), keepdim=True)) / (image.std((1, 2), keepdim=True) + 1e-6)).numpy()
 _RUN = (
     "import json, os, sys, time\n"
     "import numpy\n"  # first, as a training script does: its BLAS reads the environment as it loads
+    "WORKLOAD = sys.argv[2]\n"  # (the functions below travel to worker processes, whose argv differs)
+    "if WORKLOAD == 'torch':\n"
+    "    import torch\n"  # imported before feedline, as a training script does
     "import feedline as fl\n"
     "from benchmarks import ENV_VARS, workloads\n"
+    "from benchmarks.blas_threads import TORCH_SAMPLES, torch_augment\n"
     "for var in ENV_VARS:\n"
     "    os.environ.pop(var, None)  # the benchmarks package sets them to 1 for the peer suite: not here\n"
     "from threadpoolctl import threadpool_info\n"
     "def blas_threads():\n"
+    "    if WORKLOAD == 'torch':\n"
+    "        return torch.get_num_threads()\n"
     "    return max([i['num_threads'] for i in threadpool_info() if i['user_api'] == 'blas'] or [0])\n"
-    "w = workloads.build('audio')\n"
     "seen = []\n"
-    "def features(sample):\n"
-    "    if not seen:\n"
-    "        seen.append(blas_threads())\n"
-    "    return w.fn(sample)\n"
-    "pipe = fl.from_arrays(w.data, w.index).map(features, backend=sys.argv[1]).batch(w.batch_size)\n"
+    "if WORKLOAD == 'torch':\n"
+    "    def features(i):\n"
+    "        if not seen:\n"
+    "            seen.append(blas_threads())\n"
+    "        return torch_augment(i)\n"
+    "    pipe = fl.from_arrays(numpy.arange(TORCH_SAMPLES))\n"
+    "else:\n"
+    "    w = workloads.build('audio')\n"
+    "    def features(sample):\n"
+    "        if not seen:\n"
+    "            seen.append(blas_threads())\n"
+    "        return w.fn(sample)\n"
+    "    pipe = fl.from_arrays(w.data, w.index)\n"
+    "backend = None if sys.argv[1] == 'auto' else sys.argv[1]\n"
+    "pipe = pipe.map(features, backend=backend).batch(32 if WORKLOAD == 'torch' else w.batch_size)\n"
     "rates = []\n"
     "with pipe:\n"
     "    for _ in range(4):\n"
     "        start, rows = time.perf_counter(), 0\n"
     "        for batch in pipe:\n"
-    "            rows += len(batch[-1])\n"
+    "            rows += len(batch if WORKLOAD == 'torch' else batch[-1])\n"
     "        rates.append(rows / (time.perf_counter() - start))\n"
-    "print(json.dumps({'rates': rates, 'blas_threads': seen[0] if seen else None}))\n"
+    "print(json.dumps({'rates': rates, 'blas_threads': seen[0] if seen else None, 'ran': pipe.stats().backend}))\n"
 )
 
 
-def one_run(backend: str, env: dict) -> dict:
-    """Samples/s of four epochs in a fresh interpreter, no BLAS thread variable set; the BLAS threads a sample saw."""
+def one_run(backend: str, env: dict, workload: str = "audio") -> dict:
+    """Samples/s of four epochs in a fresh interpreter, no BLAS thread variable set; the pool's threads a sample saw."""
     from feedline._blas_limit import USER_BLAS_VARS
 
     base = {k: v for k, v in os.environ.items() if k not in USER_BLAS_VARS and k != "FEEDLINE_BLAS_LIMIT"}
     base["PYTHONPATH"] = os.pathsep.join([os.path.join(ROOT, "src"), ROOT])
-    done = subprocess.run([sys.executable, "-c", _RUN, backend], cwd=ROOT, env=base | env, capture_output=True,
+    done = subprocess.run([sys.executable, "-c", _RUN, backend, workload], cwd=ROOT, env=base | env, capture_output=True,
                           text=True, timeout=600)
     if done.returncode != 0:
         raise SystemExit(f"benchmarks.blas_threads: {backend} {env} failed:\n{done.stderr[-2000:]}")
@@ -79,23 +121,25 @@ def one_run(backend: str, env: dict) -> dict:
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.blas_threads", description=__doc__.splitlines()[0])
     parser.add_argument("--reps", type=int, default=3, help="fresh interpreters per setting, alternating")
+    parser.add_argument("--workload", choices=("audio", "torch"), default="audio")
     args = parser.parse_args(argv)
-    runs: dict[str, list[list[float]]] = {label: [] for label in SETTINGS}
+    settings = TORCH_SETTINGS if args.workload == "torch" else SETTINGS
+    runs: dict[str, list[list[float]]] = {label: [] for label in settings}
     for rep in range(args.reps):
-        for label, (backend, env) in SETTINGS.items():
-            run = one_run(backend, env)
+        for label, (backend, env) in settings.items():
+            run = one_run(backend, env, args.workload)
             rates = run["rates"]
             runs[label].append(rates)
-            seen = run["blas_threads"]  # (None: the samples ran in worker processes, one BLAS thread each)
-            print(f"  rep {rep} {label:20s} " + " ".join(f"{r:7.0f}" for r in rates)
-                  + ("" if seen is None else f"   (BLAS threads in a sample: {seen})"), flush=True)
+            seen = run["blas_threads"]  # (None: the samples ran in worker processes, one thread each)
+            print(f"  rep {rep} {label:20s} " + " ".join(f"{r:7.0f}" for r in rates) + f"  ran on {run['ran']}"
+                  + ("" if seen is None else f"   (pool threads in the first sample: {seen})"), flush=True)
     rows = []
     limited = statistics.median(r for rates in runs["thread, limited"] for r in rates[1:])
     for label, reps in runs.items():
         first = statistics.median(rates[0] for rates in reps)
         later = statistics.median(r for rates in reps for r in rates[1:])
         rows.append([label, f"{first:,.0f}", f"{later:,.0f}", f"{later / limited:.2f}"])
-    print(f"\n{os.cpu_count()} CPUs; audio workload, one worker per core; medians of {args.reps} interpreters\n")
+    print(f"\n{os.cpu_count()} CPUs; {args.workload} workload, one worker per core; medians of {args.reps} interpreters\n")
     print(markdown_table(["setting", "epoch 1 samples/s", "epochs 2-4 samples/s", "vs limited"], rows, "lrrr"))
 
 

@@ -78,3 +78,46 @@ def test_one_blas_thread_asked_for_after_numpy_loaded_still_limits_the_pool(defa
 def test_samples_run_in_the_calling_thread_keep_the_whole_blas_pool(default_pool):
     # serial: one sample at a time, nothing else competes for the cores its products may use
     assert _blas_threads("'serial'")[1:3] == [default_pool, default_pool]
+
+
+_TORCH_CODE = (
+    "import numpy as np, torch, feedline as fl\n"
+    "seen = []\n"
+    "def sample(i):\n"
+    "    seen.append(torch.get_num_threads())\n"
+    "    return (torch.full((64, 64), float(i)) @ torch.full((64, 64), 1.0))[0, :2].numpy()\n"
+    "before = torch.get_num_threads()\n"
+    "pipe = fl.from_arrays(np.arange(32)).map(sample, backend=__BACKEND__, workers=2).batch(8)\n"
+    "with pipe:\n"
+    "    got = np.concatenate(list(pipe))\n"
+    "assert got[:, 0].tolist() == [64.0 * i for i in range(32)]\n"
+    "print(before, max(seen), min(seen), torch.get_num_threads())\n"
+)
+
+
+def _torch_threads(backend: str = "'thread'", **env) -> list[int]:
+    """torch's intra-op threads before the pipeline, the most and fewest its samples saw, and after it closed."""
+    pytest.importorskip("torch")
+    base = {k: v for k, v in os.environ.items() if k not in USER_BLAS_VARS and k != "FEEDLINE_BLAS_LIMIT"}
+    out = subprocess.run([sys.executable, "-c", _TORCH_CODE.replace("__BACKEND__", backend)], capture_output=True,
+                         text=True, timeout=180, env=base | env)
+    assert out.returncode == 0, out.stderr
+    counts = [int(v) for v in out.stdout.split()]
+    if counts[0] < 2:
+        pytest.skip("torch runs one intra-op thread here already (one core)")
+    return counts
+
+
+def test_thread_workers_run_torch_ops_on_one_intra_op_thread_and_the_count_comes_back_after():
+    # each op of a sample otherwise fans out to a thread per core beside the workers: the automatic choice saw
+    # the workers keep one core busy between them and started processes (2 cores, first epoch: 289 samples/s, not 610)
+    before, most, fewest, after = _torch_threads()
+    assert (most, fewest) == (1, 1), "every sample on a thread worker saw one intra-op thread"
+    assert after == before, "the count comes back when the last thread executor closes"
+
+
+def test_a_torch_thread_count_the_program_chose_is_left_alone():
+    before, most, fewest, after = _torch_threads(OMP_NUM_THREADS="2")
+    assert (before, most, fewest, after) == (2, 2, 2, 2)
+    before, most, fewest, after = _torch_threads(FEEDLINE_BLAS_LIMIT="0")
+    assert most == fewest == before

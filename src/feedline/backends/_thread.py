@@ -18,8 +18,9 @@ import threading
 import time
 
 from .._batch_memory import reusing_arrays
-from .._blas_limit import OneBlasThread
+from .._blas_limit import OneBlasThread, OneTorchThread
 from .._gc_freeze import GcFreeze
+from .._malloc import keep_freed_memory
 from ..worker import Result, TaskError, run_task
 from ._base import Event, Executor
 
@@ -82,6 +83,8 @@ class ThreadExecutor(Executor):
         self._pool = next(_names)
         self._gc_freeze = GcFreeze()  # the per-sample Python runs here: keep the collector off the objects already here
         self._one_blas_thread = OneBlasThread()  # a BLAS pool per call beside a thread per core oversubscribes them
+        self._one_torch_thread = OneTorchThread()  # ... and so does torch's intra-op pool
+        keep_freed_memory()  # the process workers' heap thresholds: large temporaries not faulted in per sample
         for n, inbox in enumerate(self.inboxes):
             self._start_thread(n, inbox)
 
@@ -313,3 +316,4 @@ class ThreadExecutor(Executor):
         self.arrays.clear()
         self._gc_freeze.release()
         self._one_blas_thread.release()
+        self._one_torch_thread.release()

@@ -39,6 +39,7 @@ from multiprocessing.connection import wait as wait_connections
 import numpy as np
 
 from ..._errors import SharedMemoryFull, WorkerError
+from ..._malloc import MALLOC_VARS
 from ...transport._shm import Segment, SegmentGone, segment_prefix, sweep, unlink
 from ...transport._slots import SlotReader
 from ...transport._transfer import SharedArrays, check_picklable, dumps_for_workers
@@ -57,9 +58,9 @@ _worker_ids = itertools.count()
 # glibc's default heap thresholds make a fresh interpreter hand temporaries of a
 # few hundred KB back to the OS after every call and fault them in again (story 4:
 # 851k page faults and 2.3 s of kernel time per epoch). Forked workers inherit a
-# grown heap; ours start fresh, so keep freed memory up to these bounds per worker.
-# Other C libraries ignore the variables; the user's own settings win.
-_MALLOC_VARS = {"MALLOC_TRIM_THRESHOLD_": str(128 << 20), "MALLOC_MMAP_THRESHOLD_": str(16 << 20)}
+# grown heap; ours start fresh, so keep freed memory up to these bounds per worker
+# (`feedline._malloc`). Other C libraries ignore the variables; the user's own
+# settings win, and FEEDLINE_MALLOC=0 leaves them out.
 _WORKER_CODE = "from feedline.backends.process._main import main; main()"
 
 
@@ -501,7 +502,7 @@ def _leave_out(redo, number: int, index: int) -> None:
         task.timed_out = task.timed_out + (index,)
 
 
-FIXED_VARS = BLAS_VARS + tuple(_MALLOC_VARS)  # read once by native libraries when they load
+FIXED_VARS = BLAS_VARS + tuple(MALLOC_VARS)  # read once by native libraries when they load
 
 
 def worker_env() -> dict:
@@ -509,8 +510,9 @@ def worker_env() -> dict:
     env = dict(os.environ)
     for var in BLAS_VARS:
         env.setdefault(var, "1")  # one BLAS thread per worker: N workers x N threads thrash
-    for var, value in _MALLOC_VARS.items():
-        env.setdefault(var, value)
+    if os.environ.get("FEEDLINE_MALLOC", "1") != "0":
+        for var, value in MALLOC_VARS.items():
+            env.setdefault(var, value)
     return env
 
 

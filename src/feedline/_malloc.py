@@ -1,0 +1,64 @@
+"""glibc's heap thresholds: freed temporaries kept for the next sample, not handed back and faulted in again.
+
+glibc hands memory back to the OS once the free space at the top of a heap
+passes its trim threshold, which starts at 128 KB and grows only to twice
+the largest block it has seen freed from a mapping. A sample whose
+temporaries together pass that (three 3 MB arrays; a tensor resized,
+blurred and normalised) then faults every page of them in again, sample
+after sample: 227,221 minor faults for 100 rounds of three 3 MB NumPy
+arrays, 1,537 with these thresholds; PyTorch thread workers on 2 cores ran
+437-455 samples/s against 758-790 (`python -m benchmarks.blas_threads
+--workload torch`).
+
+Process workers get the thresholds through their environment (glibc reads
+it as it starts: `MALLOC_VARS`). Thread workers run in the program's own
+process, started long before; `keep_freed_memory` sets the same values
+there with ``mallopt`` when the first thread workers start. It cannot be
+undone (glibc stops adapting its thresholds once they are set), so it is
+done once and stays: the program's heaps keep up to `TRIM_THRESHOLD` of
+freed space each, and blocks under `MMAP_THRESHOLD` come from them. Not
+done where the program chose its own (``MALLOC_*_`` variables, or
+``glibc.malloc`` tunables in ``GLIBC_TUNABLES``), with ``FEEDLINE_MALLOC=0``
+(which leaves the process workers' environment alone too), or on another C
+library (musl, macOS, Windows).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import platform
+import threading
+
+__all__ = ["MALLOC_VARS", "MMAP_THRESHOLD", "TRIM_THRESHOLD", "chosen_by_program", "keep_freed_memory"]
+
+MMAP_THRESHOLD = 16 << 20  # bytes: blocks smaller than this come from the heap, not a mapping of their own
+TRIM_THRESHOLD = 128 << 20  # bytes of free space a heap keeps at its top before handing memory back
+MALLOC_VARS = {"MALLOC_TRIM_THRESHOLD_": str(TRIM_THRESHOLD), "MALLOC_MMAP_THRESHOLD_": str(MMAP_THRESHOLD)}
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # mallopt's parameter numbers (malloc.h)
+_USER_VARS = ("MALLOC_TRIM_THRESHOLD_", "MALLOC_MMAP_THRESHOLD_", "MALLOC_TOP_PAD_", "MALLOC_MMAP_MAX_")
+
+_lock = threading.Lock()
+_state = {"done": False}
+
+
+def chosen_by_program() -> bool:
+    """The program set glibc's heap settings itself, or turned feedline's off (``FEEDLINE_MALLOC=0``)."""
+    return (os.environ.get("FEEDLINE_MALLOC", "1") == "0" or any(os.environ.get(v) for v in _USER_VARS)
+            or "glibc.malloc." in os.environ.get("GLIBC_TUNABLES", ""))
+
+
+def keep_freed_memory() -> bool:
+    """Set `MALLOC_VARS`' thresholds in this process, once (see the module docstring); True if they are set."""
+    with _lock:
+        if _state["done"]:
+            return True
+        _state["done"] = True  # tried once, whatever the outcome
+        if chosen_by_program() or platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
+            return False
+        try:
+            mallopt = ctypes.CDLL(None).mallopt
+        except (OSError, AttributeError):
+            return False
+        mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
+        return bool(mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD)) and bool(mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD))

@@ -1,0 +1,64 @@
+"""glibc's heap thresholds: thread workers' large temporaries are kept for the next sample, not faulted in again.
+
+Each case runs in a fresh interpreter: glibc's thresholds are process-wide
+and, once set, stay set.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import subprocess
+import sys
+
+import pytest
+
+pytestmark = pytest.mark.skipif(platform.system() != "Linux" or platform.libc_ver()[0] != "glibc",
+                                reason="glibc's heap thresholds (Linux with glibc only)")
+
+_CODE = (
+    "import resource, numpy as np, feedline as fl\n"
+    "def faults():\n"
+    "    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt\n"
+    "pipe = fl.from_arrays(np.arange(8)).map(lambda i: i, backend='thread', workers=2).batch(4)\n"
+    "with pipe:\n"
+    "    assert sum(len(b) for b in pipe) == 8\n"
+    "a = np.ones(3 << 20, np.uint8); del a\n"  # the first free of a mapped block: glibc's own thresholds grow to it
+    "before = faults()\n"
+    "for _ in range(50):\n"
+    "    x = np.ones(3 << 20, np.uint8); y = np.ones(3 << 20, np.uint8); z = x + y; del x, y, z\n"
+    "print(faults() - before)\n"
+)
+_ROUND = 3 * (3 << 20) // 4096  # pages in one round's three arrays: faulted in again each round without the thresholds
+
+
+def _faults(**env) -> int:
+    base = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_") and k not in ("FEEDLINE_MALLOC", "GLIBC_TUNABLES")}
+    out = subprocess.run([sys.executable, "-c", _CODE], capture_output=True, text=True, timeout=120, env=base | env)
+    assert out.returncode == 0, out.stderr
+    return int(out.stdout.split()[-1])
+
+
+def test_after_thread_workers_ran_large_temporaries_are_not_faulted_in_again_each_time():
+    assert _faults() < 5 * _ROUND, "50 rounds of three 3 MB arrays should reuse the heap's pages"
+
+
+def test_the_programs_own_heap_settings_or_feedline_malloc_0_are_left_alone():
+    # glibc alone trims the heap after every round here: (nearly) every round faults its pages in again
+    assert _faults(FEEDLINE_MALLOC="0") > 25 * _ROUND
+    assert _faults(MALLOC_TOP_PAD_="0") > 25 * _ROUND, "a program that set a MALLOC_ variable chose its heap"
+
+
+def test_process_workers_get_the_thresholds_in_their_environment_unless_turned_off(monkeypatch):
+    from feedline._malloc import MALLOC_VARS
+    from feedline.backends.process._executor import worker_env
+
+    for var in MALLOC_VARS:
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.delenv("FEEDLINE_MALLOC", raising=False)
+    assert all(worker_env()[var] == value for var, value in MALLOC_VARS.items())
+    monkeypatch.setenv("FEEDLINE_MALLOC", "0")
+    assert not set(MALLOC_VARS) & set(worker_env())
+    monkeypatch.setenv("MALLOC_TRIM_THRESHOLD_", "4096")
+    monkeypatch.delenv("FEEDLINE_MALLOC")
+    assert worker_env()["MALLOC_TRIM_THRESHOLD_"] == "4096", "the program's own setting wins"
