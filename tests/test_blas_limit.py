@@ -34,13 +34,18 @@ _CODE = (
 )
 
 
-def _blas_threads(backend: str = "'thread'", **env) -> list[int]:
-    """BLAS threads before the pipeline, the most and fewest its samples saw, and after it closed."""
+def _printed(code: str, backend: str = "'thread'", **env) -> list[int]:
+    """The numbers ``code`` prints in a fresh interpreter, no BLAS variable set but those in ``env``."""
     base = {k: v for k, v in os.environ.items() if k not in USER_BLAS_VARS and k != "FEEDLINE_BLAS_LIMIT"}
-    out = subprocess.run([sys.executable, "-c", _CODE.replace("__BACKEND__", backend)], capture_output=True,
-                         text=True, timeout=120, env=base | env)
+    out = subprocess.run([sys.executable, "-c", code.replace("__BACKEND__", backend)], capture_output=True,
+                         text=True, timeout=180, env=base | env)
     assert out.returncode == 0, out.stderr
     return [int(v) for v in out.stdout.split()]
+
+
+def _blas_threads(backend: str = "'thread'", **env) -> list[int]:
+    """BLAS threads before the pipeline, the most and fewest its samples saw, and after it closed."""
+    return _printed(_CODE, backend, **env)
 
 
 @pytest.fixture(scope="module")
@@ -68,10 +73,7 @@ def test_one_blas_thread_asked_for_after_numpy_loaded_still_limits_the_pool(defa
     # those threads spin after every product beside the thread workers
     late = _CODE.replace("import numpy as np, feedline as fl\n",
                          "import os, numpy as np, feedline as fl\nos.environ['OPENBLAS_NUM_THREADS'] = '1'\n")
-    out = subprocess.run([sys.executable, "-c", late.replace("__BACKEND__", "'thread'")], capture_output=True, text=True,
-                         timeout=120, env={k: v for k, v in os.environ.items() if k not in USER_BLAS_VARS})
-    assert out.returncode == 0, out.stderr
-    before, most, fewest, after = (int(v) for v in out.stdout.split())
+    before, most, fewest, after = _printed(late)
     assert before == default_pool and (most, fewest) == (1, 1) and after == default_pool
 
 
@@ -95,14 +97,10 @@ _TORCH_CODE = (
 )
 
 
-def _torch_threads(backend: str = "'thread'", **env) -> list[int]:
+def _torch_threads(**env) -> list[int]:
     """torch's intra-op threads before the pipeline, the most and fewest its samples saw, and after it closed."""
     pytest.importorskip("torch")
-    base = {k: v for k, v in os.environ.items() if k not in USER_BLAS_VARS and k != "FEEDLINE_BLAS_LIMIT"}
-    out = subprocess.run([sys.executable, "-c", _TORCH_CODE.replace("__BACKEND__", backend)], capture_output=True,
-                         text=True, timeout=180, env=base | env)
-    assert out.returncode == 0, out.stderr
-    counts = [int(v) for v in out.stdout.split()]
+    counts = _printed(_TORCH_CODE, **env)
     if counts[0] < 2:
         pytest.skip("torch runs one intra-op thread here already (one core)")
     return counts

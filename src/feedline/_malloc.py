@@ -30,7 +30,7 @@ import os
 import platform
 import threading
 
-__all__ = ["MALLOC_VARS", "MMAP_THRESHOLD", "TRIM_THRESHOLD", "chosen_by_program", "keep_freed_memory"]
+__all__ = ["MALLOC_VARS", "MMAP_THRESHOLD", "TRIM_THRESHOLD", "keep_freed_memory", "turned_off"]
 
 MMAP_THRESHOLD = 16 << 20  # bytes: blocks smaller than this come from the heap, not a mapping of their own
 TRIM_THRESHOLD = 128 << 20  # bytes of free space a heap keeps at its top before handing memory back
@@ -39,26 +39,33 @@ _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # mallopt's parameter numbers (ma
 _USER_VARS = ("MALLOC_TRIM_THRESHOLD_", "MALLOC_MMAP_THRESHOLD_", "MALLOC_TOP_PAD_", "MALLOC_MMAP_MAX_")
 
 _lock = threading.Lock()
-_state = {"done": False}
+_set: bool | None = None  # what `keep_freed_memory` did: None until its first call
 
 
-def chosen_by_program() -> bool:
-    """The program set glibc's heap settings itself, or turned feedline's off (``FEEDLINE_MALLOC=0``)."""
-    return (os.environ.get("FEEDLINE_MALLOC", "1") == "0" or any(os.environ.get(v) for v in _USER_VARS)
-            or "glibc.malloc." in os.environ.get("GLIBC_TUNABLES", ""))
+def turned_off() -> bool:
+    """``FEEDLINE_MALLOC=0``: glibc left as it is, here and in the process workers' environment."""
+    return os.environ.get("FEEDLINE_MALLOC", "1") == "0"
+
+
+def _chosen_by_program() -> bool:
+    return any(os.environ.get(v) for v in _USER_VARS) or "glibc.malloc." in os.environ.get("GLIBC_TUNABLES", "")
 
 
 def keep_freed_memory() -> bool:
     """Set `MALLOC_VARS`' thresholds in this process, once (see the module docstring); True if they are set."""
+    global _set
     with _lock:
-        if _state["done"]:
-            return True
-        _state["done"] = True  # tried once, whatever the outcome
-        if chosen_by_program() or platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
-            return False
-        try:
-            mallopt = ctypes.CDLL(None).mallopt
-        except (OSError, AttributeError):
-            return False
-        mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
-        return bool(mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD)) and bool(mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD))
+        if _set is None:
+            _set = _mallopt()
+        return _set
+
+
+def _mallopt() -> bool:
+    if turned_off() or _chosen_by_program() or platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
+        return False
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):
+        return False
+    mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
+    return bool(mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD)) and bool(mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD))

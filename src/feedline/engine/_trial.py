@@ -206,7 +206,7 @@ def grown_busy(judged: int, kept: float, grown: int) -> float:
     if judged >= grown or kept >= judged * (1.0 - 1e-6):
         return share
     if kept <= 1.0:
-        return min(share, max(kept, 1.0))  # one GIL's worth: many threads keep no more busy
+        return min(share, 1.0)  # one GIL's worth: many threads keep no more busy
     low, high = 1e-9, 1.0 - 1e-9  # the hold: busy falls as it grows
     for _ in range(60):
         middle = (low + high) / 2

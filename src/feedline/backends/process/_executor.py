@@ -39,7 +39,7 @@ from multiprocessing.connection import wait as wait_connections
 import numpy as np
 
 from ..._errors import SharedMemoryFull, WorkerError
-from ..._malloc import MALLOC_VARS
+from ..._malloc import MALLOC_VARS, turned_off
 from ...transport._shm import Segment, SegmentGone, segment_prefix, sweep, unlink
 from ...transport._slots import SlotReader
 from ...transport._transfer import SharedArrays, check_picklable, dumps_for_workers
@@ -510,7 +510,7 @@ def worker_env() -> dict:
     env = dict(os.environ)
     for var in BLAS_VARS:
         env.setdefault(var, "1")  # one BLAS thread per worker: N workers x N threads thrash
-    if os.environ.get("FEEDLINE_MALLOC", "1") != "0":
+    if not turned_off():
         for var, value in MALLOC_VARS.items():
             env.setdefault(var, value)
     return env
