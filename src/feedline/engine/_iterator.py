@@ -33,6 +33,7 @@ from ._buckets import Buckets
 from ._recut import Recut
 from ._state import MAX_TASK_BYTES, OLD_CHUNK, STATE_VERSION, cache_share, measured_chunk, seal, task_grid
 from ._stats import Stats
+from ._tail import TailPieces, join, piece_indices
 from ._window import WindowShuffle
 
 __all__ = ["EpochIterator", "STATE_VERSION"]
@@ -66,7 +67,9 @@ class EpochIterator:
         self._recut = None if plan.part.aligned or self._unbatched or plan.window else _recut_for(plan, state)
         self._shuffler = _window_for(plan, epoch, state)  # shuffle(window=N): rows of a stream shuffled here
         self._window_done = False
-        self._in_flight = 0
+        self._tail = TailPieces(plan, runtime.backend)  # the epoch's last batches as pieces (`engine/_tail.py`)
+        self._in_flight = 0  # tasks out (a task sent as pieces counts once)
+        self._pieced: set[int] = set()  # tasks joined from pieces, not yet taken
         self._finished = False
         self._superseded = False
         self._error = None
@@ -154,17 +157,45 @@ class EpochIterator:
                 if number >= self._num_tasks:
                     return
                 step = self._step
-                task = Task(self.epoch, number, indices=self._order[number * step : min((number + 1) * step, self._covered)])
+                indices = self._order[number * step : min((number + 1) * step, self._covered)]
+                if self._submit_pieces(number, indices):
+                    self._next_submit += 1
+                    self._in_flight += 1
+                    continue
+                task = Task(self.epoch, number, indices=indices)
                 affinity = None
             self._executor.submit((self._generation, number), task, affinity)
             self._next_submit += 1
             self._in_flight += 1
 
+    def _submit_pieces(self, number: int, indices) -> bool:
+        """Send task ``number`` as pieces if it is one of the epoch's last and long enough to pay (`engine/_tail.py`)."""
+        if not self._tail.enabled or self._step != self._size:
+            return False
+        stats = self.stats_
+        seconds = stats.task_seconds / stats.tasks if stats.tasks else None
+        count = self._tail.pieces(number, self._num_tasks, self._runtime.workers, len(indices), seconds, self._batch_bytes)
+        if count < 2:
+            return False
+        pieces = piece_indices(indices, count)
+        self._tail.expect(number, pieces)
+        for j, rows in enumerate(pieces):
+            self._executor.submit((self._generation, number, j), Task(self.epoch, number, indices=rows), None)
+        return True
+
     def _collect(self) -> None:
         events = self._executor.wait(None)
         for event in events:
+            number, result = event.key[1], event.result
+            if len(event.key) > 2:  # a piece of a task (`_submit_pieces`): counted now, the task once all are back
+                self._count(number, result)
+                back = self._tail.add(number, event.key[2], result)
+                if back is None:
+                    continue
+                result = join(*back, where=self._plan.part.source.where)
+                self._pieced.add(number)
             self._in_flight -= 1
-            self._done[event.key[1]] = event.result
+            self._done[number] = result
         if self._ordered:
             while self._next_take in self._done:
                 self._take(self._next_take, self._done.pop(self._next_take))
@@ -174,10 +205,17 @@ class EpochIterator:
                 self._take(number, self._done.pop(number))
 
     # ---------------------------------------------------------- assembly
-    def _take(self, number: int, result) -> None:
+    def _count(self, number: int, result) -> None:
+        """Add a task's (or a piece's) times, span and counts to the epoch's stats."""
         self.stats_.add_result(result)
         self.stats_.add_span(result, number)
         self.stats_.add_counts(result.counters)
+
+    def _take(self, number: int, result) -> None:
+        if number in self._pieced:
+            self._pieced.discard(number)  # its pieces were counted as they came back
+        else:
+            self._count(number, result)
         self.stats_.add_counts(self._plan.part.source.take_counters())  # the consumer's own (a remote store's read-ahead)
         self._skip_log.extend((number, index, reason) for index, reason in result.skipped)
         if result.error is not None:

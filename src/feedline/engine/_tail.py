@@ -1,0 +1,127 @@
+"""The epoch's last batches split into pieces, so that every worker finishes the epoch at about the same time.
+
+A task is a whole batch, and a batch is indivisible on a worker: with few
+tasks left, one worker runs the epoch's last batch while the others idle.
+On two workers with twelve batches of 0.15 s, a trial that ran one batch on
+threads left eleven for two processes, and one of them idled for a whole
+batch (story 4: 0.92 of processes set by hand, the loss all at the end);
+on 64 workers, the last wave of an epoch holds up to 63 of them for a
+batch. So each of the epoch's last ``workers`` batches runs as up to
+`MAX_PIECES` tasks of consecutive rows (``Task.indices`` cut in order),
+spread over the workers like any task, and the consumer joins the pieces
+back into the batch (`join`) before it goes out: the batch, its resume
+point and its place in the order are those of the whole task.
+
+Only where joining gives exactly the batch one task would have made: rows
+collated by the default collate (a custom ``collate`` or a padded batch may
+depend on every row), no ``map_batch`` in the worker (it would see half a
+batch), one batch a task (not a group of batches, nor a bulk read), an
+indexed source, and thread or process workers (a Ray task is a round trip
+over the network). And only where it pays: a piece takes at least
+`PIECE_SECONDS` of work (the batch's measured time per task so far in
+this epoch, the pieces' messages and the join ~0.1-0.3 ms each), and the
+join's copy of the batch costs under `COPY_SHARE` of a task.
+"""
+
+from __future__ import annotations
+
+from .._tree import concat_pieces, slice_rows
+from ..worker import Result, TaskError
+
+__all__ = ["COPY_RATE", "COPY_SHARE", "MAX_PIECES", "PIECE_SECONDS", "TailPieces", "join", "piece_indices"]
+
+PIECE_SECONDS = 0.02  # a piece takes at least this much work: its message and its share of the join stay under ~2 %
+MAX_PIECES = 8  # pieces of one batch, at most: the last wave's idle time falls from a batch to an eighth of one
+COPY_RATE = 4 << 30  # bytes/s the join copies at, a low estimate (one core's memcpy is 8-20 GiB/s)
+COPY_SHARE = 0.1  # the join's copy must cost under this share of the task's work
+
+
+class TailPieces:
+    """Which tasks run as pieces, and the pieces of each that have come back."""
+
+    def __init__(self, plan, backend: str):
+        part = plan.part
+        self.size = part.batch_size
+        self.enabled = (bool(part.batch_size) and part.aligned and part.collate is None and not part.batch_ops
+                        and not part.bulk_read and not plan.streaming and plan.padder is None
+                        and backend in ("thread", "process"))  # (the automatic choice runs as one of them)
+        self._waiting: dict[int, tuple] = {}  # task number -> (its pieces' results, None until back; their indices)
+
+    def pieces(self, number: int, tasks: int, workers: int, rows: int, task_seconds: float | None,
+               batch_bytes: int | None) -> int:
+        """How many tasks task ``number`` of ``tasks`` (``rows`` rows) runs as: 1, or its pieces.
+
+        ``task_seconds``: the mean time of a task so far in this epoch (None
+        before any came back); ``batch_bytes``: bytes of a whole batch (None
+        before the first).
+        """
+        if not self.enabled or workers < 2 or number < tasks - workers or not task_seconds or not batch_bytes:
+            return 1
+        if batch_bytes / COPY_RATE > COPY_SHARE * task_seconds:
+            return 1  # the join's copy would cost more than the idle time it saves
+        work = task_seconds * rows / self.size  # (the epoch's last batch may be short)
+        return max(1, min(MAX_PIECES, workers, rows, int(work / PIECE_SECONDS)))
+
+    def expect(self, number: int, pieces: list) -> None:
+        """Task ``number`` went out as tasks of these ``pieces`` (their indices, in order)."""
+        self._waiting[number] = ([None] * len(pieces), pieces)
+
+    def add(self, number: int, piece: int, result: Result) -> tuple | None:
+        """Piece ``piece`` of task ``number`` is back: ``(results, indices)`` of every piece, in order, once all are."""
+        results, indices = self._waiting[number]
+        results[piece] = result
+        if any(r is None for r in results):
+            return None
+        del self._waiting[number]
+        return results, indices
+
+
+def piece_indices(indices, count: int) -> list:
+    """``indices`` cut into ``count`` runs of consecutive rows, as even as can be (the first ones a row longer)."""
+    size, extra = divmod(len(indices), count)
+    out, start = [], 0
+    for j in range(count):
+        end = start + size + (1 if j < extra else 0)
+        out.append(indices[start:end])
+        start = end
+    return out
+
+
+def join(results: list, indices: list, where=None) -> Result:
+    """The result one task would have returned, from its pieces' results (and indices) in order.
+
+    The first piece that failed gives the error (its sample is the
+    earliest failing one of the batch, as in one task), with no rows, as
+    a one-batch task returns a failure. Rows are concatenated along the
+    first axis (`concat_pieces`) and collated again where pieces held a
+    column differently (`slice_rows`), which is what the default collate
+    makes of all the rows at once; rows that do not stack fail as the
+    batch's collation would (stage ``"batch"``, naming a sample). Times
+    and counts are the pieces' sums.
+    """
+    joined = Result()
+    for r in results:
+        for stage, seconds in r.times.items():
+            joined.times[stage] = joined.times.get(stage, 0.0) + seconds
+        for name, n in r.counters.items():
+            joined.counters[name] = joined.counters.get(name, 0) + n
+        joined.cpu += r.cpu
+        joined.transport += r.transport
+    joined.span = (min(r.span[0] for r in results), max(r.span[1] for r in results))
+    joined.worker = results[0].worker
+    failed = next((r for r in results if r.error is not None), None)
+    if failed is not None:
+        joined.error = failed.error
+        return joined
+    total = sum(r.rows for r in results)
+    kept = [(r.payload, r.rows, [int(i) for i in ids]) for r, ids in zip(results, indices) if r.rows]
+    try:
+        whole = concat_pieces([k[0] for k in kept], rows=[k[1] for k in kept], indices=[k[2] for k in kept], where=where)
+        joined.payload = slice_rows(whole, 0, total, rows=total)
+    except Exception as exc:
+        index = getattr(exc, "index", None)
+        index = index if index is not None else int(indices[0][0])
+        joined.error = TaskError.from_exception(exc, index, where(index) if where else None, "batch")
+        return joined
+    joined.rows = total
+    return joined

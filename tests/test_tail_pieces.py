@@ -1,0 +1,141 @@
+"""The epoch's last batches run as pieces on several workers: the same batches, errors and resume points as whole tasks."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+
+import feedline as fl
+from feedline.engine import _tail
+from feedline.worker import Result
+
+
+@pytest.fixture
+def short_pieces(monkeypatch):
+    """Pieces of a millisecond pay: every test batch below is long enough to be cut (the rule is tested on its own)."""
+    monkeypatch.setattr(_tail, "PIECE_SECONDS", 0.001)
+
+
+def record(i, rng):
+    time.sleep(0.003)  # long enough to be cut, and the GIL released: threads run side by side
+    return {"x": np.full((2, 3), i, np.int16) + rng.integers(0, 5, (2, 3)).astype(np.int16),
+            "name": f"sample-{i}", "label": i % 3, "weight": i / 7}
+
+
+def _pipe(n, backend, fn=record, batch=8, **batch_kw):
+    workers = None if backend in (None, "serial") else 4
+    return fl.from_sequence(list(range(n))).shuffle(seed=3).map(fn, backend=backend, workers=workers).batch(batch, **batch_kw)
+
+
+def _run(pipe):
+    with pipe:
+        out = list(pipe)
+        return out, pipe.stats()
+
+
+def _assert_same(got, want):
+    assert len(got) == len(want)
+    for a, b in zip(got, want):
+        assert a["x"].dtype == b["x"].dtype and np.array_equal(a["x"], b["x"])
+        assert a["name"] == b["name"]
+        for key in ("label", "weight"):
+            assert a[key].dtype == b[key].dtype and np.array_equal(a[key], b[key])
+
+
+@pytest.mark.parametrize("backend", ["thread", "process", None])
+def test_last_batches_run_as_pieces_and_come_out_as_one_task_would_make_them(backend, short_pieces, no_leaks):
+    want, _ = _run(_pipe(101, "serial"))  # 12 whole batches and a short one
+    got, stats = _run(_pipe(101, backend))
+    _assert_same(got, want)
+    assert stats.batches == 13 and stats.samples == 101
+    assert stats.tasks > stats.batches, "the epoch's last batches should have run as pieces"
+    pieces = [span for span in stats.task_spans if span[4] < 8 and span[3] < 12]
+    assert pieces, "a whole batch of the tail should have been cut"
+
+
+def test_drop_remainder_keeps_every_whole_batch_and_drops_the_rest(short_pieces, no_leaks):
+    want, _ = _run(_pipe(101, "serial", drop_remainder=True))
+    got, stats = _run(_pipe(101, "thread", drop_remainder=True))
+    _assert_same(got, want)
+    assert len(got) == 12 and stats.tasks > stats.batches
+
+
+def test_a_failing_sample_in_a_piece_raises_after_the_batches_before_it(short_pieces, no_leaks):
+    with fl.from_sequence(list(range(101))).shuffle(seed=3) as order:
+        bad = [int(i) for i in order][94]  # in batch 11 of 13: a piece of the tail
+
+    def fails_on_bad(i, rng):
+        if i == bad:
+            raise ValueError(f"sample {i} is corrupt")
+        return record(i, rng)
+
+    delivered = []
+    with _pipe(101, "process", fn=fails_on_bad) as pipe:
+        with pytest.raises(fl.SampleError) as caught:
+            for batch in pipe:
+                delivered.append(batch)
+        stats = pipe.stats()
+    assert caught.value.index == bad and "corrupt" in str(caught.value)
+    assert len(delivered) == 11  # every batch before the one holding it, none after
+    assert stats.tasks > stats.batches, "the failing batch should have run as pieces"
+
+
+def test_a_checkpoint_inside_the_tail_resumes_with_the_same_batches(short_pieces, no_leaks):
+    want, _ = _run(_pipe(101, "serial"))
+    with _pipe(101, "thread") as pipe:
+        it = iter(pipe)
+        first = [next(it) for _ in range(11)]  # past batches that ran as pieces
+        state = it.state()
+        assert it.stats().tasks > it.stats().batches
+        rest = list(pipe.resume(state))
+    _assert_same(first + rest, want)
+
+
+@pytest.mark.parametrize("kind", ["map_batch", "collate"])
+def test_batches_a_step_sees_whole_are_never_cut(kind, short_pieces, no_leaks):
+    pipe = fl.from_sequence(list(range(64))).map(record, backend="thread", workers=4)
+    if kind == "map_batch":
+        pipe = pipe.batch(8).map_batch(lambda b: {**b, "mean": np.full(len(b["label"]), b["x"].mean())})
+    else:
+        pipe = pipe.batch(8, collate=lambda rows: {"x": np.stack([r["x"] for r in rows]), "n": len(rows)})
+    out, stats = _run(pipe)
+    assert stats.tasks == stats.batches == 8
+    if kind == "collate":
+        assert all(b["n"] == 8 for b in out)
+
+
+def test_pieces_only_where_they_pay():
+    pieces = _tail.TailPieces.__new__(_tail.TailPieces)  # the rule alone (the tests above build it from real plans)
+    pieces.enabled, pieces.size, pieces._waiting = True, 32, {}
+    # the last `workers` tasks of 12, 0.15 s each: two pieces on two workers, up to MAX_PIECES on many
+    assert pieces.pieces(10, 12, 2, 32, 0.15, 1 << 20) == 2
+    assert pieces.pieces(9, 12, 2, 32, 0.15, 1 << 20) == 1  # not yet the tail
+    assert pieces.pieces(11, 12, 16, 32, 1.0, 1 << 20) == _tail.MAX_PIECES
+    assert pieces.pieces(11, 12, 2, 32, 0.03, 1 << 20) == 1  # half a batch would be under PIECE_SECONDS
+    assert pieces.pieces(11, 12, 2, 32, 0.15, 1 << 30) == 1  # copying a 1 GiB batch costs more than it saves
+    assert pieces.pieces(11, 12, 2, 32, None, 1 << 20) == 1  # nothing measured yet
+    assert pieces.pieces(11, 12, 1, 32, 0.15, 1 << 20) == 1  # one worker
+
+
+def test_piece_indices_cut_in_order_as_even_as_can_be():
+    cut = _tail.piece_indices(np.arange(10), 4)
+    assert [list(c) for c in cut] == [[0, 1, 2], [3, 4, 5], [6, 7], [8, 9]]
+
+
+def test_join_takes_the_first_failed_piece_and_sums_the_times():
+    ok = Result(payload={"x": np.zeros((2, 1))}, rows=2, times={"read": 0.5}, span=(1.0, 2.0))
+    bad = Result(error="first", times={"read": 0.25}, span=(0.5, 3.0))
+    worse = Result(error="second", span=(1.0, 1.5))
+    joined = _tail.join([ok, bad, worse], [[0, 1], [2, 3], [4, 5]])
+    assert joined.error == "first" and joined.rows == 0 and joined.payload is None
+    assert joined.times == {"read": 0.75} and joined.span == (0.5, 3.0)
+
+
+def test_rows_that_do_not_stack_fail_as_the_batch_would_naming_a_sample():
+    a = Result(payload={"x": np.zeros((2, 3))}, rows=2, span=(0.0, 1.0))
+    b = Result(payload={"x": np.zeros((2, 4))}, rows=2, span=(0.0, 1.0))
+    joined = _tail.join([a, b], [[10, 11], [12, 13]], where=lambda i: f"file-{i}")
+    assert joined.error is not None and joined.error.stage == "batch" and joined.error.index == 12
+    assert joined.error.where == "file-12"
