@@ -113,7 +113,7 @@ def test_pieces_only_where_they_pay():
     assert pieces.pieces(10, 12, 2, 32, 0.15, 1 << 20) == 2
     assert pieces.pieces(9, 12, 2, 32, 0.15, 1 << 20) == 1  # not yet the tail
     assert pieces.pieces(11, 12, 16, 32, 1.0, 1 << 20) == _tail.MAX_PIECES
-    assert pieces.pieces(11, 12, 2, 32, 0.03, 1 << 20) == 1  # half a batch would be under PIECE_SECONDS
+    assert pieces.pieces(11, 12, 2, 32, 0.015, 1 << 20) == 1  # half a batch would be under PIECE_SECONDS
     assert pieces.pieces(11, 12, 2, 32, 0.15, 1 << 30) == 1  # copying a 1 GiB batch costs more than it saves
     assert pieces.pieces(11, 12, 2, 32, None, 1 << 20) == 1  # nothing measured yet
     assert pieces.pieces(11, 12, 1, 32, 0.15, 1 << 20) == 1  # one worker
