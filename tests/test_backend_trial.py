@@ -636,3 +636,33 @@ def test_threads_grown_from_scouts_keep_busy_what_one_gil_allows():
     many = grown_busy(4, 3.73, 256)
     assert many == pytest.approx(grown_busy(4, 3.73, 64)) and 6 < many < 8, "a GIL held ~14 % of the time: ~7 cores"
     assert grown_busy(4, 2.0, 16) <= 8.0, "never above the scouts' share of the grown pool's cores"
+
+
+def _at_once(monkeypatch, kept: float, share_of_bound: float) -> tuple[str | None, bool]:
+    """Two threads kept ``kept`` of 2 cores busy; the processes' measurement reaches ``share_of_bound`` of the
+    threads' bound. ``(winner, whether the threads are to be measured alone)`` right after it."""
+    from feedline.engine import _trial
+
+    threads = _ScriptedThreads(kept, 400, begun=2)
+    monkeypatch.setattr(_trial, "time", types.SimpleNamespace(perf_counter=lambda: threads.now, thread_time=lambda: 0.0))
+    trial = _trial.BackendTrial(threads, _Started, 2)
+    try:
+        trial._cores_kept, trial._judged = kept, 2
+        trial._thread_rows, trial._thread_cpu = 300.0, 1.0  # 300 samples per CPU second
+        rows = share_of_bound * trial._thread_bound() * 0.1 / 2  # two tasks, two workers, 0.1 s each
+        for _ in range(2):
+            trial._measure[trial.processes].add(types.SimpleNamespace(span=(0.0, 0.1), rows=rows, cpu=0.1))
+        trial._ready = True
+        trial._advance()
+        return trial.winner, trial._threads_again
+    finally:
+        trial.close()
+
+
+def test_processes_just_past_the_bound_of_threads_that_kept_most_cores_busy_are_measured_against_them(monkeypatch):
+    # story 2's decoded crops: threads kept 1.68 of 2 cores busy and their bound (cold first tasks in it) was 528
+    # samples/s; processes at 560 (106 %) won at once, and the epoch ran 340 samples/s where threads deliver 475
+    assert _at_once(monkeypatch, kept=1.68, share_of_bound=1.06) == (None, True)
+    assert _at_once(monkeypatch, kept=1.68, share_of_bound=1.2)[0] == "process"  # past PROCESS_MARGIN: at once
+    # threads the GIL held back (1.0 of 2 cores) reach well under their bound: processes near it win at once
+    assert _at_once(monkeypatch, kept=1.0, share_of_bound=0.9)[0] == "process"
