@@ -115,6 +115,7 @@ def test_pieces_only_where_they_pay():
     assert pieces.pieces(11, 12, 16, 32, 1.0, 1 << 20) == _tail.MAX_PIECES
     assert pieces.pieces(11, 12, 2, 32, 0.015, 1 << 20) == 1  # half a batch would be under PIECE_SECONDS
     assert pieces.pieces(11, 12, 2, 32, 0.15, 1 << 30) == 1  # copying a 1 GiB batch costs more than it saves
+    assert pieces.pieces(7, 8, 2, 64, 0.1, 64 * 3 * 224 * 224 * 4) == 1  # the suite's jpeg: joining 38 MB cost 12 %
     assert pieces.pieces(11, 12, 2, 32, None, 1 << 20) == 1  # nothing measured yet
     assert pieces.pieces(11, 12, 1, 32, 0.15, 1 << 20) == 1  # one worker
 

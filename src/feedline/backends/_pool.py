@@ -68,9 +68,15 @@ class TaskPool:
             send(worker, key, task)
         self.backlog = kept
 
-    def least_loaded(self, workers, eligible: Callable, load: Callable):
-        """The eligible worker with the fewest tasks, if it has room in its share of the window (late binding)."""
-        ready = [w for w in workers if w is not None and eligible(w) and load(w) < self.per_worker]
+    def least_loaded(self, workers, eligible: Callable, load: Callable, piece: bool = False):
+        """The eligible worker with the fewest tasks, if it has room in its share of the window (late binding).
+
+        A ``piece`` of a batch (`feedline.engine._tail`) goes only to a
+        worker with nothing to run: queued behind a whole batch, it would
+        end the epoch on that worker while another idles.
+        """
+        room = 1 if piece else self.per_worker
+        ready = [w for w in workers if w is not None and eligible(w) and load(w) < room]
         return min(ready, key=load) if ready else None
 
     def finished(self, key, task, consumed: int) -> None:

@@ -12,6 +12,7 @@ Shutdown: `close` puts a stop marker in every queue and joins the threads
 
 from __future__ import annotations
 
+import collections
 import itertools
 import queue
 import threading
@@ -63,6 +64,7 @@ class ThreadExecutor(Executor):
         self.inboxes = [queue.SimpleQueue() for _ in range(workers)]
         self.load = [0] * workers
         self.pending = 0
+        self._pieces: collections.deque = collections.deque()  # (key, task): pieces of a batch waiting for a free thread
         self.cancelled: set[int] = set()
         self._pinned = False  # a stream shard was pinned to a thread: the count must not change
         self._shrunk = False  # threads were let go (`shrink`): their slots in the lists below stay, unused
@@ -164,6 +166,11 @@ class ThreadExecutor(Executor):
             self.results.put((n, key, result))
 
     def submit(self, key, task, affinity=None):
+        if task.piece and affinity is None:
+            self.pending += 1
+            self._pieces.append((key, task))
+            self._give_pieces()
+            return
         if affinity is not None:
             self._pinned = True
         if affinity is not None:
@@ -174,7 +181,23 @@ class ThreadExecutor(Executor):
         self.pending += 1
         self.inboxes[n].put((key, task))
 
+    def _give_pieces(self) -> None:
+        """Pieces of a batch (`feedline.engine._tail`) go to threads with nothing to run, one each.
+
+        Queued behind a whole batch on a busy thread, a piece would end the
+        epoch there while another thread idles; so they wait here, and the
+        consumer hands them out as threads come free (`submit`, `wait`).
+        """
+        while self._pieces:
+            free = [n for n in range(self.workers) if self.load[n] == 0]
+            if not free:
+                return
+            key, task = self._pieces.popleft()
+            self.load[free[0]] += 1
+            self.inboxes[free[0]].put((key, task))
+
     def wait(self, timeout):
+        self._give_pieces()
         events = []
         try:
             item = self.results.get(timeout=timeout) if timeout is None or timeout > 0 else self.results.get_nowait()
@@ -191,6 +214,7 @@ class ThreadExecutor(Executor):
             try:
                 item = self.results.get_nowait()
             except queue.Empty:
+                self._give_pieces()
                 return events
 
     def outstanding(self):
@@ -285,6 +309,9 @@ class ThreadExecutor(Executor):
         that mode: streaming pipelines do not run the trial).
         """
         taken = []
+        while self._pieces:
+            taken.append(self._pieces.popleft())
+            self.pending -= 1
         for n, inbox in enumerate(self.inboxes):
             kept = []
             while True:

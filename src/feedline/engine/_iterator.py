@@ -180,7 +180,7 @@ class EpochIterator:
         pieces = piece_indices(indices, count)
         self._tail.expect(number, pieces)
         for j, rows in enumerate(pieces):
-            self._executor.submit((self._generation, number, j), Task(self.epoch, number, indices=rows), None)
+            self._executor.submit((self._generation, number, j), Task(self.epoch, number, indices=rows, piece=True), None)
         return True
 
     def _collect(self) -> None:

@@ -31,6 +31,7 @@ class Task:
     shard: int | None = None
     start: int | None = None  # streaming: raw position to (re)start the shard from
     timed_out: tuple = ()  # indices that ran past map(timeout=...) before: they fail with TimeoutError, unread
+    piece: bool = False  # part of a batch (`feedline.engine._tail`): given to a worker only once one has nothing to run
 
 
 @dataclass

@@ -275,7 +275,7 @@ class ProcessExecutor(Executor):
         if affinity is not None:
             worker = self.pool[affinity % self.workers]
             return worker if worker is not None and worker.ready else None
-        return self.tasks.least_loaded(self.pool, lambda w: w.ready, lambda w: len(w.outstanding))
+        return self.tasks.least_loaded(self.pool, lambda w: w.ready, lambda w: len(w.outstanding), piece=task.piece)
 
     def _send(self, worker: _Worker, key, task) -> None:
         worker.outstanding[key] = task
