@@ -140,3 +140,28 @@ def test_rows_that_do_not_stack_fail_as_the_batch_would_naming_a_sample():
     joined = _tail.join([a, b], [[10, 11], [12, 13]], where=lambda i: f"file-{i}")
     assert joined.error is not None and joined.error.stage == "batch" and joined.error.index == 12
     assert joined.error.where == "file-12"
+
+
+def sleepy(v):
+    time.sleep(0.01)
+    return v
+
+
+def test_a_piece_waits_for_a_thread_with_nothing_to_run_rather_than_queue_behind_a_batch():
+    from feedline.backends._thread import ThreadExecutor
+    from feedline.worker import Task
+
+    part = fl.from_arrays(np.arange(64)).map(sleepy, backend="thread").batch(8).plan.part
+    executor = ThreadExecutor(part, workers=2)
+    try:
+        executor.submit((0, 0), Task(0, 0, indices=np.arange(16)))  # 160 ms
+        executor.submit((0, 1), Task(0, 1, indices=np.arange(16, 20)))  # 40 ms: this thread is free first
+        executor.submit((0, 0, 0), Task(0, 0, indices=np.arange(20, 22), piece=True))
+        assert executor.load == [1, 1] and executor.outstanding() == 3, "no thread is free: the piece waits"
+        done, deadline = [], time.monotonic() + 10
+        while len(done) < 3 and time.monotonic() < deadline:
+            done += [(e.key, e.result.worker) for e in executor.wait(0.5)]
+        assert [key for key, _ in done] == [(0, 1), (0, 0, 0), (0, 0)], "the piece ran before the long batch ended"
+        assert dict(done)[(0, 0, 0)] == dict(done)[(0, 1)], "on the thread that came free"
+    finally:
+        executor.close()
