@@ -165,3 +165,16 @@ def test_a_piece_waits_for_a_thread_with_nothing_to_run_rather_than_queue_behind
         assert dict(done)[(0, 0, 0)] == dict(done)[(0, 1)], "on the thread that came free"
     finally:
         executor.close()
+
+
+@pytest.mark.parametrize("backend, workers", [("thread", 32), ("process", 16)])
+def test_many_more_workers_than_cores_cut_the_tail_and_deliver_every_batch_once_each_epoch(backend, workers, short_pieces, no_leaks):
+    want, _ = _run(_pipe(203, "serial", batch=4))  # 50 whole batches and a short one: the last `workers` are cut
+    pipe = fl.from_sequence(list(range(203))).shuffle(seed=3).map(record, backend=backend, workers=workers).batch(4)
+    with pipe:
+        epochs = [(list(pipe.epoch(0)), pipe.stats()), (list(pipe.epoch(0)), pipe.stats())]
+    for got, stats in epochs:
+        _assert_same(got, want)
+        assert stats.samples == 203
+    # 32 threads take all 51 tasks before any is back: only the next epoch knows which batches are worth cutting
+    assert epochs[1][1].tasks > epochs[1][1].batches, "the last batches of a later epoch should run as pieces"

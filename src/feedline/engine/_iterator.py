@@ -70,6 +70,7 @@ class EpochIterator:
         self._tail = TailPieces(plan, runtime.backend)  # the epoch's last batches as pieces (`engine/_tail.py`)
         self._in_flight = 0  # tasks out (a task sent as pieces counts once)
         self._pieced: set[int] = set()  # tasks joined from pieces, not yet taken
+        self._rows_done = 0  # rows of the tasks (and pieces) back so far: with stats_.task_seconds, the time a row takes
         self._finished = False
         self._superseded = False
         self._error = None
@@ -172,9 +173,12 @@ class EpochIterator:
         """Send task ``number`` as pieces if it is one of the epoch's last and long enough to pay (`engine/_tail.py`)."""
         if not self._tail.enabled or self._step != self._size:
             return False
-        stats = self.stats_
-        seconds = stats.task_seconds / stats.tasks if stats.tasks else None
-        count = self._tail.pieces(number, self._num_tasks, self._runtime.workers, len(indices), seconds, self._batch_bytes)
+        # A batch's time from this epoch's tasks so far, else from the last epoch's (a window as deep as the
+        # epoch sends every task before any is back: 32 threads, 51 batches)
+        per_row = self.stats_.task_seconds / self._rows_done if self._rows_done else self._runtime.row_seconds
+        seconds = per_row * self._size if per_row else None
+        batch_bytes = self._batch_bytes or self._runtime.tuner.batch_bytes  # (the depth tuner's, from the first batch)
+        count = self._tail.pieces(number, self._num_tasks, self._runtime.workers, len(indices), seconds, batch_bytes)
         if count < 2:
             return False
         pieces = piece_indices(indices, count)
@@ -210,6 +214,7 @@ class EpochIterator:
         self.stats_.add_result(result)
         self.stats_.add_span(result, number)
         self.stats_.add_counts(result.counters)
+        self._rows_done += result.rows
 
     def _take(self, number: int, result) -> None:
         if number in self._pieced:
@@ -441,6 +446,8 @@ class EpochIterator:
                 stacklevel=_user_stacklevel(),
             )
         self._refresh()
+        if self._rows_done:
+            self._runtime.row_seconds = self.stats_.task_seconds / self._rows_done
         plan, backend, workers = self._plan, self._runtime.backend, self._runtime.workers
         messages = backend in ("process", "ray")  # where a task is a message: its size from the work measured per sample
         bulk = plan.part.bulk_read and plan.groups_batches and backend in ("thread", "serial")  # one gather for several batches

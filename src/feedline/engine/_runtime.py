@@ -76,6 +76,7 @@ class Runtime:
         self._latest_stats = None
         self._depth_before_growth: int | None = None  # the prefetch depth before the worker tuner's last growth
         self.learned_chunk: int | None = None  # samples per task of the next epoch, measured (see _state.measured_chunk)
+        self.row_seconds: float | None = None  # task seconds per row on the last epoch: which of the next's last batches to cut (_tail)
         self.closed = False
         _live.add(self)
 

@@ -53,9 +53,9 @@ class TailPieces:
                batch_bytes: int | None) -> int:
         """How many tasks task ``number`` of ``tasks`` (``rows`` rows) runs as: 1, or its pieces.
 
-        ``task_seconds``: the mean time of a task so far in this epoch (None
-        before any came back); ``batch_bytes``: bytes of a whole batch (None
-        before the first).
+        ``task_seconds``: the time a whole batch takes, from this epoch's
+        tasks so far or the last epoch's (None before any came back);
+        ``batch_bytes``: bytes of a whole batch (None before the first).
         """
         if not self.enabled or workers < 2 or number < tasks - workers or not task_seconds or not batch_bytes:
             return 1
