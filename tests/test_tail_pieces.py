@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 
 import numpy as np
@@ -142,8 +143,12 @@ def test_rows_that_do_not_stack_fail_as_the_batch_would_naming_a_sample():
     assert joined.error.where == "file-12"
 
 
-def sleepy(v):
-    time.sleep(0.01)
+_release = threading.Event()
+
+
+def held_until_released(v):
+    if v < 16:  # the long batch's samples wait for the test
+        _release.wait(10)
     return v
 
 
@@ -151,19 +156,23 @@ def test_a_piece_waits_for_a_thread_with_nothing_to_run_rather_than_queue_behind
     from feedline.backends._thread import ThreadExecutor
     from feedline.worker import Task
 
-    part = fl.from_arrays(np.arange(64)).map(sleepy, backend="thread").batch(8).plan.part
+    part = fl.from_arrays(np.arange(64)).map(held_until_released, backend="thread").batch(8).plan.part
     executor = ThreadExecutor(part, workers=2)
+    _release.clear()
     try:
-        executor.submit((0, 0), Task(0, 0, indices=np.arange(16)))  # 160 ms
-        executor.submit((0, 1), Task(0, 1, indices=np.arange(16, 20)))  # 40 ms: this thread is free first
+        executor.submit((0, 0), Task(0, 0, indices=np.arange(16)))  # held until released
+        executor.submit((0, 1), Task(0, 1, indices=np.arange(16, 20)))  # back at once: its thread comes free
         executor.submit((0, 0, 0), Task(0, 0, indices=np.arange(20, 22), piece=True))
-        assert executor.load == [1, 1] and executor.outstanding() == 3, "no thread is free: the piece waits"
-        done, deadline = [], time.monotonic() + 10
-        while len(done) < 3 and time.monotonic() < deadline:
-            done += [(e.key, e.result.worker) for e in executor.wait(0.5)]
-        assert [key for key, _ in done] == [(0, 1), (0, 0, 0), (0, 0)], "the piece ran before the long batch ended"
-        assert dict(done)[(0, 0, 0)] == dict(done)[(0, 1)], "on the thread that came free"
+        assert executor.load == [1, 1] and executor.outstanding() == 3, "no thread is free yet: the piece waits"
+        done, deadline = {}, time.monotonic() + 10
+        while (0, 0, 0) not in done and time.monotonic() < deadline:
+            done.update((e.key, e.result.worker) for e in executor.wait(0.1))
+        assert (0, 0, 0) in done, "the piece should run on the free thread while the long batch is held"
+        assert (0, 0) not in done and done[(0, 0, 0)] == done[(0, 1)], "on the thread that came free"
     finally:
+        _release.set()
+        while executor.outstanding():
+            executor.wait(1.0)
         executor.close()
 
 

@@ -151,21 +151,16 @@ class EpochIterator:
                 if picked is None:
                     return
                 shard, start = picked
-                task = Task(self.epoch, number, shard=shard, start=start)
                 self._task_shard[number] = (shard, self._cursor)
-                affinity = self._shards.index(shard)
+                task = Task(self.epoch, number, shard=shard, start=start)
+                self._executor.submit((self._generation, number), task, self._shards.index(shard))
             else:
                 if number >= self._num_tasks:
                     return
                 step = self._step
                 indices = self._order[number * step : min((number + 1) * step, self._covered)]
-                if self._submit_pieces(number, indices):
-                    self._next_submit += 1
-                    self._in_flight += 1
-                    continue
-                task = Task(self.epoch, number, indices=indices)
-                affinity = None
-            self._executor.submit((self._generation, number), task, affinity)
+                if not self._submit_pieces(number, indices):
+                    self._executor.submit((self._generation, number), Task(self.epoch, number, indices=indices), None)
             self._next_submit += 1
             self._in_flight += 1
 
