@@ -295,6 +295,9 @@ class _ScriptedThreads:
     def resume(self, give_back: bool = False) -> bool:
         return False
 
+    def take_queued(self) -> list:
+        return []
+
     def close(self) -> None:
         pass
 
@@ -312,9 +315,6 @@ class _ScriptedScouts(_ScriptedThreads):
     def grow(self, workers: int) -> bool:
         self.grown_to, self.workers, self.cores_kept = workers, workers, self.kept_grown
         return True
-
-    def take_queued(self) -> list:
-        return []
 
 
 def test_on_many_cores_a_few_scout_threads_are_judged_first_and_the_whole_pool_before_threads_win(monkeypatch):
@@ -360,6 +360,9 @@ def test_scouts_that_win_on_io_become_the_whole_pool_and_deliver_every_batch_onc
 class _Started(Executor):  # process workers that never come up: the trial only starts them
     name, workers, restarts = "process", 2, 0
 
+    def __init__(self):
+        self.closed = False
+
     def set_window_share(self, tasks) -> None:
         pass
 
@@ -367,20 +370,23 @@ class _Started(Executor):  # process workers that never come up: the trial only 
         return False
 
     def close(self) -> None:
-        pass
+        self.closed = True
 
 
 def _verdict_after(monkeypatch, threads: _ScriptedThreads, seconds: float, make_processes=_Started, workers: int = 2,
-                   notes: list | None = None, **trial_args) -> str | None:
+                   notes: list | None = None, server_up: bool = True, trials: list | None = None, **trial_args) -> str | None:
     """Poll the trial's GIL verdict every 5 ms of scripted time: 'process', 'thread', or None (no verdict yet).
 
-    ``notes`` (a list) gets what the report says of the threads' cores.
+    ``notes`` (a list) gets what the report says of the threads' cores; ``trials`` the trial, closed.
+    ``server_up``: whether the fork server counts as up (none is started here; one asked for counts as up at the next poll).
     """
     from feedline.engine import _trial
 
     clock = types.SimpleNamespace(perf_counter=lambda: threads.now, thread_time=lambda: 0.0)  # the consumer: idle
     monkeypatch.setattr(_trial, "time", clock)
     monkeypatch.setattr(_trial, "warming_up", lambda: False)
+    monkeypatch.setattr(_trial, "warmed_up", lambda: server_up)
+    monkeypatch.setattr(_trial, "warm_up", lambda backend: None)
     trial = _trial.BackendTrial(threads, make_processes, workers, **trial_args)
     try:
         while threads.now < seconds:
@@ -392,6 +398,8 @@ def _verdict_after(monkeypatch, threads: _ScriptedThreads, seconds: float, make_
     finally:
         if notes is not None:
             notes.append(trial._cores_note())
+        if trials is not None:
+            trials.append(trial)
         trial.close()
 
 
@@ -432,6 +440,66 @@ def test_the_early_verdict_counts_from_when_every_thread_is_past_its_first_sampl
     assert _verdict_after(monkeypatch, _ScriptedThreads(1.0, 130, begun=1), EARLY_SPAN + 0.015) == "process"
 
 
+class _Recorded:
+    """`make_processes` for scripted trials: every executor it made, and when (scripted seconds)."""
+
+    def __init__(self, threads: _ScriptedThreads):
+        self.threads, self.made = threads, []
+
+    def __call__(self) -> _Started:
+        self.made.append((self.threads.now, _Started()))
+        return self.made[-1][1]
+
+
+def test_threads_that_leave_a_core_idle_start_the_workers_before_the_verdict_where_the_fork_server_is_up(monkeypatch):
+    from feedline.engine._trial import EARLY_SPAN, EVIDENCE_SPAN, SERVER_SPAN
+
+    # audio-like: 1.5 of 2 cores busy is no early verdict, but the idle half core starts the workers SERVER_SPAN
+    # after every thread is past its first sample (10 ms in here), long before the whole stretch decides
+    threads, trials = _ScriptedThreads(1.5, 400, begun=2), []
+    made = _Recorded(threads)
+    assert _verdict_after(monkeypatch, threads, EARLY_SPAN + 0.01, made, server_up=True, trials=trials) is None
+    assert len(made.made) == 1 and made.made[0][0] <= 0.005 + SERVER_SPAN + 0.005, made.made
+    assert trials[0].early_workers_at is not None
+    # the verdict takes those workers: no second start
+    threads, made = _ScriptedThreads(1.5, 400, begun=2), None
+    made = _Recorded(threads)
+    assert _verdict_after(monkeypatch, threads, EVIDENCE_SPAN + 0.01, made, server_up=True) == "process"
+    assert len(made.made) == 1 and made.made[0][0] < EVIDENCE_SPAN
+    # no fork server up: its start would take the idle core the threads are judged by; the verdict starts them
+    threads = _ScriptedThreads(1.5, 400, begun=2)
+    made = _Recorded(threads)
+    assert _verdict_after(monkeypatch, threads, 3 * EVIDENCE_SPAN, made, server_up=False) == "process"
+    assert len(made.made) == 1 and made.made[0][0] >= EVIDENCE_SPAN
+    # threads that keep their cores busy never start a worker
+    threads = _ScriptedThreads(1.95, 400, begun=2)
+    made = _Recorded(threads)
+    assert _verdict_after(monkeypatch, threads, EVIDENCE_SPAN + 0.01, made, server_up=True) == "thread"
+    assert made.made == []
+
+
+class _BusierLater(_ScriptedThreads):
+    """Threads that keep ``cores_kept`` busy for ``until`` seconds, then ``later`` (first samples that warm up slowly)."""
+
+    def __init__(self, cores_kept: float, later: float, until: float):
+        super().__init__(cores_kept, 400, begun=2)
+        self.later, self.until = later, until
+
+    def side_by_side(self):
+        cpu = self.cores_kept * min(self.now, self.until) + self.later * max(0.0, self.now - self.until)
+        return [(True, cpu / self.workers, 0.0, self.begun + int(self.rate * self.now)) for _ in range(self.workers)]
+
+
+def test_workers_started_on_a_first_sign_that_the_verdict_does_not_bear_out_are_closed(monkeypatch):
+    from feedline.engine._trial import EVIDENCE_SPAN
+
+    threads, trials = _BusierLater(1.5, later=2.0, until=0.02), []
+    made = _Recorded(threads)
+    assert _verdict_after(monkeypatch, threads, EVIDENCE_SPAN + 0.02, made, server_up=True, trials=trials) == "thread"
+    assert len(made.made) == 1, "the first 10 ms kept 1.5 of 2 cores busy: the workers started"
+    assert made.made[0][1].closed and trials[0]._early is None, "threads won: the early workers are gone"
+
+
 @pytest.mark.parametrize("cores, kept_running", [(2, 1), (16, 0)])  # 2 cores: as many as the one core they kept
 def test_gil_bound_threads_pause_while_process_workers_start_all_of_them_on_many_cores(monkeypatch, cores, kept_running):
     threads = _ScriptedThreads(1.0, 400, begun=2, cores=cores)
@@ -454,6 +522,54 @@ def test_with_the_fork_server_up_nothing_is_left_behind_whichever_backend_wins(n
         with pipe:
             assert [int(v) for b in pipe for v in b] == expected
             assert pipe.stats().backend in ("thread", "process"), pipe.stats().decision
+
+
+def _warm_fork_server() -> None:
+    with fl.from_arrays(np.arange(8)).map(pure_python, backend="process", workers=2).batch(4) as warm:
+        assert [int(v) for b in warm for v in b] == list(range(1, 9))  # the fork server is up from here
+
+
+def test_gil_bound_work_beside_a_fork_server_that_is_up_starts_the_workers_before_the_verdict(no_leaks):
+    _warm_fork_server()
+    pipe = fl.from_arrays(np.arange(96)).map(slower_pure_python, workers=2).batch(4)
+    with pipe:
+        it = iter(pipe)
+        out = [int(v) for b in it for v in b]
+        trial, decision = it._runtime.executor, it.stats().decision
+    assert out == list(range(1, 97))
+    assert trial.processes_started, decision
+    assert trial.early_workers_at is not None, f"the workers started only at the verdict ({decision})"
+
+
+class _LoadsOnlyHere:
+    """A map function that cannot be loaded in another process (as one whose module a worker cannot import)."""
+
+    def __init__(self, home: int):
+        self.home = home
+
+    def __call__(self, v):
+        return slower_pure_python(v)
+
+    def __reduce__(self):
+        return (_load_only_in, (self.home,))
+
+
+def _load_only_in(home: int) -> _LoadsOnlyHere:
+    if os.getpid() != home:
+        raise ImportError("this map function loads only in the process that made it")
+    return _LoadsOnlyHere(home)
+
+
+def test_tasks_kept_from_the_threads_while_the_workers_start_come_back_to_them_when_the_workers_cannot_start(no_leaks):
+    _warm_fork_server()
+    pipe = fl.from_arrays(np.arange(96)).map(_LoadsOnlyHere(os.getpid()), workers=2).batch(4)
+    with pipe:
+        it = iter(pipe)
+        out = [int(v) for b in it for v in b]
+        decision, trial = it.stats().decision, it._runtime.executor
+    assert out == list(range(1, 97)), "every batch once, in order, from the threads"
+    assert trial.processes_started and it.stats().backend == "thread", decision
+    assert "failed to start" in decision, decision
 
 
 def test_a_core_spun_by_a_library_thread_outside_the_consumer_does_not_make_gil_bound_threads_look_like_they_keep_the_cores(no_leaks):
