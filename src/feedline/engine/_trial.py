@@ -974,10 +974,7 @@ class BackendTrial(Executor):
         185); story 4 338 vs 341 (its workers start while GIL-bound threads
         still hold one core either way).
         """
-        if self._server_early or warming_up() or warmed_up() or now - self._baseline[0] < SERVER_SPAN:
-            return
-        _, kept, _, usable, _ = self._stretch(self._baseline, now, clocks)
-        if not IO_TOGETHER <= kept < EARLY_SHARE * usable:
+        if self._server_early or warming_up() or warmed_up() or not self._first_sign(self._baseline, now, clocks, EARLY_SHARE):
             return
         self._server_early = "importing"
         try:
@@ -1000,16 +997,20 @@ class BackendTrial(Executor):
         threads by hand, and verdicts turned to processes). The verdict
         still decides; workers it does not want are closed (`_settle`).
         """
-        if self._early is not None or self._warm_baseline is None or now - self._warm_baseline[0] < SERVER_SPAN or not warmed_up():
-            return
-        _, kept, _, usable, _ = self._stretch(self._warm_baseline, now, clocks)
-        if not IO_TOGETHER <= kept < EARLY_WORKERS_SHARE * usable:
+        if self._early is not None or not warmed_up() or not self._first_sign(self._warm_baseline, now, clocks, EARLY_WORKERS_SHARE):
             return
         try:
             self._early = self._make_processes()
         except Exception:  # `_start_processes` tries again, and reports what it meets
             return
         self.early_workers_at = now - self._started
+
+    def _first_sign(self, baseline: tuple | None, now: float, clocks: list, share: float) -> bool:
+        """`SERVER_SPAN` since ``baseline``, the threads kept under ``share`` of their cores busy (and not idle: `IO_TOGETHER`)."""
+        if baseline is None or now - baseline[0] < SERVER_SPAN:
+            return False
+        _, kept, _, usable, _ = self._stretch(baseline, now, clocks)
+        return IO_TOGETHER <= kept < share * usable
 
     def _stretch(self, baseline: tuple, now: float, clocks: list) -> tuple:
         """``(seconds, cores the threads kept busy, cores the consumer's thread used, cores they could use, samples begun)`` since ``baseline``.
