@@ -454,12 +454,13 @@ class _Recorded:
 def test_threads_that_leave_a_core_idle_start_the_workers_before_the_verdict_where_the_fork_server_is_up(monkeypatch):
     from feedline.engine._trial import EARLY_SPAN, EVIDENCE_SPAN, SERVER_SPAN
 
-    # audio-like: 1.5 of 2 cores busy is no early verdict, but the idle half core starts the workers SERVER_SPAN
-    # after every thread is past its first sample (10 ms in here), long before the whole stretch decides
+    # audio-like: 1.5 of 2 cores busy is no early verdict, but the idle half core starts the workers after two
+    # stretches of SERVER_SPAN from when every thread is past its first sample (10 ms in here), long before the whole
+    # stretch decides
     threads, trials = _ScriptedThreads(1.5, 400, begun=2), []
     made = _Recorded(threads)
     assert _verdict_after(monkeypatch, threads, EARLY_SPAN + 0.01, made, server_up=True, trials=trials) is None
-    assert len(made.made) == 1 and made.made[0][0] <= 0.005 + SERVER_SPAN + 0.005, made.made
+    assert len(made.made) == 1 and made.made[0][0] <= 0.005 + 2 * SERVER_SPAN + 0.005, made.made
     assert trials[0].early_workers_at is not None
     # the verdict takes those workers: no second start
     threads, made = _ScriptedThreads(1.5, 400, begun=2), None
@@ -493,11 +494,22 @@ class _BusierLater(_ScriptedThreads):
 def test_workers_started_on_a_first_sign_that_the_verdict_does_not_bear_out_are_closed(monkeypatch):
     from feedline.engine._trial import EVIDENCE_SPAN
 
-    threads, trials = _BusierLater(1.5, later=2.0, until=0.02), []
+    threads, trials = _BusierLater(1.65, later=2.0, until=0.03), []
     made = _Recorded(threads)
     assert _verdict_after(monkeypatch, threads, EVIDENCE_SPAN + 0.02, made, server_up=True, trials=trials) == "thread"
-    assert len(made.made) == 1, "the first 10 ms kept 1.5 of 2 cores busy: the workers started"
+    assert len(made.made) == 1, "two stretches of 10 ms kept 1.65 of 2 cores busy: the workers started"
     assert made.made[0][1].closed and trials[0]._early is None, "threads won: the early workers are gone"
+
+
+def test_threads_off_their_cores_for_one_short_stretch_start_no_workers_early(monkeypatch):
+    from feedline.engine._trial import EVIDENCE_SPAN
+
+    # jpeg-like threads (1.95 of 2 cores busy) that kept 1.3 over the first 10 ms (a thread off its core for a few
+    # milliseconds): the next 10 ms do not bear the sign out, so no worker starts to take the threads' cores
+    threads = _BusierLater(1.3, later=1.95, until=0.015)
+    made = _Recorded(threads)
+    assert _verdict_after(monkeypatch, threads, EVIDENCE_SPAN + 0.02, made, server_up=True) == "thread"
+    assert made.made == [], f"workers started on one short stretch, at {made.made[0][0]:.3f} s"
 
 
 @pytest.mark.parametrize("cores, kept_running", [(2, 1), (16, 0)])  # 2 cores: as many as the one core they kept
