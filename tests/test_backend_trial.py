@@ -9,6 +9,7 @@ lose or duplicate a batch, or leave the interpreter changed, if broken.
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 import threading
 import time
@@ -374,19 +375,22 @@ class _Started(Executor):  # process workers that never come up: the trial only 
 
 
 def _verdict_after(monkeypatch, threads: _ScriptedThreads, seconds: float, make_processes=_Started, workers: int = 2,
-                   notes: list | None = None, server_up: bool = True, trials: list | None = None, **trial_args) -> str | None:
+                   notes: list | None = None, server_up: bool = True, trials: list | None = None, importing: float = 0.0,
+                   **trial_args) -> str | None:
     """Poll the trial's GIL verdict every 5 ms of scripted time: 'process', 'thread', or None (no verdict yet).
 
     ``notes`` (a list) gets what the report says of the threads' cores; ``trials`` the trial, closed.
-    ``server_up``: whether the fork server counts as up (none is started here; one asked for counts as up at the next poll).
+    ``server_up``: whether the fork server counts as up (none is started here; one asked for imports for ``importing``
+    seconds of scripted time, then counts as up).
     """
     from feedline.engine import _trial
 
+    asked: list = []
     clock = types.SimpleNamespace(perf_counter=lambda: threads.now, thread_time=lambda: 0.0)  # the consumer: idle
     monkeypatch.setattr(_trial, "time", clock)
-    monkeypatch.setattr(_trial, "warming_up", lambda: False)
-    monkeypatch.setattr(_trial, "warmed_up", lambda: server_up)
-    monkeypatch.setattr(_trial, "warm_up", lambda backend: None)
+    monkeypatch.setattr(_trial, "warming_up", lambda: bool(asked) and threads.now < asked[0] + importing)
+    monkeypatch.setattr(_trial, "warmed_up", lambda: server_up or (bool(asked) and threads.now >= asked[0] + importing))
+    monkeypatch.setattr(_trial, "warm_up", lambda backend: asked.append(threads.now))
     trial = _trial.BackendTrial(threads, make_processes, workers, **trial_args)
     try:
         while threads.now < seconds:
@@ -410,7 +414,9 @@ def test_threads_that_plainly_hold_the_gil_start_the_processes_on_early_evidence
     assert _verdict_after(monkeypatch, _ScriptedThreads(1.0, 400, begun=2), EARLY_SPAN + 0.01) == "process"
     # the same while the first samples still run (imports, first calls): the whole stretch decides
     assert _verdict_after(monkeypatch, _ScriptedThreads(1.0, 20, begun=1), EARLY_SPAN + 0.01) is None
-    assert _verdict_after(monkeypatch, _ScriptedThreads(1.0, 20, begun=1), EVIDENCE_SPAN + 0.01) == "process"
+    # (their first samples end 50 ms in, as the whole stretch is due: the stretch past them decides, EARLY_SPAN on)
+    assert _verdict_after(monkeypatch, _ScriptedThreads(1.0, 20, begun=1), EVIDENCE_SPAN + 0.01) is None
+    assert _verdict_after(monkeypatch, _ScriptedThreads(1.0, 20, begun=1), EVIDENCE_SPAN + EARLY_SPAN + 0.01) == "process"
     # audio-like: 1.5 of 2 cores is not plain: judged on the whole stretch, still processes
     assert _verdict_after(monkeypatch, _ScriptedThreads(1.5, 400, begun=2), EARLY_SPAN + 0.01) is None
     assert _verdict_after(monkeypatch, _ScriptedThreads(1.5, 400, begun=2), EVIDENCE_SPAN + 0.01) == "process"
@@ -438,6 +444,74 @@ def test_the_early_verdict_counts_from_when_every_thread_is_past_its_first_sampl
     # after another): the early stretch starts then, instead of the whole stretch deciding 50 ms in
     assert EARLY_SPAN + 0.015 < EVIDENCE_SPAN
     assert _verdict_after(monkeypatch, _ScriptedThreads(1.0, 130, begun=1), EARLY_SPAN + 0.015) == "process"
+
+
+class _ColdFirstSamples(_ScriptedThreads):
+    """Threads whose first samples keep ``cold`` cores busy until ``until`` (imports, first calls, fresh memory in a new
+    interpreter: one thread at a time), then ``warm`` ones, beginning ``rate`` samples a second each."""
+
+    def __init__(self, cold: float, warm: float, until: float, rate: float = 400):
+        super().__init__(warm, rate, begun=1)
+        self.cold, self.until = cold, until
+
+    def side_by_side(self):
+        cpu = self.cold * min(self.now, self.until) + self.cores_kept * max(0.0, self.now - self.until)
+        begun = 1 + (int(self.rate * (self.now - self.until)) + 1 if self.now >= self.until else 0)
+        return [(True, cpu / self.workers, 0.0, begun) for _ in range(self.workers)]
+
+
+def test_threads_are_judged_past_their_cold_first_samples(monkeypatch):
+    from feedline.engine._trial import EARLY_SPAN, EVIDENCE_SPAN
+
+    # jpeg in a new interpreter: both threads' first samples kept one core busy for 30 ms, then both cores. Judged on
+    # the whole stretch, 1.5 of 2 looked held back by the GIL (processes: 0.80 of threads by hand); past the first
+    # samples, threads keep the work
+    assert _verdict_after(monkeypatch, _ColdFirstSamples(1.0, 1.95, until=0.03), EVIDENCE_SPAN + EARLY_SPAN) == "thread"
+    # threads that hold the GIL past their first samples too are still judged so
+    assert _verdict_after(monkeypatch, _ColdFirstSamples(1.0, 1.0, until=0.03), EVIDENCE_SPAN + EARLY_SPAN) == "process"
+
+
+_IMPORTS_PROBE = """
+import sys
+import numpy as np
+import feedline as fl
+from feedline.backends import _thread
+
+loaded = []
+start = _thread.ThreadExecutor.__init__
+def recording(self, *args, **kwargs):
+    loaded.append("feedline.backends.process._executor" in sys.modules)
+    start(self, *args, **kwargs)
+_thread.ThreadExecutor.__init__ = recording
+with fl.from_arrays(np.arange(16)).map(lambda v: v + 1).batch(4) as pipe:
+    assert [int(v) for b in pipe for v in b] == list(range(1, 17))
+print(loaded[0])
+"""
+
+
+def test_the_automatic_choice_loads_the_process_backend_before_its_threads_start():
+    # the trial asks whether a fork server is up while it judges the threads; that first question imported the process
+    # backend (multiprocessing, subprocess) in the consumer thread, holding the GIL 10-15 ms in the threads' first 50 ms,
+    # and threads that release it looked held back by it in a new interpreter (jpeg: processes, 0.80 of threads)
+    done = subprocess.run([sys.executable, "-c", _IMPORTS_PROBE], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "FEEDLINE_REMEMBER": "0"})
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split()[-1] == "True", "the process backend was imported only after the threads started"
+
+
+def test_threads_past_their_first_samples_get_no_verdict_beside_the_fork_servers_imports(monkeypatch):
+    from feedline.engine._trial import EVIDENCE_SPAN
+
+    # cold first samples showed the first sign and started the fork server; beside its imports threads that release the
+    # GIL kept ~1 of 2 cores busy, as threads that hold it do: no verdict until it is up, then threads
+    threads, trials = _ColdFirstSamples(1.0, 1.0, until=0.03), []
+    assert _verdict_after(monkeypatch, threads, 0.15, server_up=False, importing=0.2, trials=trials) is None
+    assert trials[0]._server_early == "importing", "the first sign started the fork server"
+    busy_once_up = _BusierLater(1.0, later=1.95, until=0.215)
+    assert _verdict_after(monkeypatch, busy_once_up, 0.2 + 2 * EVIDENCE_SPAN, server_up=False, importing=0.2) == "thread"
+    # threads still in their first samples (story 1's 70 ms Keras batches) are judged beside the imports as before,
+    # so that the workers can start as soon as the server is up
+    assert _verdict_after(monkeypatch, _ScriptedThreads(1.0, 5, begun=1), 0.15, server_up=False, importing=0.2) == "process"
 
 
 class _Recorded:
@@ -542,7 +616,13 @@ def _warm_fork_server() -> None:
 
 
 @pytest.mark.parametrize("workers", [2, 16])  # 16 threads and 16 workers starting on 2 cores: the big-machine case
-def test_gil_bound_work_beside_a_fork_server_that_is_up_starts_the_workers_before_the_verdict(workers, no_leaks):
+def test_gil_bound_work_beside_a_fork_server_that_is_up_starts_the_workers_before_the_verdict(workers, no_leaks, monkeypatch):
+    from feedline.engine import _trial
+
+    # threads this plainly held back are judged EARLY_SPAN past their first samples, as the workers' sign is borne out
+    # (two SERVER_SPANs): the verdict waits longer here, as it does for threads that keep 1.5 of 2 cores busy (audio)
+    monkeypatch.setattr(_trial, "EARLY_SPAN", 4 * _trial.SERVER_SPAN)
+    monkeypatch.setattr(_trial, "EVIDENCE_SPAN", 8 * _trial.SERVER_SPAN)
     _warm_fork_server()
     pipe = fl.from_arrays(np.arange(192)).map(slower_pure_python, workers=workers).batch(4)
     with pipe:

@@ -8,6 +8,7 @@ imports `backends.process._main` and needs none of them.
 """
 
 from ._base import Event, Executor, PartNotPicklable, in_worker
-from ._factory import check_sendable, make_executor, warm_up, warmed_up, warming_up
+from ._factory import check_sendable, load_process_backend, make_executor, warm_up, warmed_up, warming_up
 
-__all__ = ["Event", "Executor", "PartNotPicklable", "check_sendable", "in_worker", "make_executor", "warm_up", "warmed_up", "warming_up"]
+__all__ = ["Event", "Executor", "PartNotPicklable", "check_sendable", "in_worker", "load_process_backend", "make_executor", "warm_up", "warmed_up",
+           "warming_up"]

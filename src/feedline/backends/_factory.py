@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ._base import Executor, PartNotPicklable
 
-__all__ = ["check_sendable", "make_executor", "warm_up", "warmed_up", "warming_up"]
+__all__ = ["check_sendable", "load_process_backend", "make_executor", "warm_up", "warmed_up", "warming_up"]
 
 
 def check_sendable(part) -> None:
@@ -39,6 +39,18 @@ def warm_up(backend: str | None) -> None:
     if use_forkserver():
         forkserver(worker_env(), FIXED_VARS)
 
+
+def load_process_backend() -> None:
+    """Import the process backend's modules now (multiprocessing, subprocess, the fork server's client: ~15 ms).
+
+    For the automatic choice, before its threads start: its trial asks
+    whether a fork server is up while it measures the threads, and that
+    first question imported these in the consumer thread, holding the GIL
+    for 10-15 ms in the threads' first 50 ms; threads that release it
+    (jpeg) then kept 0.5-0.9 of 2 cores busy there and were judged held
+    back by the GIL in a fresh interpreter.
+    """
+    from .process import _executor, _forkserver  # noqa: F401
 
 def warmed_up() -> bool:
     """Whether process workers would start at once here: what `warm_up` starts is up (POSIX, the fork server on)."""

@@ -21,7 +21,7 @@ from typing import Callable
 import cloudpickle
 
 from .._errors import FeedlineError
-from ..backends import PartNotPicklable, check_sendable, in_worker, make_executor, warm_up
+from ..backends import PartNotPicklable, check_sendable, in_worker, load_process_backend, make_executor, warm_up
 from . import _remembered as remembered_choice
 from ._autotune import MAX_WORKERS, MAX_WORKERS_PER_CORE, DepthTuner, WorkerTuner
 from ._bulk_trial import SerialOrThreads
@@ -340,6 +340,7 @@ def _auto_executor(plan, workers: int, runtime):
         except Exception as e:  # the remembered winner cannot start now: the trial decides
             threads.close()
             runtime.reason += f"; the remembered processes could not start ({type(e).__name__}: {str(e)[:160]}): a trial"
+    load_process_backend()  # not in the consumer while the threads are judged: its imports hold the GIL
     threads = make_executor("thread", plan.part, first_threads(workers, cores), cores=cores)
     return BackendTrial(threads, lambda: restart("process", workers), workers, restart, on_verdict=on_verdict)
 

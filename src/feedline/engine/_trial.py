@@ -7,7 +7,7 @@ without changing the output. `BackendTrial` is an `Executor` over two:
   the threads cannot keep the cores busy: threads that hold the GIL run
   one at a time, while threads that release it keep every core busy
   (`_judge_gil`: the threads' CPU clocks over a stretch in which all were
-  busy). Threads that keep `KEEP_CORES` of their cores busy keep the work
+  busy, past their first samples, which are cold in a new interpreter). Threads that keep `KEEP_CORES` of their cores busy keep the work
   at once, and no process is started: processes could add at most ~10 %
   and would cost a start-up and a copy of every batch. Otherwise the
   fork server starts and the workers fork from it (on fewer than 8
@@ -18,8 +18,8 @@ without changing the output. `BackendTrial` is an `Executor` over two:
   (`_start_server_if_held`); on more,
   `feedline.engine._runtime.start_early` starts it when the map is
   described; the threads are judged once it is up). The workers are not
-  started with the threads before the verdict, even where the server is
-  up: their start (a fork, the pipeline's unpickling, the user's imports)
+  started with the threads whatever they show, even where the server is
+  up (only on a sign borne out twice, `_start_workers_if_held`): their start (a fork, the pipeline's unpickling, the user's imports)
   took the cores from threads that then won (the suite's jpeg workload,
   2 cores: 0.86 of threads set by hand with it, 1.05 without), and
   GIL-bound work gained nothing measurable (gil 0.94 both, story 1 0.79
@@ -887,7 +887,18 @@ class BackendTrial(Executor):
         `EARLY_THREADS` threads begun in it: on the suite's gil workload the
         processes then start at 0.05-0.08 s instead of 0.08-0.09 s) (a thread that waited for tasks more than
         `IDLE_SHARE` of it starts it again, and so does a fork server still
-        importing: it takes a core meanwhile). Threads that keep `KEEP_CORES`
+        importing: it takes a core meanwhile). Once every thread is past its
+        first sample, the stretch from then is the one judged: first samples
+        are cold in a new interpreter (imports, first calls, fresh memory;
+        jpeg's kept one core of two for 20-55 ms, and 7 first epochs of 8
+        went to processes, 0.80 of threads by hand; 8 of 8 to threads
+        since). The whole stretch decides alone only for threads still in
+        their first samples (story 1's 70 ms Keras batches), and otherwise
+        only to keep threads that it shows busy. Threads past their first
+        samples get no verdict beside the fork server's imports
+        (`_start_server_if_held`): there, threads that release the GIL kept
+        ~1 of 2 cores busy, as threads that hold it do; the stretch after
+        the server is up decides. Threads that keep `KEEP_CORES`
         of the cores they could use busy (the cores left over by the
         consumer's thread, e.g. one that checks or converts every batch,
         measured over the same stretch) are within `PROCESS_MARGIN` of
@@ -927,13 +938,21 @@ class BackendTrial(Executor):
             self._baseline = self._warm_baseline = None  # one waited for tasks meanwhile: not side by side
             return
         self._start_server_if_held(now, clocks)
+        if self._baseline is None:
+            return  # the fork server's imports started: a new stretch
         self._start_workers_if_held(now, clocks)
-        if now - self._baseline[0] >= EVIDENCE_SPAN:
-            span, kept, others, usable, begun = self._stretch(self._baseline, now, clocks)
-        elif self._warm_baseline is not None and now - self._warm_baseline[0] >= EARLY_SPAN:
+        whole = now - self._baseline[0] >= EVIDENCE_SPAN
+        warm = self._warm_baseline is not None and now - self._warm_baseline[0] >= EARLY_SPAN
+        if warm and not importing:  # past the first samples: theirs are cold (imports, first calls, fresh memory)
             span, kept, others, usable, begun = self._stretch(self._warm_baseline, now, clocks)
-            if begun < EARLY_SAMPLES * min(len(clocks), EARLY_THREADS) or kept >= EARLY_SHARE * usable:
-                return  # not plain yet: the whole stretch decides
+            if not whole and (begun < EARLY_SAMPLES * min(len(clocks), EARLY_THREADS) or kept >= EARLY_SHARE * usable):
+                return  # not plain yet: the whole stretch's time decides
+        elif whole and self._warm_baseline is None:  # first samples that run long (story 1's 70 ms Keras batches)
+            span, kept, others, usable, begun = self._stretch(self._baseline, now, clocks)
+        elif whole and not importing:  # every thread just past its first sample: the whole stretch may keep threads
+            span, kept, others, usable, begun = self._stretch(self._baseline, now, clocks)
+            if kept < self._keep_share() * usable:
+                return  # ... but the cold first samples in it may be what held them: `EARLY_SPAN` past them decides
         else:
             return
         if kept < IO_TOGETHER:
@@ -978,6 +997,7 @@ class BackendTrial(Executor):
         if self._server_early or warming_up() or warmed_up() or not self._first_sign(self._baseline, now, clocks, EARLY_SHARE):
             return
         self._server_early = "importing"
+        self._baseline = self._warm_baseline = None  # judged from here: the sign may have been cold first samples
         try:
             warm_up("process")
         except Exception:  # the workers' own start reports what is wrong, with context (`_start_processes`)
