@@ -52,6 +52,7 @@ def load_process_backend() -> None:
     """
     from .process import _executor, _forkserver  # noqa: F401
 
+
 def warmed_up() -> bool:
     """Whether process workers would start at once here: what `warm_up` starts is up (POSIX, the fork server on)."""
     from .process._executor import use_forkserver

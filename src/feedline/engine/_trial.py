@@ -7,9 +7,10 @@ without changing the output. `BackendTrial` is an `Executor` over two:
   the threads cannot keep the cores busy: threads that hold the GIL run
   one at a time, while threads that release it keep every core busy
   (`_judge_gil`: the threads' CPU clocks over a stretch in which all were
-  busy, past their first samples, which are cold in a new interpreter). Threads that keep `KEEP_CORES` of their cores busy keep the work
-  at once, and no process is started: processes could add at most ~10 %
-  and would cost a start-up and a copy of every batch. Otherwise the
+  busy, past their first samples, which are cold in a new interpreter).
+  Threads that keep `KEEP_CORES` of their cores busy keep the work at
+  once, and no process is started: processes could add at most ~10 % and
+  would cost a start-up and a copy of every batch. Otherwise the
   fork server starts and the workers fork from it (on fewer than 8
   cores it is started ahead for the automatic choice only if nothing
   iterates for a moment after the map is described: its imports beside
@@ -19,8 +20,9 @@ without changing the output. `BackendTrial` is an `Executor` over two:
   `feedline.engine._runtime.start_early` starts it when the map is
   described; the threads are judged once it is up). The workers are not
   started with the threads whatever they show, even where the server is
-  up (only on a sign borne out twice, `_start_workers_if_held`): their start (a fork, the pipeline's unpickling, the user's imports)
-  took the cores from threads that then won (the suite's jpeg workload,
+  up (only on a sign borne out twice, `_start_workers_if_held`): their
+  start (a fork, the pipeline's unpickling, the user's imports) took the
+  cores from threads that then won (the suite's jpeg workload,
   2 cores: 0.86 of threads set by hand with it, 1.05 without), and
   GIL-bound work gained nothing measurable (gil 0.94 both, story 1 0.79
   with, 0.83 without).
