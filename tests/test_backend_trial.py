@@ -446,18 +446,31 @@ def test_the_early_verdict_counts_from_when_every_thread_is_past_its_first_sampl
     assert _verdict_after(monkeypatch, _ScriptedThreads(1.0, 130, begun=1), EARLY_SPAN + 0.015) == "process"
 
 
-class _ColdFirstSamples(_ScriptedThreads):
-    """Threads whose first samples keep ``cold`` cores busy until ``until`` (imports, first calls, fresh memory in a new
-    interpreter: one thread at a time), then ``warm`` ones, beginning ``rate`` samples a second each."""
+class _BusierLater(_ScriptedThreads):
+    """Threads that keep ``cores_kept`` busy for ``until`` seconds, then ``later`` (first samples that warm up slowly)."""
 
-    def __init__(self, cold: float, warm: float, until: float, rate: float = 400):
-        super().__init__(warm, rate, begun=1)
-        self.cold, self.until = cold, until
+    def __init__(self, cores_kept: float, later: float, until: float):
+        super().__init__(cores_kept, 400, begun=2)
+        self.later, self.until = later, until
+
+    def begun_now(self) -> int:
+        return self.begun + int(self.rate * self.now)
 
     def side_by_side(self):
-        cpu = self.cold * min(self.now, self.until) + self.cores_kept * max(0.0, self.now - self.until)
-        begun = 1 + (int(self.rate * (self.now - self.until)) + 1 if self.now >= self.until else 0)
-        return [(True, cpu / self.workers, 0.0, begun) for _ in range(self.workers)]
+        cpu = self.cores_kept * min(self.now, self.until) + self.later * max(0.0, self.now - self.until)
+        return [(True, cpu / self.workers, 0.0, self.begun_now()) for _ in range(self.workers)]
+
+
+class _ColdFirstSamples(_BusierLater):
+    """`_BusierLater` whose threads are all in their first sample until ``until`` (imports, first calls, fresh memory in
+    a new interpreter: one thread at a time), keeping ``cold`` cores busy, then ``warm``."""
+
+    def __init__(self, cold: float, warm: float, until: float):
+        super().__init__(cold, later=warm, until=until)
+        self.begun = 1
+
+    def begun_now(self) -> int:
+        return 1 + (int(self.rate * (self.now - self.until)) + 1 if self.now >= self.until else 0)
 
 
 def test_threads_are_judged_past_their_cold_first_samples(monkeypatch):
@@ -551,18 +564,6 @@ def test_threads_that_leave_a_core_idle_start_the_workers_before_the_verdict_whe
     made = _Recorded(threads)
     assert _verdict_after(monkeypatch, threads, EVIDENCE_SPAN + 0.01, made, server_up=True) == "thread"
     assert made.made == []
-
-
-class _BusierLater(_ScriptedThreads):
-    """Threads that keep ``cores_kept`` busy for ``until`` seconds, then ``later`` (first samples that warm up slowly)."""
-
-    def __init__(self, cores_kept: float, later: float, until: float):
-        super().__init__(cores_kept, 400, begun=2)
-        self.later, self.until = later, until
-
-    def side_by_side(self):
-        cpu = self.cores_kept * min(self.now, self.until) + self.later * max(0.0, self.now - self.until)
-        return [(True, cpu / self.workers, 0.0, self.begun + int(self.rate * self.now)) for _ in range(self.workers)]
 
 
 def test_workers_started_on_a_first_sign_that_the_verdict_does_not_bear_out_are_closed(monkeypatch):
