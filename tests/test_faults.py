@@ -15,6 +15,7 @@ import ctypes
 import gc
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -440,12 +441,15 @@ LONG_RUN = textwrap.dedent(
 def _start_long_run(tmp_path, mode):
     script = tmp_path / "long_run.py"
     script.write_text(LONG_RUN)
+    temporary = tmp_path / "temporary"  # the consumer's temporary folder, looked at after it is killed
+    temporary.mkdir()
     proc = subprocess.Popen(
         [sys.executable, str(script), mode],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
         cwd=tmp_path,
+        env={**os.environ, "TMPDIR": str(temporary)},
         start_new_session=True,
     )
     line = proc.stdout.readline()
@@ -516,10 +520,14 @@ def test_sigkilled_consumer_leaves_no_workers_or_segments(workers_state, tmp_pat
             assert wait_for(lambda pid=proc.pid: not segments_of(pid), 5), (
                 f"attempt {attempt}: segments left by the killed consumer: {segments_of(proc.pid)}"
             )
+            if sys.platform.startswith("linux"):  # the workers' socket has no file there (abstract namespace)
+                left = [p.name for p in (tmp_path / "temporary").iterdir()]
+                assert left == [], f"attempt {attempt}: the killed consumer left {left} in its temporary folder"
             print(f"consumer SIGKILLed ({workers_state} workers): workers gone after {gone:.2f} s")
         finally:
             _kill_leftovers(workers)
             remove_segments_of(proc.pid)  # do not leave a failed test's segments behind
+            shutil.rmtree(tmp_path / "temporary", ignore_errors=True)  # the next attempt makes it again
 
 
 def test_breaking_out_early_then_next_epoch_is_complete(backend, no_leaks):

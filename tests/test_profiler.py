@@ -190,16 +190,25 @@ def test_automatic_choice_settles_on_processes_for_python_that_holds_the_gil(no_
 def test_automatic_choice_keeps_threads_for_work_that_releases_the_gil(no_leaks):
     # Two workers: left to grow, the threads (a third of a core each) would reach the GIL's one core at
     # 7 or more, where processes rightly win (tests/test_backend_trial.py tries that again).
-    pipe = fl.from_arrays(np.arange(600)).map(mostly_waiting, workers=2).batch(8)  # long enough for the trial to end
-    with pipe:
-        for _ in pipe:
-            pass
-        stats = pipe.stats()
-    if stats.cores < 2:
-        pytest.skip("the trial runs only with 2 or more cores")
-    assert stats.backend == "thread", stats.decision
-    assert "tried both" in stats.decision and set(stats.trial) == {"thread", "process"}
-    assert testing.worker_pids(pipe) == [], "the losing process workers should be closed"
+    # Both backends deliver about the same here, so the choice rests on the 10 % margin processes must
+    # show: one noisy thread phase on a loaded machine tipped a CI run (threads 584 samples/s against
+    # their usual 626-649). Each run must follow its own measurements; threads must win most runs.
+    chosen = []
+    for _ in range(3):
+        pipe = fl.from_arrays(np.arange(600)).map(mostly_waiting, workers=2).batch(8)  # long enough for the trial to end
+        with pipe:
+            for _ in pipe:
+                pass
+            stats = pipe.stats()
+        if stats.cores < 2:
+            pytest.skip("the trial runs only with 2 or more cores")
+        assert "tried both" in stats.decision and set(stats.trial) == {"thread", "process"}, stats.decision
+        assert (stats.backend == "process") == (stats.trial["process"] > 1.1 * stats.trial["thread"]), stats.decision
+        assert testing.worker_pids(pipe) == [], "the losing workers should be closed"
+        chosen.append(stats.backend)
+        if chosen.count("thread") == 2:
+            break
+    assert chosen.count("thread") >= 2, chosen
 
 
 def _cores_used_by_others(run) -> float:

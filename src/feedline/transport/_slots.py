@@ -51,7 +51,10 @@ from ._shm import Segment, unlink, warn_spilled
 __all__ = ["ReleaseRing", "SlotReader", "SlotWriter"]
 
 _ALIGN = 64
-ROOM_WAIT = 0.5  # seconds a worker waits, on a full /dev/shm, for the consumer to hand back a slot (`SlotWriter._handed_back`)
+# Seconds a worker waits, on a full /dev/shm, for the consumer to hand back a slot (`SlotWriter._handed_back`):
+# the wait ends as soon as one comes, so only an epoch that fails anyway waits it all; 0.5 s ended one CI run on a
+# loaded machine in SharedMemoryFull while the slot was on its way.
+ROOM_WAIT = 3.0
 ROOM_POLL = 0.001  # ... looking at its ring this often
 
 

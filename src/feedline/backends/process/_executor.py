@@ -125,7 +125,7 @@ class ProcessExecutor(Executor):
         self.authkey = os.urandom(32)
         # Backlog: every worker may be connecting at once (a backlog of 1 made
         # connections queue in the kernel, and a wake-up connect block, at 8+).
-        self.listener = Listener(authkey=self.authkey, backlog=max(16, workers + 1))
+        self.listener = Listener(_listen_address(), backlog=max(16, workers + 1), authkey=self.authkey)
         self.accepted: queue.SimpleQueue = queue.SimpleQueue()
         self.wake_r, self.wake_w = _wake_pipe()
         self.readable = _Readable(self.wake_r)  # the workers' pipes and the wake pipe, registered once each
@@ -533,6 +533,19 @@ def _fresh_interpreter(env: dict, boot: dict) -> subprocess.Popen:
     except OSError:
         pass  # it died at once; noticed as a failed start
     return proc
+
+
+def _listen_address() -> str | None:
+    """Where the workers connect: on Linux a socket with no file (abstract namespace), else multiprocessing's default.
+
+    multiprocessing's default on POSIX is a socket file in a ``pymp-*``
+    folder under the temporary directory, removed at a clean exit: a
+    consumer that is killed (out of memory, a preempted job) left one
+    behind each time. An abstract socket goes with the last descriptor.
+    """
+    if sys.platform.startswith("linux"):
+        return f"\0feedline-{os.getpid()}-{os.urandom(8).hex()}"
+    return None
 
 
 def _wake_listener(address) -> None:
