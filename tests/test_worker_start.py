@@ -175,6 +175,23 @@ def test_a_fork_server_says_when_its_imports_are_done():
     assert _printed(code) == ["True", "False"]
 
 
+def test_a_script_that_ends_while_the_fork_server_imports_prints_no_traceback():
+    """Describing a process map starts the fork server; a script that ends before it is up left a BrokenPipeError on stderr."""
+    code = (
+        "import numpy as np, feedline as fl\n"
+        "fl.from_arrays(np.arange(4)).map(lambda s: s, backend='process')\n"
+        "from feedline.backends import warming_up\n"
+        "print(warming_up())\n"
+    )
+    base = {k: v for k, v in os.environ.items() if k != "FEEDLINE_FORKSERVER"}
+    # The server shares the script's stderr: capturing it waits until the server has exited too.
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=base)
+    assert out.returncode == 0, out.stderr
+    if out.stdout.split() != ["True"]:
+        pytest.skip("the fork server was up before the script ended: nothing to check")
+    assert "Traceback" not in out.stderr, out.stderr
+
+
 def _describe_a_pipeline_inside(v):
     """What a user module that builds a pipeline at import does, run inside a worker."""
     from feedline import testing

@@ -54,7 +54,10 @@ def serve(reply_fd: int) -> None:
     from ...worker import _kernel, _protocol  # noqa: F401
     from . import _main  # noqa: F401
 
-    _send(reply_fd, ("ready",))  # imports done: this server no longer competes for a core
+    try:
+        _send(reply_fd, ("ready",))  # imports done: this server no longer competes for a core
+    except BrokenPipeError:
+        os._exit(0)  # the consumer ended while we imported: no traceback on its terminal
     parent = os.getppid()
     wake_r, wake_w = os.pipe()
     os.set_blocking(wake_w, False)
