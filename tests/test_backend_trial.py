@@ -321,7 +321,8 @@ class _ScriptedScouts(_ScriptedThreads):
 def test_on_many_cores_a_few_scout_threads_are_judged_first_and_the_whole_pool_before_threads_win(monkeypatch):
     from feedline.engine._trial import SCOUT_THREADS, first_threads
 
-    assert first_threads(16, 2) == 16 and first_threads(16, 16) == SCOUT_THREADS < 16 and first_threads(2, 16) == 2
+    assert first_threads(16, 16) == SCOUT_THREADS < 16 and first_threads(2, 16) == 2
+    assert first_threads(16, 2) == SCOUT_THREADS and first_threads(SCOUT_THREADS, 2) == SCOUT_THREADS  # (see below)
     # scouts held back by the GIL: the processes start, and no more threads do
     scouts, notes = _ScriptedScouts(kept=1.0, kept_grown=1.0), []
     assert _verdict_after(monkeypatch, scouts, 0.1, workers=16, notes=notes) == "process"
@@ -339,6 +340,33 @@ def test_on_many_cores_a_few_scout_threads_are_judged_first_and_the_whole_pool_b
     scouts, notes = _ScriptedScouts(kept=0.99 * SCOUT_THREADS, kept_grown=15.6), []
     assert _verdict_after(monkeypatch, scouts, 0.3, workers=16, notes=notes) == "thread"
     assert scouts.grown_to == 16 and notes[0].startswith("16 threads side by side kept"), notes
+
+
+@pytest.mark.parametrize("cores", [2, 16])
+def test_scouts_that_wait_become_the_whole_pool_before_their_first_tasks_are_in(monkeypatch, cores):
+    # workers=32 on 2 cores for a map that waits on I/O (4 ms a sample, tasks of 64 ms): four scouts ran alone until
+    # their first tasks showed the wait (0.33 s for the epoch against 0.28 for threads set by hand; 0.30 now)
+    from feedline.engine._trial import EARLY_SPAN
+
+    scouts = _ScriptedScouts(kept=0.04, kept_grown=0.3, cores=cores)
+    assert _verdict_after(monkeypatch, scouts, EARLY_SPAN + 0.02, workers=16) is None  # no verdict: they wait ...
+    assert scouts.grown_to == 16, "... but the whole pool should wait with them at once"
+
+
+def test_many_more_threads_than_cores_are_judged_by_a_few_scouts_first(no_leaks):
+    # workers=16 (or 64) on 2 cores, Python that holds the GIL: every thread had to be past its first sample, so no
+    # verdict came within START_PROCESSES_AFTER; 16 threads then kept running beside the starting workers
+    from feedline.engine._trial import SCOUT_THREADS
+
+    pipe = fl.from_arrays(np.arange(640)).map(slower_pure_python, workers=16).batch(8)
+    with pipe:
+        out = [int(v) for b in pipe for v in b]
+        stats = pipe.stats()
+    assert out == list(range(1, 641))
+    if stats.cores < 2 or "threads side by side" not in stats.decision:
+        pytest.skip(f"the trial did not judge threads side by side here: {stats.decision}")
+    assert f"{SCOUT_THREADS} threads side by side (the first {SCOUT_THREADS} of 16, started to judge)" in stats.decision, stats.decision
+    assert stats.backend == "process", stats.decision
 
 
 def test_scouts_that_win_on_io_become_the_whole_pool_and_deliver_every_batch_once(monkeypatch, no_leaks):
