@@ -10,7 +10,9 @@ workers, epochs of a few seconds. Here every loader gets ``--workers``
 that an epoch lasts seconds at that width, not milliseconds. Rows:
 
 - ``feedline-auto``: ``map(fn)`` with no backend given (what users write), a
-  first run: the trial measures, nothing remembered;
+  first run: the trial measures, nothing remembered; ``map(fn, workers=W)``
+  where ``--workers`` is not the machine's cores (e.g. 16 or 64 on 2 cores,
+  how many-core behaviour shows on a small machine);
 - ``feedline-remembered``: the same, started on the verdict that two earlier
   (untimed) runs' trials agreed on (`feedline.engine._remembered`), as a
   training script's later runs on the same machine do;
@@ -59,9 +61,13 @@ def tiled(w, samples: int):
 REMEMBERED = "remembered"  # the row's settings: the automatic choice, started on a remembered verdict
 
 
-def rows_for(name: str, workers: int) -> dict[str, dict | str | None]:
-    """Loader row -> the feedline ``map`` settings (None: the row is the DataLoader; REMEMBERED: see above)."""
-    rows = {"feedline-auto": {}, "feedline-remembered": REMEMBERED,
+def rows_for(name: str, workers: int, pinned: bool = False) -> dict[str, dict | str | None]:
+    """Loader row -> the feedline ``map`` settings (None: the row is the DataLoader; REMEMBERED: see above).
+
+    ``pinned``: ``--workers`` differs from the cores, and the automatic row
+    gets ``map(fn, workers=W)`` too (what a user who sets the count writes).
+    """
+    rows = {"feedline-auto": {"workers": workers} if pinned else {}, "feedline-remembered": REMEMBERED,
             "feedline-process": {"backend": "process", "workers": workers}}
     if name == "jpeg":
         rows["feedline-thread"] = {"backend": "thread", "workers": workers}
@@ -116,7 +122,7 @@ def main(argv=None) -> int:
         per_sample = workloads_mod.per_sample_seconds(w, samples=40)
         ideal = workers / per_sample
         print(f"[{name}] per-sample function {per_sample * 1e3:.2f} ms; ideal {ideal:,.0f} samples/s", file=sys.stderr, flush=True)
-        rows = rows_for(name, workers)
+        rows = rows_for(name, workers, pinned=workers != cores())
         runs = {row: [] for row in rows}
         one_epoch(w, rows["feedline-process"])  # warm: page cache, imports, the fork server's first start
         one_epoch(w, REMEMBERED)  # untimed: the agreeing trials the remembered row's runs start on
