@@ -166,7 +166,7 @@ SCOUT_THREADS = 4  # on `PAUSE_ALL_CORES` cores or more, or of more threads, the
 
 
 def first_threads(workers: int, cores: int) -> int:
-    """Threads the automatic choice starts with: all of them, or `SCOUT_THREADS` of more (or on many cores).
+    """Threads the automatic choice starts with: all, or `SCOUT_THREADS` where more are asked for or cores are many.
 
     Threads that hold the GIL share it: sixteen of them each finish their
     first sample only after ~16 samples' worth of Python, so a verdict
