@@ -934,13 +934,12 @@ class BackendTrial(Executor):
             return
         importing = warming_up()
         if importing and self._server_early != "importing":
-            self._baseline = self._warm_baseline = None  # the fork server takes a core while it starts:
-            self._judging_from = now  # not a fair stretch (and the workers could not start before it is ready anyway)
+            self._judge_anew(now)  # the fork server takes a core while it starts: not a fair stretch (and the
+            # workers could not start before it is ready anyway)
             return
         if self._server_early == "importing" and not importing:  # the server `_start_server_if_held` started is up:
             self._server_early = "up"  # its imports spoiled the stretch for threads that keep their cores busy
-            self._baseline = self._warm_baseline = None
-            self._judging_from = now
+            self._judge_anew(now)
             return
         if self._baseline is None:
             if all(busy for busy, *_ in clocks):
@@ -971,8 +970,7 @@ class BackendTrial(Executor):
             return
         if kept < IO_TOGETHER:  # they wait, and not on the GIL (its holder runs): the I/O shortcut, or `START_PROCESSES_AFTER`
             if self._widen():  # scouts that wait (files, the network) say nothing of the GIL: the whole pool waits with them
-                self._baseline = self._warm_baseline = None
-                self._judging_from = now
+                self._judge_anew(now)
             return
         if importing and kept >= EARLY_SHARE * usable:
             return  # beside the server's imports only the plain GIL verdict (`_start_server_if_held`)
@@ -981,12 +979,16 @@ class BackendTrial(Executor):
             self._start_processes()
             return
         if self._widen():  # scouts kept their cores busy: the whole pool is judged again
-            self._baseline = self._warm_baseline = None
-            self._judging_from = now
+            self._judge_anew(now)
             return
         self.rates = {"thread": begun / span}  # samples begun
         self.decided_after = now - self._started
         self._settle("thread", f"{self._cores_note()[:-2]}: the work releases the GIL, so processes could add little: threads")
+
+    def _judge_anew(self, now: float) -> None:
+        """Drop the stretches judged so far: the next starts when every thread is busy, and the verdict is due from ``now``."""
+        self._baseline = self._warm_baseline = None
+        self._judging_from = now
 
     def _start_server_if_held(self, now: float, clocks: list) -> None:
         """Start the fork server's imports at the first sign of threads held back by the GIL, before the verdict.
