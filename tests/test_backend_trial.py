@@ -555,6 +555,81 @@ def test_threads_past_their_first_samples_get_no_verdict_beside_the_fork_servers
     assert _verdict_after(monkeypatch, _ScriptedThreads(1.0, 5, begun=1), 0.15, server_up=False, importing=0.2) == "process"
 
 
+class _ImportingFirst(_ColdFirstSamples):
+    """`_ColdFirstSamples` whose first samples import modules (one module more at each look, until ``until``)."""
+
+    def __init__(self, cold: float, warm: float, until: float, monkeypatch):
+        super().__init__(cold, warm, until)
+        self.monkeypatch, self.imported = monkeypatch, 0
+
+    def side_by_side(self):
+        if self.now < self.until:
+            self.imported += 1
+            self.monkeypatch.setitem(sys.modules, f"_feedline_test_import_{self.imported}", types.ModuleType("m"))
+        return super().side_by_side()
+
+
+def test_stretches_in_which_modules_are_imported_start_no_fork_server_and_give_no_verdict(monkeypatch):
+    from feedline.engine._trial import EVIDENCE_SPAN
+
+    # story 2's user code imports OpenCV in its first sample: one thread imports, the other waits on the module's
+    # lock, one core of two busy for ~0.1 s; that started the fork server (whose imports then took a core from threads
+    # that release the GIL: seg 0.93 of threads by hand in new interpreters). Imports are cold work: stretches begin
+    # again past them
+    trials: list = []
+    threads = _ImportingFirst(1.0, 1.95, until=0.1, monkeypatch=monkeypatch)
+    assert _verdict_after(monkeypatch, threads, 0.1 + 2 * EVIDENCE_SPAN, server_up=False, importing=0.2,
+                          trials=trials) == "thread"
+    assert threads.imported > 10 and trials[0]._server_early == "", "the fork server was started"
+    # without imports the same first samples are a sign of the GIL, and start the server
+    trials.clear()
+    assert _verdict_after(monkeypatch, _ColdFirstSamples(1.0, 1.95, until=0.1), 0.03, server_up=False, importing=0.2,
+                          trials=trials) is None
+    assert trials[0]._server_early == "importing"
+
+
+_IMPORTS_FIRST = """
+import hashlib, sys
+import numpy as np
+import feedline as fl
+from feedline.backends import warmed_up, warming_up
+
+payload = np.random.default_rng(0).integers(0, 255, size=1 << 22, dtype=np.uint8).tobytes()
+
+def digest(v):
+    import slow_to_import  # the user's own import, on the first call (as `import cv2` inside a function)
+    for _ in range(4):  # ~10 ms of hashing, outside the GIL
+        hashlib.sha256(payload).digest()
+    return v + slow_to_import.ONE
+
+with fl.from_arrays(np.arange(96)).map(digest).batch(4) as pipe:
+    assert [int(v) for b in pipe for v in b] == list(range(1, 97))
+    decision = pipe.stats().decision
+print(warmed_up() or warming_up(), decision.endswith("threads"))
+"""
+
+_SLOW_TO_IMPORT = """
+import time
+start = time.perf_counter()
+while time.perf_counter() - start < 0.15:  # 0.15 s of Python under the module's import lock
+    pass
+ONE = 1
+"""
+
+
+def test_a_first_sample_that_imports_a_module_does_not_start_the_fork_server_for_threads_that_release_the_gil(tmp_path):
+    (tmp_path / "slow_to_import.py").write_text(_SLOW_TO_IMPORT)
+    env = {**os.environ, "FEEDLINE_REMEMBER": "0", "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])}
+    runs = []
+    for _ in range(3):  # a new interpreter each: no fork server up yet
+        done = subprocess.run([sys.executable, "-c", _IMPORTS_FIRST], capture_output=True, text=True, timeout=120, env=env)
+        assert done.returncode == 0, done.stderr[-2000:]
+        runs.append(done.stdout.split()[-2:])
+    # (machines are shared: a run whose threads were held off their cores for a moment may still start it)
+    assert sum(started == "True" for started, _ in runs) <= 1, f"the fork server started during the import: {runs}"
+    assert sum(threads == "True" for _, threads in runs) >= 2, runs
+
+
 class _Recorded:
     """`make_processes` for scripted trials: every executor it made, and when (scripted seconds)."""
 

@@ -129,6 +129,7 @@ import time
 from .._counted import CountedSetting
 from .._errors import SharedMemoryFull
 from ..backends import Executor, warm_up, warmed_up, warming_up
+from ._imports import imports_seen
 from ._remembered import Remembered
 
 __all__ = ["GIL_LIMIT", "GIL_SIGN", "MIN_SPAN", "NEAR_BOUND", "PROCESS_MARGIN", "BackendTrial", "NotStarted", "first_threads"]
@@ -405,6 +406,7 @@ class BackendTrial(Executor):
         self._baseline: tuple | None = None  # (when, this process's CPU time, the threads' clocks) as a stretch began
         self._warm_baseline: tuple | None = None  # ... and as every thread was past its first sample (the early verdict's stretch)
         self._judging_from = time.perf_counter()  # the verdict is due `START_PROCESSES_AFTER` after this
+        self._modules = imports_seen()[0]  # modules imported as of the stretches judged: one that imports is cold
         self._server_early = ""  # "importing", then "up": `_start_server_if_held` started the fork server
         self._cores_kept: float | None = None  # cores the threads kept busy side by side, once known ...
         self._judged = threads.workers  # ... by this many threads (scouts: fewer than the pool, `first_threads`)
@@ -901,7 +903,13 @@ class BackendTrial(Executor):
         are cold in a new interpreter (imports, first calls, fresh memory;
         jpeg's kept one core of two for 20-55 ms, and 7 first epochs of 8
         went to processes, 0.80 of threads by hand; 8 of 8 to threads
-        since). The whole stretch decides alone only for threads still in
+        since). A stretch in which a first sample imports a module is not
+        judged at all (`imports_seen`): story 2's function imports OpenCV on
+        its first call, one thread imported while the other waited for the
+        module, one core of two busy for ~0.1 s, which started the fork
+        server, whose imports then took a core from threads that release the
+        GIL (seg, new interpreters: 0.95 -> 0.98 of threads by hand, 8
+        alternating rounds). The whole stretch decides alone only for threads still in
         their first samples (story 1's 70 ms Keras batches), and otherwise
         only to keep threads that it shows busy. Threads past their first
         samples get no verdict beside the fork server's imports
@@ -941,6 +949,11 @@ class BackendTrial(Executor):
             self._server_early = "up"  # its imports spoiled the stretch for threads that keep their cores busy
             self._judge_anew(now)
             return
+        modules, importing_module = imports_seen()
+        imported, self._modules = importing_module or modules != self._modules, modules
+        if imported and any(begun < 2 for *_, begun in clocks):  # an import in the first samples (`import cv2` in
+            self._baseline = self._warm_baseline = None  # the function): cold; the stretch begins again past it (the
+            return  # verdict is still due `START_PROCESSES_AFTER` after `_judging_from`)
         if self._baseline is None:
             if all(busy for busy, *_ in clocks):
                 self._baseline = (now, time.thread_time(), clocks)
