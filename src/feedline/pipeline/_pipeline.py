@@ -387,7 +387,8 @@ class Pipeline:
                 otherwise the shape of the first samples is the rule.
 
         >>> import numpy as np, tempfile, os, feedline as fl
-        >>> folder = tempfile.mkdtemp()
+        >>> tmp = tempfile.TemporaryDirectory()  # removed with its files once the example ends
+        >>> folder = tmp.name
         >>> pipe = fl.from_arrays(np.arange(6)).map(lambda x: x * 10).cache(os.path.join(folder, "c")).batch(3)
         >>> [b.tolist() for b in pipe]
         [[0, 10, 20], [30, 40, 50]]

@@ -165,7 +165,8 @@ def from_files(pattern_or_paths, labels=None) -> Pipeline:
             the message names them), or a root that is not a folder.
 
     >>> import os, tempfile, feedline as fl
-    >>> root = tempfile.mkdtemp()
+    >>> tmp = tempfile.TemporaryDirectory()  # removed with its files once the example ends
+    >>> root = tmp.name
     >>> for rel in ("dog/1.png", "cat/2.png", "cat/3.png"):
     ...     os.makedirs(os.path.dirname(os.path.join(root, rel)), exist_ok=True)
     ...     open(os.path.join(root, rel), "wb").close()

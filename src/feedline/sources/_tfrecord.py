@@ -230,7 +230,8 @@ def from_tfrecord(paths, *, decode="example", compression: str | None = None, st
 
     >>> import os, struct, tempfile, feedline as fl
     >>> from feedline.sources._tfrecord import masked_crc32c
-    >>> path = os.path.join(tempfile.mkdtemp(), "data.tfrecord")
+    >>> tmp = tempfile.TemporaryDirectory()  # removed with its files once the example ends
+    >>> path = os.path.join(tmp.name, "data.tfrecord")
     >>> with open(path, "wb") as f:
     ...     for data in (b"first", b"second"):
     ...         length = struct.pack("<Q", len(data))

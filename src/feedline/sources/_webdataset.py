@@ -289,7 +289,8 @@ def from_webdataset(urls_or_paths, *, decode=True, storage_options: dict | None 
             when the stream reaches the damage).
 
     >>> import io, os, tarfile, tempfile, feedline as fl
-    >>> path = os.path.join(tempfile.mkdtemp(), "shard-000.tar")
+    >>> tmp = tempfile.TemporaryDirectory()  # removed with its files once the example ends
+    >>> path = os.path.join(tmp.name, "shard-000.tar")
     >>> with tarfile.open(path, "w") as tar:
     ...     for name, data in [("a.txt", b"cat"), ("a.cls", b"3"), ("b.txt", b"dog"), ("b.cls", b"5")]:
     ...         info = tarfile.TarInfo(name); info.size = len(data); tar.addfile(info, io.BytesIO(data))

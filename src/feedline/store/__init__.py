@@ -11,7 +11,8 @@ files directly. pyarrow is imported on first use: ``pip install
 
 >>> import numpy as np, tempfile, os, feedline as fl
 >>> from feedline.store import StoreWriter, open_store
->>> path = os.path.join(tempfile.mkdtemp(), "train.store")
+>>> tmp = tempfile.TemporaryDirectory()  # removed with its files once the example ends
+>>> path = os.path.join(tmp.name, "train.store")
 >>> with StoreWriter(path, meta={"made_by": "doctest"}) as w:
 ...     w.write({"image": np.zeros((6, 8, 8, 3), np.uint8), "label": np.arange(6)})
 >>> store = open_store(path)

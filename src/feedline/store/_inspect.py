@@ -37,7 +37,8 @@ def inspect_store(path, samples: int = 3) -> str:
 
     >>> import numpy as np, tempfile, os
     >>> from feedline.store import StoreWriter
-    >>> path = os.path.join(tempfile.mkdtemp(), "s.store")
+    >>> tmp = tempfile.TemporaryDirectory()  # removed with its files once the example ends
+    >>> path = os.path.join(tmp.name, "s.store")
     >>> with StoreWriter(path) as w:
     ...     w.write({"x": np.zeros((3, 2, 2), np.float32), "y": [1, 2, 3]})
     >>> text = inspect_store(path, samples=1)

@@ -527,7 +527,8 @@ def from_store(path, *, verify: bool = False, storage_options: dict | None = Non
 
     >>> import numpy as np, tempfile, os, feedline as fl
     >>> from feedline.store import StoreWriter
-    >>> path = os.path.join(tempfile.mkdtemp(), "digits.store")
+    >>> tmp = tempfile.TemporaryDirectory()  # removed with its files once the example ends
+    >>> path = os.path.join(tmp.name, "digits.store")
     >>> with StoreWriter(path) as w:
     ...     w.write((np.arange(10, dtype=np.uint8).reshape(5, 2), np.arange(5)))
     >>> [b[1].tolist() for b in fl.from_store(path).batch(2)]

@@ -76,7 +76,8 @@ def verify_store(path) -> VerifyReport:
 
     >>> import numpy as np, tempfile, os
     >>> from feedline.store import StoreWriter
-    >>> path = os.path.join(tempfile.mkdtemp(), "v.store")
+    >>> tmp = tempfile.TemporaryDirectory()  # removed with its files once the example ends
+    >>> path = os.path.join(tmp.name, "v.store")
     >>> with StoreWriter(path) as w:
     ...     w.write({"x": np.zeros((3, 2), np.float32)})
     >>> verify_store(path).ok

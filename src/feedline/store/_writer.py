@@ -188,7 +188,8 @@ class StoreWriter:
 
     >>> import numpy as np, tempfile, os
     >>> from feedline.store import StoreWriter, open_store
-    >>> path = os.path.join(tempfile.mkdtemp(), "tiny.store")
+    >>> tmp = tempfile.TemporaryDirectory()  # removed with its files once the example ends
+    >>> path = os.path.join(tmp.name, "tiny.store")
     >>> with StoreWriter(path) as w:
     ...     w.write({"x": np.zeros((4, 2, 2), np.uint8), "y": np.arange(4)})
     >>> store = open_store(path)
