@@ -565,17 +565,17 @@ class _ImportingFirst(_ColdFirstSamples):
     def side_by_side(self):
         if self.now < self.until:
             self.imported += 1
-            self.monkeypatch.setitem(sys.modules, f"_feedline_test_import_{self.imported}", types.ModuleType("m"))
+            self.monkeypatch.setitem(sys.modules, f"_feedline_test_import_{id(self)}_{self.imported}", types.ModuleType("m"))
         return super().side_by_side()
 
 
 def test_stretches_in_which_modules_are_imported_start_no_fork_server_and_give_no_verdict(monkeypatch):
-    from feedline.engine._trial import EVIDENCE_SPAN
+    from feedline.engine._trial import EVIDENCE_SPAN, IMPORTS_SKIPPED, START_PROCESSES_AFTER
 
     # story 2's user code imports OpenCV in its first sample: one thread imports, the other waits on the module's
     # lock, one core of two busy for ~0.1 s; that started the fork server (whose imports then took a core from threads
     # that release the GIL: seg 0.93 of threads by hand in new interpreters). Imports are cold work: stretches begin
-    # again past them
+    # again past them (up to `IMPORTS_SKIPPED` of them)
     trials: list = []
     threads = _ImportingFirst(1.0, 1.95, until=0.1, monkeypatch=monkeypatch)
     assert _verdict_after(monkeypatch, threads, 0.1 + 2 * EVIDENCE_SPAN, server_up=False, importing=0.2,
@@ -586,6 +586,13 @@ def test_stretches_in_which_modules_are_imported_start_no_fork_server_and_give_n
     assert _verdict_after(monkeypatch, _ColdFirstSamples(1.0, 1.95, until=0.1), 0.03, server_up=False, importing=0.2,
                           trials=trials) is None
     assert trials[0]._server_early == "importing"
+    # so do imports longer than `IMPORTS_SKIPPED`, from then on: the workers' own imports then overlap the threads'
+    # (0.6 s of imports before GIL-bound work: epochs 1.2 s with all of it left out, 1.09 s now, the serial loop 1.0 s)
+    trials.clear()
+    long_import, due = _ImportingFirst(1.0, 1.0, until=0.6, monkeypatch=monkeypatch), IMPORTS_SKIPPED + 2 * EVIDENCE_SPAN
+    assert due + 0.01 < START_PROCESSES_AFTER  # (not the verdict every trial gets by then)
+    assert _verdict_after(monkeypatch, long_import, due + 0.01, server_up=False, importing=0.2, trials=trials) == "process"
+    assert trials[0]._server_early == "importing", "a long import held the fork server back"
 
 
 _IMPORTS_FIRST = """
@@ -611,7 +618,7 @@ print(warmed_up() or warming_up(), decision.endswith("threads"))
 _SLOW_TO_IMPORT = """
 import time
 start = time.perf_counter()
-while time.perf_counter() - start < 0.15:  # 0.15 s of Python under the module's import lock
+while time.perf_counter() - start < 0.08:  # 0.08 s of Python under the module's import lock (as `import cv2`)
     pass
 ONE = 1
 """

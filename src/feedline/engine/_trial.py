@@ -163,6 +163,7 @@ GIVE_BACK_SHARE = 2 / 3  # threads judged to keep at most this share of their co
 GIVE_BACK_DONE = 0.25  # ... the running tasks with under this share of their samples begun (see `_check_ready`)
 EARLY_WORKERS_SHARE = 0.85  # threads keeping under this share of their cores busy start the workers early (`_start_workers_if_held`)
 JUDGE_POLL = 0.002  # seconds between looks at the threads' clocks while the GIL is judged (was 0.01: verdicts 0.02 s later)
+IMPORTS_SKIPPED = 0.15  # seconds of first-sample imports left out of the stretches judged, at most (`import cv2`: ~0.1 s; `_judge_gil`)
 SCOUT_THREADS = 4  # on `PAUSE_ALL_CORES` cores or more, or of more threads, the trial judges this many first (`first_threads`)
 
 
@@ -407,6 +408,7 @@ class BackendTrial(Executor):
         self._warm_baseline: tuple | None = None  # ... and as every thread was past its first sample (the early verdict's stretch)
         self._judging_from = time.perf_counter()  # the verdict is due `START_PROCESSES_AFTER` after this
         self._modules = imports_seen()[0]  # modules imported as of the stretches judged: one that imports is cold
+        self._imports_from: float | None = None  # when a first sample was first seen importing
         self._server_early = ""  # "importing", then "up": `_start_server_if_held` started the fork server
         self._cores_kept: float | None = None  # cores the threads kept busy side by side, once known ...
         self._judged = threads.workers  # ... by this many threads (scouts: fewer than the pool, `first_threads`)
@@ -904,12 +906,20 @@ class BackendTrial(Executor):
         jpeg's kept one core of two for 20-55 ms, and 7 first epochs of 8
         went to processes, 0.80 of threads by hand; 8 of 8 to threads
         since). A stretch in which a first sample imports a module is not
-        judged at all (`imports_seen`): story 2's function imports OpenCV on
-        its first call, one thread imported while the other waited for the
-        module, one core of two busy for ~0.1 s, which started the fork
-        server, whose imports then took a core from threads that release the
-        GIL (seg, new interpreters: 0.95 -> 0.98 of threads by hand, 8
-        alternating rounds). The whole stretch decides alone only for threads still in
+        judged at all (`imports_seen`), for up to `IMPORTS_SKIPPED` of
+        imports: story 2's function imports OpenCV on its first call, one
+        thread imported while the other waited for the module, one core of
+        two busy for ~0.1 s, which started the fork server, whose imports then
+        took a core from threads that release the GIL (seg, new interpreters:
+        0.95 -> 0.98-0.99 of threads by hand, 8 alternating rounds). Longer
+        imports are judged from then on, as before: the process workers import
+        the module again in their first task, and GIL-bound work after 0.6 s
+        of imports ran 1.0 s with their imports beside the threads', 1.2 s
+        when the verdict waited for the imports to end (the hand-over gave
+        the threads' tasks to workers still importing), 1.5 s when the wait
+        for a verdict began again after them (where work that releases the
+        GIL ran 1.31 s instead of 1.53-1.6: threads by hand 1.27); 1.09 s with
+        the bound. The whole stretch decides alone only for threads still in
         their first samples (story 1's 70 ms Keras batches), and otherwise
         only to keep threads that it shows busy. Threads past their first
         samples get no verdict beside the fork server's imports
@@ -952,8 +962,10 @@ class BackendTrial(Executor):
         modules, importing_module = imports_seen()
         imported, self._modules = importing_module or modules != self._modules, modules
         if imported and any(begun < 2 for *_, begun in clocks):  # an import in the first samples (`import cv2` in
-            self._baseline = self._warm_baseline = None  # the function): cold; the stretch begins again past it (the
-            return  # verdict is still due `START_PROCESSES_AFTER` after `_judging_from`)
+            self._imports_from = self._imports_from or now  # the function): cold; the stretch begins again past it,
+            if now - self._imports_from < IMPORTS_SKIPPED:  # for a short import (see `_judge_gil`)
+                self._baseline = self._warm_baseline = None
+                return
         if self._baseline is None:
             if all(busy for busy, *_ in clocks):
                 self._baseline = (now, time.thread_time(), clocks)
