@@ -3,8 +3,8 @@
 An import runs a module's code once, under that module's lock: a thread
 that needs the module waits on the lock (not on the GIL, and using no
 core), and the importing thread runs Python that no later sample runs. The
-automatic choice judges threads on stretches without one
-(`feedline.engine._trial`). CPython keeps an entry per module being
+automatic choice leaves short ones out of the stretches it judges threads
+on (`feedline.engine._trial`, `IMPORTS_SKIPPED`). CPython keeps an entry per module being
 imported in its import bootstrap's ``_module_locks`` while that module
 runs; where an interpreter has none, only the count of modules is read.
 """
