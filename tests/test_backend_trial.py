@@ -596,23 +596,18 @@ def test_stretches_in_which_modules_are_imported_start_no_fork_server_and_give_n
 
 
 _IMPORTS_FIRST = """
-import hashlib, sys
+import sys
 import numpy as np
 import feedline as fl
 from feedline.backends import warmed_up, warming_up
 
-payload = np.random.default_rng(0).integers(0, 255, size=1 << 22, dtype=np.uint8).tobytes()
-
-def digest(v):
+def first_call_imports(v):
     import slow_to_import  # the user's own import, on the first call (as `import cv2` inside a function)
-    for _ in range(4):  # ~10 ms of hashing, outside the GIL
-        hashlib.sha256(payload).digest()
     return v + slow_to_import.ONE
 
-with fl.from_arrays(np.arange(96)).map(digest).batch(4) as pipe:
+with fl.from_arrays(np.arange(96)).map(first_call_imports).batch(4) as pipe:
     assert [int(v) for b in pipe for v in b] == list(range(1, 97))
-    decision = pipe.stats().decision
-print(warmed_up() or warming_up(), decision.endswith("threads"))
+print(warmed_up() or warming_up())
 """
 
 _SLOW_TO_IMPORT = """
@@ -624,17 +619,18 @@ ONE = 1
 """
 
 
-def test_a_first_sample_that_imports_a_module_does_not_start_the_fork_server_for_threads_that_release_the_gil(tmp_path):
+def test_a_first_sample_that_imports_a_module_does_not_start_the_fork_server(tmp_path):
+    # one thread imports, the other waits for the module: one core of two busy, which is the fork server's first sign
+    # of the GIL in any other stretch; past the import the samples are quick (threads that wait for tasks show no sign,
+    # however loaded the machine), so only the import could start the server here
     (tmp_path / "slow_to_import.py").write_text(_SLOW_TO_IMPORT)
     env = {**os.environ, "FEEDLINE_REMEMBER": "0", "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])}
-    runs = []
+    started = []
     for _ in range(3):  # a new interpreter each: no fork server up yet
         done = subprocess.run([sys.executable, "-c", _IMPORTS_FIRST], capture_output=True, text=True, timeout=120, env=env)
         assert done.returncode == 0, done.stderr[-2000:]
-        runs.append(done.stdout.split()[-2:])
-    # (machines are shared: a run whose threads were held off their cores for a moment may still start it)
-    assert sum(started == "True" for started, _ in runs) <= 1, f"the fork server started during the import: {runs}"
-    assert sum(threads == "True" for _, threads in runs) >= 2, runs
+        started.append(done.stdout.split()[-1] == "True")
+    assert sum(started) <= 1, f"the fork server started beside the import in {sum(started)} of 3 new interpreters"
 
 
 class _Recorded:
