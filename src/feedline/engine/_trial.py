@@ -962,8 +962,9 @@ class BackendTrial(Executor):
         modules, importing_module = imports_seen()
         imported, self._modules = importing_module or modules != self._modules, modules
         if imported and any(begun < 2 for *_, begun in clocks):  # an import in the first samples (`import cv2` in
-            self._imports_from = self._imports_from or now  # the function): cold; the stretch begins again past it,
-            if now - self._imports_from < IMPORTS_SKIPPED:  # for a short import (see `_judge_gil`)
+            if self._imports_from is None:  # the function): cold; the stretch begins again past it, for a short
+                self._imports_from = now  # import (see above)
+            if now - self._imports_from < IMPORTS_SKIPPED:
                 self._baseline = self._warm_baseline = None
                 return
         if self._baseline is None:
