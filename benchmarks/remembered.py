@@ -17,13 +17,16 @@ left out of its median). In one process the rows share one memory state,
 which the peer suite's rows do not (there the JPEG rows split into runs that
 faulted in fresh memory and runs that did not, 0.8k against 1.05k samples/s).
 
-Last run (2026-11-26 09:29 UTC, 2-core VM, 8 rounds), samples/s medians:
+Last run (2026-11-27 10:30 UTC, 2-core VM, 8 rounds, commit 8af61da), samples/s medians:
 
     workload   hand    auto   remembered   auto/hand   remembered/hand
-    jpeg      1,013   1,017        996        1.00           0.98
-    audio     7,774   7,281      7,716        0.94           0.99
-    gil         445     424        441        0.95           0.99
-    seg          88      88         88        1.00           1.00
+    jpeg      1,028   1,023      1,033        1.00           1.00
+    audio     7,655   7,134      7,631        0.93           1.00
+    gil         541     524        534        0.97           0.99
+    seg          89      89         89        1.00           1.00
+
+(Audio's first run loses its 7 % to the process workers' start beside threads that keep 1.5-1.7 of 2
+cores busy: benchmarks/RESULTS.md, "Twenty-second session".)
 """
 
 from __future__ import annotations
