@@ -596,7 +596,6 @@ def test_stretches_in_which_modules_are_imported_start_no_fork_server_and_give_n
 
 
 _IMPORTS_FIRST = """
-import sys
 import numpy as np
 import feedline as fl
 from feedline.backends import warmed_up, warming_up

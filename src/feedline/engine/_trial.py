@@ -912,14 +912,11 @@ class BackendTrial(Executor):
         two busy for ~0.1 s, which started the fork server, whose imports then
         took a core from threads that release the GIL (seg, new interpreters:
         0.95 -> 0.98-0.99 of threads by hand, 8 alternating rounds). Longer
-        imports are judged from then on, as before: the process workers import
-        the module again in their first task, and GIL-bound work after 0.6 s
-        of imports ran 1.0 s with their imports beside the threads', 1.2 s
-        when the verdict waited for the imports to end (the hand-over gave
-        the threads' tasks to workers still importing), 1.5 s when the wait
-        for a verdict began again after them (where work that releases the
-        GIL ran 1.31 s instead of 1.53-1.6: threads by hand 1.27); 1.09 s with
-        the bound. The whole stretch decides alone only for threads still in
+        imports are judged from then on, as before, so that the process
+        workers' own imports start beside the threads': with every import
+        left out, GIL-bound work after 0.6 s of imports ran slower than the
+        serial loop (benchmarks/RESULTS.md, "Twenty-second session"). The
+        whole stretch decides alone only for threads still in
         their first samples (story 1's 70 ms Keras batches), and otherwise
         only to keep threads that it shows busy. Threads past their first
         samples get no verdict beside the fork server's imports
@@ -962,8 +959,8 @@ class BackendTrial(Executor):
         modules, importing_module = imports_seen()
         imported, self._modules = importing_module or modules != self._modules, modules
         if imported and any(begun < 2 for *_, begun in clocks):  # an import in the first samples (`import cv2` in
-            if self._imports_from is None:  # the function): cold; the stretch begins again past it, for a short
-                self._imports_from = now  # import (see above)
+            if self._imports_from is None:  # the function) is cold: the stretch begins again past it, for the
+                self._imports_from = now  # first `IMPORTS_SKIPPED` of imports
             if now - self._imports_from < IMPORTS_SKIPPED:
                 self._baseline = self._warm_baseline = None
                 return
