@@ -1,4 +1,4 @@
-"""The server check: the suite's ``gil`` and ``jpeg`` workloads at one worker per core, feedline against DataLoader.
+"""The server check: the suite's ``gil`` and ``jpeg`` (and ``audio``) workloads at one worker per core, feedline against DataLoader.
 
 Run (from the repository root, on the big machine; torch for the DataLoader rows)::
 
@@ -16,7 +16,7 @@ that an epoch lasts seconds at that width, not milliseconds. Rows:
 - ``feedline-remembered``: the same, started on the verdict that two earlier
   (untimed) runs' trials agreed on (`feedline.engine._remembered`), as a
   training script's later runs on the same machine do;
-- ``feedline-process`` and, for ``jpeg``, ``feedline-thread``: ``map(fn,
+- ``feedline-process`` and, for ``jpeg`` and ``audio``, ``feedline-thread``: ``map(fn,
   backend=..., workers=W)``;
 - ``torch-fork``: ``DataLoader(num_workers=W)``, fork, the same function.
 
@@ -69,7 +69,7 @@ def rows_for(name: str, workers: int, pinned: bool = False) -> dict[str, dict | 
     """
     rows = {"feedline-auto": {"workers": workers} if pinned else {}, "feedline-remembered": REMEMBERED,
             "feedline-process": {"backend": "process", "workers": workers}}
-    if name == "jpeg":
+    if name in ("jpeg", "audio"):  # work that releases the GIL: threads are a real contender
         rows["feedline-thread"] = {"backend": "thread", "workers": workers}
     rows["torch-fork"] = None
     return rows
@@ -104,7 +104,8 @@ def one_epoch(w, settings: dict | str | None) -> dict:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks.server_check", description=__doc__.splitlines()[0])
-    p.add_argument("--workload", action="append", choices=("gil", "jpeg"), help="repeatable; default: both")
+    p.add_argument("--workload", action="append", choices=("gil", "jpeg", "audio"),
+                   help="repeatable; default: gil and jpeg")
     p.add_argument("--workers", type=int, default=None, help="workers of every loader (default: the cores)")
     p.add_argument("--samples", type=int, default=None, help="rows per epoch (default: 1024 per worker)")
     p.add_argument("--reps", type=int, default=3, help="timed epochs per row; the median is reported")
