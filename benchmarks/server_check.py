@@ -29,11 +29,10 @@ same run. The median of ``--reps`` runs is reported; loaders take turns.
 The automatic rows also print what the trial measured and why it chose
 (``why:`` lines on stderr).
 
-Last measured: 2026-11-26 on two H100 hosts with 16 cores (benchmarks/RESULTS.md,
-"Seventeenth session"): automatic / processes by hand ``gil`` 0.97, ``jpeg``
-0.85 before the scouts' bound (`feedline.engine._trial.grown_busy`), 0.97
-after it (every first run chose processes at once); DataLoader 0.88-0.97 of
-the hand setting.
+Last measured: 2026-11-27 on an H200 host with 16 cores (benchmarks/RESULTS.md,
+"Twenty-third session"): automatic / processes by hand ``gil`` 1.01,
+``jpeg`` 0.96, ``audio`` ~0.97 (every first run chose processes at once on
+the four scouts' verdict); the automatic row 1.09-1.34x DataLoader.
 """
 
 from __future__ import annotations

@@ -72,7 +72,10 @@ def load_definitions(path: str, name: str, overrides: dict | None = None) -> typ
     assignments that run the example's own code (``plain = timed_fit(...)``).
     ``overrides`` replace constants (smaller data for ``--quick``). The
     module's name is not importable, so its functions are registered to
-    travel to process workers by value, as a script's do.
+    travel to process workers by value, as a script's do. An import of a
+    module this machine lacks is left out with a line on stderr (story 4
+    imports TensorFlow for its tf.data comparison, which the benchmark does
+    not run; a machine without TensorFlow still runs its feedline rows).
     """
     with open(path) as f:
         tree = ast.parse(f.read(), path)
@@ -90,7 +93,13 @@ def load_definitions(path: str, name: str, overrides: dict | None = None) -> typ
     import cloudpickle
 
     cloudpickle.register_pickle_by_value(module)  # to workers by value, as a script's functions go
-    exec(compile(ast.Module(body=kept, type_ignores=[]), path, "exec"), module.__dict__)
+    for node in kept:
+        try:
+            exec(compile(ast.Module(body=[node], type_ignores=[]), path, "exec"), module.__dict__)
+        except ModuleNotFoundError as e:
+            if not isinstance(node, (ast.Import, ast.ImportFrom)):
+                raise
+            print(f"{os.path.basename(path)}: line {node.lineno} left out ({e}); what needs it is not run here", file=sys.stderr)
     for key, value in (overrides or {}).items():
         setattr(module, key, value)
     return module
