@@ -4,6 +4,7 @@ Run (from the repository root, in the project's virtualenv with ``.[test]``):
 
     python -m benchmarks.stories             # ~8 minutes on a 2-core host
     python -m benchmarks.stories --quick     # smoke test: smaller data, one round
+    python -m benchmarks.stories --scale 8   # on 16 cores or more: epochs 8x longer (a few tasks per worker)
 
 For each example in ``examples/``, the feedline pipeline it builds, taken
 from the example itself: its definitions (imports, constants, functions,
@@ -33,7 +34,11 @@ two untimed automatic runs whose trials agree on the verdict to remember (the
 benchmark's first run was its slowest: story 1's automatic row ran 331
 samples/s there against 387-439 after; a cold file cache is the likely
 cause, not shown). Every run must deliver the example's
-whole epoch (the rows are counted). Reported per story: samples/s of each
+whole epoch (the rows are counted). ``--scale K`` makes each example's
+epoch K times longer (story 1's batches, the others' files): as written,
+their epochs hold 12-32 tasks, fewer than two per worker on 16 cores,
+where a run measures little but start-up and the automatic choice's trial
+cannot finish within the epoch. Reported per story: samples/s of each
 setting, the automatic choice against the best and the worst hand setting
 and against serial, and the automatic choice's ``stats().decision``.
 
@@ -105,6 +110,7 @@ def load_definitions(path: str, name: str, overrides: dict | None = None) -> typ
     return module
 
 
+SCALED = {"story1": "BATCHES", "story2": "COUNT", "story3": "COUNT", "story4": "COUNT"}  # sets the epoch's length (--scale)
 QUICK = {  # smaller data for --quick (the smoke test)
     "story1": {"BATCHES": 3, "BATCH_SIZE": 4, "SIZE": 16},
     "story2": {"COUNT": 12},
@@ -115,9 +121,17 @@ FILES = {"story1": "story1_keras_sequence_spawn.py", "story2": "story2_png_segme
          "story3": "story3_larger_than_memory.py", "story4": "story4_audio_overlap.py"}
 
 
-def prepare(story: str, folder: str, quick: bool) -> dict:
+def definitions(story: str, size: str) -> types.ModuleType:
+    """The example's definitions at ``size``: "quick" (the smoke test's data), or "xK" (its epoch K times as long)."""
+    ex = load_definitions(os.path.join(EXAMPLES, FILES[story]), f"_story_{story}", QUICK[story] if size == "quick" else None)
+    if size != "quick":
+        setattr(ex, SCALED[story], getattr(ex, SCALED[story]) * int(size[1:]))
+    return ex
+
+
+def prepare(story: str, folder: str, size: str) -> dict:
     """Write the example's data (outside the clock); what a run needs to find it."""
-    ex = load_definitions(os.path.join(EXAMPLES, FILES[story]), f"_story_{story}", QUICK[story] if quick else None)
+    ex = definitions(story, size)
     if story == "story2":
         import numpy as np
         from PIL import Image
@@ -171,13 +185,13 @@ def build(story: str, variant: str, ex, data: dict, backend):
 
 def run_once(argv) -> None:
     """In a fresh interpreter: one epoch of one story with one setting; prints a JSON line."""
-    story, variant, setting, quick, data_file, setup = argv[0], argv[1], argv[2], argv[3] == "1", argv[4], float(argv[5])
+    story, variant, setting, size, data_file, setup = argv[0], argv[1], argv[2], argv[3], argv[4], float(argv[5])
     import warnings
 
     warnings.filterwarnings("ignore")
     with open(data_file) as f:
         data = json.load(f)
-    ex = load_definitions(os.path.join(EXAMPLES, FILES[story]), f"_story_{story}", QUICK[story] if quick else None)
+    ex = definitions(story, size)
     import feedline  # noqa: F401 - imported before the clock, as the example's own imports are
 
     start = time.perf_counter()
@@ -198,18 +212,22 @@ def main(argv=None) -> None:
     parser.add_argument("--reps", type=int, default=3, help="rounds (each setting once per round, rotating order)")
     parser.add_argument("--quick", action="store_true", help="small data and one round: a smoke test")
     parser.add_argument("--only", action="append", help="run only these stories (e.g. --only story4)")
+    parser.add_argument("--scale", type=int, default=1, help="each example's epoch this many times as long (default 1)")
     parser.add_argument("--setup", type=float, default=0.0,
                         help="seconds of set-up between describing the pipeline and iterating it, as a training script "
                              "builds its model there (not timed; default 0)")
     args = parser.parse_args(argv)
     reps = 1 if args.quick else args.reps
+    if args.scale < 1:
+        parser.error(f"--scale must be a whole number of 1 or more, not {args.scale}")
+    size = "quick" if args.quick else f"x{args.scale}"
     cases = [("story1", "Sequence"), ("story2", "PNG"), ("story2", "decoded"), ("story3", "files"), ("story4", "WAV")]
     if args.only:
         cases = [c for c in cases if c[0] in args.only]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([os.path.join(ROOT, "src"), os.environ.get("PYTHONPATH", "")]),
            "TF_CPP_MIN_LOG_LEVEL": "3", "KERAS_BACKEND": os.environ.get("KERAS_BACKEND", "numpy")}
     print(f"load average at the start: {' '.join(f'{v:.2f}' for v in os.getloadavg())}; {os.cpu_count()} CPUs; "
-          f"{reps} round(s); {args.setup:g} s of set-up between describing and iterating")
+          f"{reps} round(s); {args.setup:g} s of set-up between describing and iterating; epochs x{args.scale}")
     rows_out = []
     with tempfile.TemporaryDirectory(prefix="feedline-stories-") as work:
         for story, variant in cases:
@@ -218,7 +236,7 @@ def main(argv=None) -> None:
             data_file = os.path.join(folder, "data.json")
             if not os.path.exists(data_file):
                 with open(data_file, "w") as f:
-                    json.dump(prepare(story, folder, args.quick), f)
+                    json.dump(prepare(story, folder, size), f)
             runs = {s: [] for s in SETTINGS}
             decisions = []
             memory = {**env, "FEEDLINE_REMEMBER": os.path.join(folder, f"choices-{variant}.json")}
@@ -227,12 +245,12 @@ def main(argv=None) -> None:
             agree = [("auto", memory)] * AGREE  # ... and the agreeing trials whose verdict the remembered runs start on
             for setting, setting_env in untimed + agree:
                 subprocess.run([sys.executable, "-m", "benchmarks.stories", "--one", story, variant, setting,
-                                "1" if args.quick else "0", data_file, "0"], cwd=ROOT, env=setting_env,
+                                size, data_file, "0"], cwd=ROOT, env=setting_env,
                                capture_output=True, text=True, timeout=600)
             for rep in range(reps):
                 for setting in SETTINGS[rep % len(SETTINGS):] + SETTINGS[:rep % len(SETTINGS)]:
                     done = subprocess.run([sys.executable, "-m", "benchmarks.stories", "--one", story, variant, setting,
-                                           "1" if args.quick else "0", data_file, str(args.setup)],
+                                           size, data_file, str(args.setup)],
                                           cwd=ROOT, env=memory if setting == "remembered" else forget,
                                           capture_output=True, text=True, timeout=600)
                     lines = [line for line in done.stdout.splitlines() if line.startswith("{")]

@@ -34,3 +34,24 @@ def test_stories_benchmark_runs_every_example_with_every_setting():
     # Quick epochs are short: a trial that has not decided by the end, or two that disagree, leave nothing to start
     # on, so whether a remembered run started on a verdict is not asserted here (tests/test_remembered_choice.py and
     # the remembered benchmark's smoke test check that on epochs long enough to decide).
+
+
+def test_stories_benchmark_scales_each_epoch_and_leaves_out_a_missing_import(tmp_path):
+    """``--scale K``: K times the rows of each example's epoch (16-core runs); an import the machine lacks is left out."""
+    for module in ("keras", "PIL"):
+        pytest.importorskip(module)
+    fake = tmp_path / "tensorflow.py"  # a machine without TensorFlow (the GPU hosts): story 4's example imports it
+    fake.write_text("raise ModuleNotFoundError(\"No module named 'tensorflow'\", name='tensorflow')\n")
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); from benchmarks import stories\n"
+            "print(*[getattr(stories.definitions(s, size), stories.SCALED[s]) for s in ('story1', 'story4') "
+            "for size in ('x1', 'x3')])\n")
+    env = {**os.environ, "KERAS_BACKEND": "numpy"}
+    done = subprocess.run([sys.executable, "-c", code, str(tmp_path)], cwd=ROOT, capture_output=True, text=True,
+                          timeout=300, env=env, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    batches, batches3, count, count3 = (int(v) for v in done.stdout.split())
+    assert (batches3, count3) == (3 * batches, 3 * count)
+    assert "story4_audio_overlap.py: line" in done.stderr and "left out" in done.stderr, done.stderr[-2000:]
+    done = subprocess.run([sys.executable, "-m", "benchmarks.stories", "--scale", "0"], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120, check=False)
+    assert done.returncode != 0 and "--scale must be a whole number of 1 or more, not 0" in done.stderr
