@@ -671,6 +671,30 @@ def test_threads_that_leave_a_core_idle_start_the_workers_before_the_verdict_whe
     assert made.made == []
 
 
+def test_threads_held_back_in_their_first_long_samples_start_the_workers_before_the_verdict_where_the_server_is_up(monkeypatch):
+    from feedline.engine._trial import EVIDENCE_SPAN, SERVER_SPAN
+
+    # story 1 after a training script's set-up (the fork server up): each thread runs one 70 ms Keras batch of Python,
+    # so no thread is past its first sample before the whole stretch decides; one core of two busy over two stretches
+    # of SERVER_SPAN starts the workers then (their start took 0.06-0.07 s beside the threads: story 1 with a second
+    # of set-up ran 0.86 of processes by hand when they started at the verdict, 0.90 now)
+    threads, trials = _ScriptedThreads(1.0, 10, begun=1), []
+    made = _Recorded(threads)
+    assert _verdict_after(monkeypatch, threads, EVIDENCE_SPAN + 0.01, made, server_up=True, trials=trials) == "process"
+    assert len(made.made) == 1 and made.made[0][0] <= 0.005 + 2 * SERVER_SPAN + 0.005, made.made
+    assert trials[0].early_workers_at is not None
+    # first samples are cold (imports, first calls): short of the plain sign, only the verdict starts workers
+    threads = _ScriptedThreads(1.3, 10, begun=1)
+    made = _Recorded(threads)
+    assert _verdict_after(monkeypatch, threads, 3 * EVIDENCE_SPAN, made, server_up=True) in ("process", "thread", None)
+    assert not made.made or made.made[0][0] >= EVIDENCE_SPAN, f"workers started early, at {made.made[0][0]:.3f} s"
+    # no fork server up: the workers wait for the verdict, as before
+    threads = _ScriptedThreads(1.0, 10, begun=1)
+    made = _Recorded(threads)
+    assert _verdict_after(monkeypatch, threads, 3 * EVIDENCE_SPAN, made, server_up=False) == "process"
+    assert len(made.made) == 1 and made.made[0][0] >= EVIDENCE_SPAN
+
+
 def test_workers_started_on_a_first_sign_that_the_verdict_does_not_bear_out_are_closed(monkeypatch):
     from feedline.engine._trial import EVIDENCE_SPAN
 
