@@ -1071,10 +1071,10 @@ class BackendTrial(Executor):
         """
         if self._early is not None or not warmed_up():
             return
-        if self._warm_baseline is None:  # every thread still in its first sample (story 1's 70 ms Keras batches)
-            if not self._sign_borne_out(self._baseline, now, clocks, EARLY_SHARE):
-                return
-        elif not self._sign_borne_out(self._warm_baseline, now, clocks, EARLY_WORKERS_SHARE):
+        # every thread still in its first sample (story 1's 70 ms Keras batches): the whole stretch, the plain sign
+        baseline, share = ((self._baseline, EARLY_SHARE) if self._warm_baseline is None
+                           else (self._warm_baseline, EARLY_WORKERS_SHARE))
+        if not self._sign_borne_out(baseline, now, clocks, share):
             return
         try:
             self._early = self._make_processes()
