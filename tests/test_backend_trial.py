@@ -1008,3 +1008,39 @@ def test_processes_just_past_the_bound_of_threads_that_kept_most_cores_busy_are_
     assert _at_once(monkeypatch, kept=1.68, share_of_bound=1.2)[0] == "process"  # past PROCESS_MARGIN: at once
     # threads the GIL held back (1.0 of 2 cores) reach well under their bound: processes near it win at once
     assert _at_once(monkeypatch, kept=1.0, share_of_bound=0.9)[0] == "process"
+
+
+def _from_first_tasks(monkeypatch, kept: float, multiple: float, tasks: int) -> tuple[str | None, str]:
+    """Sixteen workers on 16 cores; four scouts kept ``kept`` of 4 cores busy. ``tasks`` process tasks come in, each
+    worker's first (cold, the warm-up a measurement leaves out), at ``multiple`` times the threads' bound:
+    ``(winner, decision text)`` after them."""
+    from feedline.engine import _trial
+
+    threads = _ScriptedScouts(kept=kept, kept_grown=kept)
+    monkeypatch.setattr(_trial, "time", types.SimpleNamespace(perf_counter=lambda: threads.now, thread_time=lambda: 0.0))
+    trial = _trial.BackendTrial(threads, _Started, 16)
+    try:
+        trial._cores_kept, trial._judged = kept, 4
+        trial._thread_rows, trial._thread_cpu = 300.0, 1.0  # 300 samples per CPU second
+        rows = multiple * trial._thread_bound() * 0.1 / 16  # tasks of 0.1 s; sixteen workers deliver ``multiple`` x
+        trial._ready = True
+        for worker in range(tasks):
+            trial._observe(trial.processes, types.SimpleNamespace(span=(0.0, 0.1), rows=rows, cpu=0.1, worker=worker))
+            trial._advance()
+        return trial.winner, trial.note
+    finally:
+        trial.close()
+
+
+def test_processes_far_past_what_gil_bound_threads_could_reach_win_on_their_first_cold_tasks(monkeypatch):
+    # 16 cores: story 1's epoch held 12 tasks for 16 workers, each worker's first is its warm-up, and no trial decided
+    # (no verdict in the report, nothing remembered) while the processes ran the gil workload at 14-17x the threads' bound
+    from feedline.engine._trial import FEW_TASKS
+
+    winner, note = _from_first_tasks(monkeypatch, kept=1.0, multiple=12.0, tasks=FEW_TASKS)
+    assert winner == "process", note
+    assert f"processes' first {FEW_TASKS} tasks" in note and "1200% of the most 16 threads could reach" in note, note
+    assert _from_first_tasks(monkeypatch, kept=1.0, multiple=12.0, tasks=FEW_TASKS - 1)[0] is None, "too few tasks yet"
+    assert _from_first_tasks(monkeypatch, kept=1.0, multiple=1.5, tasks=FEW_TASKS)[0] is None, "not far past: measured"
+    # scouts that kept their cores busy: their bound counts their own cold first tasks, so the processes are measured
+    assert _from_first_tasks(monkeypatch, kept=3.6, multiple=12.0, tasks=FEW_TASKS)[0] is None
