@@ -1,126 +1,21 @@
 """The automatic backend choice, decided on measured throughput: threads that keep the cores busy at once, else processes first.
 
 Every backend gives the same batches, so the engine can switch mid-epoch
-without changing the output. `BackendTrial` is an `Executor` over two:
-- Threads start at once and take the first tasks (no wait for the first
-  batch), every thread side by side. The process workers start only if
-  the threads cannot keep the cores busy: threads that hold the GIL run
-  one at a time, while threads that release it keep every core busy
-  (`_judge_gil`: the threads' CPU clocks over a stretch in which all were
-  busy, past their first samples, which are cold in a new interpreter).
-  Threads that keep `KEEP_CORES` of their cores busy keep the work at
-  once, and no process is started: processes could add at most ~10 % and
-  would cost a start-up and a copy of every batch. Otherwise the
-  fork server starts and the workers fork from it (on fewer than 8
-  cores it is started ahead for the automatic choice only if nothing
-  iterates for a moment after the map is described: its imports beside
-  threads that keep every core busy cost short epochs 10-25 %; or at the
-  first sign of threads held back by the GIL, before the verdict
-  (`_start_server_if_held`); on more,
-  `feedline.engine._runtime.start_early` starts it when the map is
-  described; the threads are judged once it is up). The workers are not
-  started with the threads whatever they show, even where the server is
-  up (only on a sign borne out twice, `_start_workers_if_held`): their
-  start (a fork, the pipeline's unpickling, the user's imports) took the
-  cores from threads that then won (the suite's jpeg workload,
-  2 cores: 0.86 of threads set by hand with it, 1.05 without), and
-  GIL-bound work gained nothing measurable (gil 0.94 both, story 1 0.79
-  with, 0.83 without).
-- On `PAUSE_ALL_CORES` cores or more, or for more threads than that
-  anywhere, `SCOUT_THREADS` threads start
-  first (`first_threads`): sixteen threads that hold the GIL take ~16
-  times longer each to show it. Scouts that cannot keep their cores busy
-  start the processes; scouts that can become the whole pool, judged
-  again (`_widen`), since few threads keeping their cores busy say
-  nothing of sixteen.
-- Once every process worker is up, the tasks still queued for threads
-  move to the processes after the tasks paused threads give back (the
-  earliest ones), and new tasks go there too. Once the threads'
-  running tasks are back, the processes have the machine to themselves and
-  are measured (each worker's first task, its warm-up, is left out).
-- While the process workers start beside threads judged held back by the
-  GIL, only `KEEP_RUNNING` of them (or as many as the cores they kept
-  busy) go on, none on `PAUSE_ALL_CORES` cores or more; the rest wait
-  before their next sample until the workers are up. Sixteen GIL-bound
-  threads otherwise starve the consumer thread that starts the workers
-  (2.3 s instead of ~0.2 s for sixteen), and one core's worth of Python
-  runs as fast on two threads as on sixteen.
-- While the process workers start, the interpreter hands the GIL over
-  every `STARTUP_SWITCH_INTERVAL` instead of every 5 ms: their hand-shake
-  runs in a consumer thread, and threads that hold the GIL made it wait
-  5 ms per step (start-up 0.44-0.53 s instead of 0.18-0.24 s on 2 cores;
-  0.21-0.27 s with the shorter interval). The usual interval is back once
-  the threads' tasks are in (or the trial ends).
-- A thread task still running once a warm process worker does samples
-  `ABANDON_RATIO` times faster (GIL-bound threads, or threads starved by
-  the starting workers) is given back at its next sample and runs again on
-  a process: waiting for it would hold the measurement back for longest
-  exactly where threads are slowest.
-- Thread tasks that use under `IO_SHARE` of a core while they run, and
-  under `IO_TOGETHER` of a core all together (sixteen threads holding the
-  GIL use 1/16 of a core each, but a core together), wait on I/O (files,
-  the network), not on the GIL: threads keep the work at once, and the
-  worker tuner can add threads without waiting for a process phase.
-  Threads that keep under `IO_TOGETHER` of a core busy between them are
-  never judged held back by the GIL (its holder runs): on 8 cores or more
-  that verdict paused every thread, and the shortcut never came.
-- Threads could deliver at most their CPU rate, rows over the thread CPU
-  time their tasks took (no GIL waits in it), times the cores they could
-  use. If the processes already deliver that much, threads cannot win
-  and processes keep the work at once; so they do at `NEAR_BOUND` of it
-  when the threads kept under `GIL_SIGN` of their cores busy side by side
-  (the GIL held them back: they reach well under their bound). This is
-  what makes the trial cheap where it matters most: on GIL-bound work a
-  thread phase costs ~4x its length (measuring threads first cost a short
-  epoch ~40 % of its time). Against such threads the processes' first
-  tasks, cold ones too, settle it once they deliver `FAR_PAST_BOUND` times
-  the bound (`_far_past_bound`): on many cores an epoch may hold fewer
-  tasks than a warm one per worker. Threads that kept more cores busy can come
-  close to their bound (warm JPEG reads from a store: 1.6 of 2 cores busy,
-  threads 8.4-11.4k samples/s where processes had reached 89 % of the
-  bound, 8.6k, and won at once in one epoch of four), so they are measured
-  unless the processes pass the bound by `PROCESS_MARGIN`, the margin a
-  measured thread phase asks for: the bound counts the threads' first
-  tasks (cold caches and pages) where the processes' rate leaves each
-  worker's first out, so it can fall short of what warm threads deliver
-  (story 2's decoded crops, 2 cores: threads kept 1.68 of 2 cores busy, a
-  bound of 528 samples/s, processes 560, 106 % of it, won at once, and the
-  epoch ran 340 samples/s where threads deliver 475).
-- Otherwise threads get the work back, are measured alone once the
-  processes' last tasks are in, and must be beaten by `PROCESS_MARGIN`
-  (threads copy no batch and hold no memory per worker). Cores kept busy
-  do not settle it: threads that release the GIL can still lose, e.g. to
-  page faults of large temporaries that the workers' malloc settings avoid.
-  But they can lose early: threads that keep too few cores busy to come
-  within `PROCESS_MARGIN` of the processes even at their CPU rate lose once
-  a stretch with every thread busy shows it (`_threads_cannot_win`), not
-  after every thread's measured task is in.
-- A measurement is at least `workers` tasks and `MIN_SPAN` seconds of work
-  per worker; its rate is rows over task spans, times the workers. The
-  loser gets no new task and is closed once its last one is back.
-Two backends never run measured tasks side by side: sharing the cores
-hides the GIL (half a core per thread is too little for the threads to
-collide), so a thread pool measured beside processes looks as fast as
-them on work where it is 40 % slower alone.
-After the decision the winner's samples/s per worker is watched in windows
-of tasks: `DRIFT_WINDOWS` windows in a row below `DRIFT_RATIO` of the rate
-that won (machine load changed, or the work did) run the trial again, the
-loser restarted, at most every `RETRIAL_AFTER` seconds (doubled each time
-the same backend wins again). The decision text says why it ran again.
-Threads that won because they wait on I/O and were then grown by the
-worker tuner can meet the GIL instead: sixteen threads that each spend a
-few ms of Python per request keep about one core busy between them, and
-no more (16 threads doing urllib HTTP delivered ~370 samples/s on 2 cores
-where 16 processes delivered 480-610). Once the grown threads' first tasks
-show them keeping `GIL_LIMIT` cores busy between them on a machine with
-more cores, the trial runs again at once, processes at the same count.
-A pipeline too short to finish the trial keeps what it has and carries the
-trial over into its next epoch (the runtime persists). Both rates and the
-reason are in ``stats().decision`` and ``stats().trial``.
-A verdict is passed to ``on_verdict``, which remembers it across runs
-(`feedline.engine._remembered`); a later run of the same work builds the
-trial already settled on it (``remembered``, `_start_on`): the winner starts
-at once, and the drift check compares it with the rate it won with.
+without changing the output. `BackendTrial` is an `Executor` over a thread
+pool and process workers: threads take the first tasks at once and their
+CPU clocks are read side by side (`_judge_gil`); threads that keep the
+cores busy keep the work and no process starts; otherwise the process
+workers start (the fork server at the first sign of the GIL, the workers
+before the verdict on a sign borne out), take the tasks over earliest
+first, and are measured alone against the most the threads could reach
+(`_thread_bound`), or against threads measured alone (`_decide`). After the
+decision the winner's rate is watched (`_Drift`), and a verdict is passed
+to ``on_verdict`` to be remembered (`feedline.engine._remembered`); a run
+that starts on a remembered verdict builds the trial settled (`_start_on`).
+Both rates and the reason are in ``stats().decision`` and ``stats().trial``.
+
+The whole protocol, in the order it runs, with the measurement behind each
+constant below: docs/automatic_choice.md.
 """
 
 from __future__ import annotations
@@ -371,7 +266,7 @@ class NotStarted(Executor):
 
 
 class BackendTrial(Executor):
-    """Threads at once, processes if the threads hold the GIL, threads again only if they could win (see the module docstring).
+    """Threads at once, processes if the threads hold the GIL, threads again only if they could win (docs/automatic_choice.md).
 
     ``make_processes()`` starts the process executor (`_judge_gil` decides
     when); ``restart(kind,
@@ -888,7 +783,7 @@ class BackendTrial(Executor):
         return True
 
     def _at_once_share(self) -> float:
-        """The share of the threads' bound at which processes win without a thread phase (see the module docstring)."""
+        """The share of the threads' bound at which processes win without a thread phase (docs/automatic_choice.md, "Measuring and deciding")."""
         held_back = self._cores_kept is None or self._cores_kept < GIL_SIGN * self._judged_cores()  # no clocks: as if held back
         return NEAR_BOUND if held_back else PROCESS_MARGIN
 
