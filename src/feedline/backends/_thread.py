@@ -20,6 +20,7 @@ import time
 
 from .._batch_memory import reusing_arrays
 from .._blas_limit import OneBlasThread, OneTorchThread
+from .._cpu_wait import CpuWaitClock
 from .._gc_freeze import GcFreeze
 from .._malloc import keep_freed_memory
 from ..worker import Result, TaskError, run_task
@@ -129,6 +130,13 @@ class ThreadExecutor(Executor):
         return True
 
     def _work(self, n, inbox):
+        waits = CpuWaitClock()  # this thread's waits for a CPU: starved by other programs, or waiting on I/O?
+        try:
+            self._serve(n, inbox, waits)
+        finally:
+            waits.close()
+
+    def _serve(self, n, inbox, waits: CpuWaitClock):
         streams: dict = {}
         while True:
             idle_from = time.perf_counter()
@@ -155,8 +163,10 @@ class ThreadExecutor(Executor):
 
             try:
                 watched = progress if self._watched else None
+                waited = waits.read()
                 result = run_task(self.part, task, self.arrays, progress=watched, streams=streams)
                 result.worker = n
+                result.cpu_wait = waits.read() - waited
             except _Abandoned:
                 result = _Returned(task, running.samples - 1, time.thread_time() - running.cpu)
             except BaseException as exc:  # reported to the consumer, never swallowed

@@ -108,6 +108,7 @@ def join(results: list, indices: list, where=None) -> Result:
         for name, n in r.counters.items():
             joined.counters[name] = joined.counters.get(name, 0) + n
         joined.cpu += r.cpu
+        joined.cpu_wait += r.cpu_wait
         joined.transport += r.transport
     joined.span = (min(r.span[0] for r in results), max(r.span[1] for r in results))
     joined.worker = results[0].worker

@@ -305,6 +305,7 @@ class BackendTrial(Executor):
         self._warmed: set = set()  # process workers whose first task (imports, first page faults) went by, unmeasured
         self._thread_rows = self._thread_cpu = 0.0  # every thread task: the threads' upper bound
         self._thread_span, self._thread_tasks = 0.0, 0  # ... and how long they ran (their CPU share: I/O-bound?)
+        self._thread_cpu_wait = 0.0  # ... and waited for a CPU while runnable (other programs on the cores: not I/O)
         self._baseline: tuple | None = None  # (when, this process's CPU time, the threads' clocks) as a stretch began
         self._warm_baseline: tuple | None = None  # ... and as every thread was past its first sample (the early verdict's stretch)
         self._judging_from = time.perf_counter()  # the verdict is due `START_PROCESSES_AFTER` after this
@@ -645,6 +646,7 @@ class BackendTrial(Executor):
             self._thread_rows += result.rows
             self._thread_cpu += result.cpu
             self._thread_span += max(result.span[1] - started, 1e-9)
+            self._thread_cpu_wait += result.cpu_wait
             self._thread_tasks += 1
             if self._threads_alone_from is not None and started >= self._threads_alone_from:
                 self._measure[self.threads].add(result)
@@ -802,13 +804,18 @@ class BackendTrial(Executor):
         (benchmarks/server_check.py on an H100 host). With 0.8 there, one
         epoch in three still grew them (to 128, then processes at 128):
         sixteen threads passing the GIL between sixteen cores use less
-        than a core between them.
+        than a core between them. The time the tasks waited for a CPU while
+        runnable counts as use (Linux, `CpuWaitClock`): threads that other
+        programs keep off the cores use as little CPU as threads that wait
+        on files, but are not blocked (two GIL-bound threads beside eight
+        programs spinning on 2 cores: 11-17 % of a core each, taken for I/O).
         """
         running = self.threads.workers  # (scouts: fewer than the pool)
+        wanted = self._thread_cpu + self._thread_cpu_wait  # the CPU the tasks used or were runnable for
         if (self.winner is not None or not self._io_shortcut or self._thread_tasks < running
-                or self._thread_span < running * MIN_SPAN or self._thread_cpu >= IO_SHARE * self._thread_span):
+                or self._thread_span < running * MIN_SPAN or wanted >= IO_SHARE * self._thread_span):
             return
-        share = self._thread_cpu / self._thread_span
+        share = wanted / self._thread_span
         if running * share >= IO_TOGETHER:
             return  # side by side they may use a core between them: the GIL's share, not I/O (judged by `_judge_gil`)
         self.rates = {"thread": self.workers * self._thread_rows / self._thread_span}
@@ -1263,6 +1270,7 @@ class BackendTrial(Executor):
         self._first_tasks = _Measure(self.workers)
         self._thread_rows = self._thread_cpu = 0.0  # the threads' bound is measured again too
         self._thread_span, self._thread_tasks = 0.0, 0
+        self._thread_cpu_wait = 0.0
         self._baseline = self._warm_baseline = self._cores_kept = None
         self._judging_from = time.perf_counter()
         self._alone_from = self._threads_alone_from = self._alone_baseline = None

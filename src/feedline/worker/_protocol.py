@@ -116,6 +116,7 @@ class Result:
     worker: int = 0  # which worker ran it (position in the pool; -1: the consumer)
     transport: float = 0.0  # consumer seconds spent receiving and mapping the batch
     cpu: float = 0.0  # CPU seconds the worker thread used on the task
+    cpu_wait: float = 0.0  # seconds it was runnable but waiting for a CPU (thread workers on Linux; else 0)
     counters: dict = field(default_factory=dict)  # the source's counts during the task (Source.take_counters)
 
 
