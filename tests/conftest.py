@@ -148,6 +148,36 @@ def no_leaks():
     assert not leaks, f"leaked resources: {leaks}"
 
 
+@pytest.fixture
+def cpus_held_by_other_programs():
+    """The test's thread (and the threads it starts) on two CPUs, each kept busy by twelve spinning programs.
+
+    How a machine shared with other jobs looks to a pipeline: its threads are
+    runnable but wait for a CPU. Linux only (``os.sched_setaffinity``); the
+    affinity is restored and the spinners killed afterwards (list `no_leaks`
+    before this fixture, so that it checks after they are gone).
+    """
+    if not hasattr(os, "sched_setaffinity"):
+        pytest.skip("pins threads to CPUs with Linux's sched_setaffinity")
+    import subprocess
+    import sys
+
+    saved = os.sched_getaffinity(0)
+    two = set(sorted(saved)[:2])
+    pin = lambda: os.sched_setaffinity(0, two)  # noqa: E731 - run in each spinner before it starts
+    spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"], preexec_fn=pin) for _ in range(12 * len(two))]
+    os.sched_setaffinity(0, two)  # this thread, and the worker threads it starts (they inherit it)
+    try:
+        time.sleep(0.2)  # every spinner running
+        yield
+    finally:
+        os.sched_setaffinity(0, saved)
+        for spinner in spinners:
+            spinner.kill()
+        for spinner in spinners:
+            spinner.wait()
+
+
 @pytest.fixture(params=BACKENDS)
 def backend(request):
     """Run the test once per backend."""

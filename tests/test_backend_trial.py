@@ -1046,28 +1046,14 @@ def test_processes_far_past_what_gil_bound_threads_could_reach_win_on_their_firs
     assert _from_first_tasks(monkeypatch, kept=3.6, multiple=12.0, tasks=FEW_TASKS)[0] is None
 
 
-@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="reads Linux's per-thread run-queue waits")
-def test_gil_bound_threads_that_other_programs_keep_off_the_cpus_are_not_taken_for_io(no_leaks):
+def test_gil_bound_threads_that_other_programs_keep_off_the_cpus_are_not_taken_for_io(no_leaks, cpus_held_by_other_programs):
     # Programs that keep every core busy leave two GIL-bound threads a small share of a core each, as little as threads
     # that wait on files use (a loaded CI machine sent such threads to the I/O shortcut; eight spinning programs per
     # core: 15-18 % of a core each; twelve here: every such epoch went to it); but they wait runnable, for a CPU,
-    # where threads that wait on I/O are blocked. On two CPUs of the machine, the test's threads and the spinners alike.
-    saved = os.sched_getaffinity(0)
-    two = set(sorted(saved)[:2])
-    pin = lambda: os.sched_setaffinity(0, two)  # noqa: E731 - run in each spinner before it starts
-    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"], preexec_fn=pin) for _ in range(12 * len(two))]
-    os.sched_setaffinity(0, two)  # this thread, and the worker threads it starts (they inherit it)
-    try:
-        time.sleep(0.2)  # every spinner running
-        pipe = fl.from_arrays(np.arange(96)).map(pure_python, workers=2).batch(4)
-        with pipe:
-            out = [int(v) for b in pipe for v in b]
-            decision = pipe.stats().decision
-    finally:
-        os.sched_setaffinity(0, saved)
-        for hog in hogs:
-            hog.kill()
-        for hog in hogs:
-            hog.wait()
+    # where threads that wait on I/O are blocked
+    pipe = fl.from_arrays(np.arange(96)).map(pure_python, workers=2).batch(4)
+    with pipe:
+        out = [int(v) for b in pipe for v in b]
+        decision = pipe.stats().decision
     assert out == list(range(1, 97)), "every batch once, in order"
     assert "wait on I/O" not in decision, decision

@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import time
+import zlib
 
 import cloudpickle
 import numpy as np
@@ -117,6 +118,42 @@ def test_io_bound_threads_are_advised_to_run_more_workers(no_leaks):
             pass
         advice = pipe.stats().as_dict()["advice"]
     assert any("more workers than cores" in text for text in advice), advice
+
+
+def compress(v):  # zlib lets the GIL go while it compresses: CPU-bound threads that run side by side
+    return np.int64(v) + np.int64(len(zlib.compress(bytes(200_000), 9)) > 0)
+
+
+def _compressed_epoch(samples: int, workers: int, batch: int):
+    """One epoch of `compress` on threads: its stats."""
+    pipe = fl.from_arrays(np.arange(samples)).map(compress, backend="thread", workers=workers).batch(batch)
+    with pipe:
+        for _ in pipe:
+            pass
+        return pipe.stats()
+
+
+def test_workers_that_other_programs_keep_off_the_cpus_are_told_so_not_to_run_more_workers(no_leaks, cpus_held_by_other_programs):
+    # Their tasks use little CPU, as tasks that wait on files do, but they wait runnable for a CPU: more workers would
+    # only queue behind the same programs
+    stats = _compressed_epoch(48, workers=2, batch=4)
+    advice = stats.as_dict()["advice"]
+    assert stats.cpu_wait_share > 0.5, stats.cpu_wait_share
+    assert any("waited for a CPU" in text and "other programs" in text for text in advice), advice
+    assert not any("more workers than cores" in text for text in advice), advice
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="pins threads to CPUs with Linux's sched_setaffinity")
+def test_more_workers_than_cores_that_wait_for_each_other_are_not_said_to_wait_for_other_programs(no_leaks):
+    saved = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, set(sorted(saved)[:2]))  # sixteen threads on two CPUs: each waits for a CPU most of the time
+    try:
+        stats = _compressed_epoch(96, workers=16, batch=2)
+    finally:
+        os.sched_setaffinity(0, saved)
+    advice = stats.as_dict()["advice"]
+    assert stats.cpu_wait_share > 0.3, stats.cpu_wait_share  # their own waits for one of the two CPUs ...
+    assert not any("waited for a CPU" in text for text in advice), advice  # ... are no other program's
 
 
 def test_trace_is_chrome_json_with_a_track_per_worker_and_the_consumer(tmp_path, no_leaks):

@@ -16,8 +16,10 @@ class CpuWaitClock:
     programs keep off the cores is runnable. Both use little CPU, and only
     the first is helped by more threads: the automatic choice adds this wait
     to a thread task's CPU time before calling it I/O-bound
-    (`feedline.engine._trial`). Made, read and closed by the thread it
-    measures (``/proc/thread-self`` names the opener): one ``pread`` a read.
+    (`feedline.engine._trial`), and the report says when the workers waited
+    for a CPU (`feedline.engine._report`). Made, read and closed by the
+    thread it measures (``/proc/thread-self`` names the opener): one
+    ``pread`` a read.
     """
 
     def __init__(self):

@@ -17,6 +17,7 @@ __all__ = ["INPUT_BOUND", "SATURATED", "Verdict", "analyse", "render"]
 
 INPUT_BOUND = 0.10  # consumer waiting more than 10 % of the time: the input pipeline limits training
 SATURATED = 0.85  # workers busy more than 85 % of the time: more of the same cannot go faster
+STARVED = 0.2  # tasks runnable but waiting for a CPU this share of their time: other programs hold the cores
 GIL_TASK_CPU = 0.85  # thread tasks on the CPU less than this share of their span may be GIL-bound (see _input_bound_advice)
 _STORE_SOURCES = ("Store", "RemoteStore", "CacheSource")  # sources that already hold decoded data
 _DECODE_WORDS = ("decode", "load", "read", "png", "jpeg", "jpg", "open", "imread", "wav", "audio")
@@ -69,12 +70,18 @@ def _input_bound_advice(stats, wait, busy, saturated, bottleneck, share):
     # (A thread waiting for the GIL is off the CPU, like one waiting on a file,
     # but GIL-bound threads still add up to about one busy core.) A task's own
     # CPU share is ~1/threads when they interleave, but short tasks take turns
-    # whole (0.59-0.72 for 2 threads on 8 ms tasks): only tasks on the CPU
-    # nearly all their span (threads idle between tasks) are not GIL-bound.
+    # whole (0.59-0.72 for 2 threads on 8 ms tasks), and some epochs whole
+    # tasks each (tasks on the CPU all their span, two threads busy 53 % of
+    # the time, one core used between them): tasks on the CPU nearly all
+    # their span are GIL-bound only where the threads were idle between them
+    # while the consumer was not busy handing out work.
     parallel = min(stats.workers, stats.cores)
+    consumer_busy = sum(stats.consumer_seconds.values()) / max(stats.wall_seconds, 1e-9)
+    took_turns = 0.2 <= (cpu or 0.0) < GIL_TASK_CPU or (busy is not None and busy < 0.65 and consumer_busy < 0.2)
     gil_bound = (stats.backend == "thread" and parallel >= 2 and cpu is not None and cores_used is not None
-                 and 0.2 <= cpu < GIL_TASK_CPU and cores_used < 0.65 * parallel)
-    off_cpu = saturated and cpu is not None and cpu < 0.2 and not gil_bound
+                 and took_turns and cores_used < 0.65 * parallel)
+    starved = stats.cpu_wait_share or 0.0  # runnable but waiting for a CPU: not I/O, and more workers cannot help
+    off_cpu = saturated and cpu is not None and cpu + starved < 0.2 and not gil_bound
     trial = stats.trial
     if gil_bound and trial.get("process") is not None and trial["process"] <= trial.get("thread", 0.0):
         gil_bound = False  # processes were tried on this very pipeline and delivered less: no advice to switch
@@ -85,6 +92,14 @@ def _input_bound_advice(stats, wait, busy, saturated, bottleneck, share):
         gain = min(ceiling, 1.0 / max(cpu, 1e-9))
         more = f"workers={4 * stats.cores} with backend='thread'" if stats.backend != "process" else f"workers={2 * stats.cores}"
         advice.append((gain, f"tasks use the CPU only {cpu:.0%} of their time (they wait on I/O or sleep): run more workers than cores, e.g. {more} (estimated {_x(gain)})"))
+    # Waits for a CPU beyond those of more workers than cores among themselves (sixteen on two cores wait ~7/8 of
+    # their time, and keep the cores busy): other programs hold the cores.
+    held_elsewhere = starved - max(0.0, 1.0 - stats.cores / max(1, stats.workers)) >= STARVED
+    if held_elsewhere:
+        advice.append((min(ceiling, 1.0 / max(1.0 - starved, 1e-9)),
+                       f"workers waited for a CPU {starved:.0%} of their task time: other programs on this machine hold the "
+                       "cores (the training process's own threads, other jobs); more workers cannot help: give the pipeline "
+                       "cores of its own (fewer threads elsewhere, or fewer jobs per machine)"))
     if saturated and not off_cpu and stats.workers < stats.cores:
         gain = min(ceiling, stats.cores / stats.workers)
         advice.append((gain, f"all {stats.workers} workers are saturated and {stats.cores} cores are available: raise workers to {stats.cores} (estimated {_x(gain)})"))

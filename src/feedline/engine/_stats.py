@@ -46,6 +46,7 @@ class Stats:
         self.tasks = 0
         self.task_seconds = 0.0  # sum of task spans: worker busy time
         self.task_cpu_seconds = 0.0  # CPU time of those tasks: less than their span means waiting (I/O, GIL)
+        self.task_cpu_wait_seconds = 0.0  # ... time they were runnable but waiting for a CPU (other programs; Linux)
         self.worker_windows: dict = {}  # worker -> [first task start, last task end], for the busy share
         self.inflight_total = 0  # sum over batches of tasks in flight when next() was called
         self.decisions: list[str] = []  # autotuning changes made during the epoch, with reasons
@@ -62,6 +63,7 @@ class Stats:
         self.tasks += 1
         self.task_seconds += end - start
         self.task_cpu_seconds += result.cpu
+        self.task_cpu_wait_seconds += result.cpu_wait
         window = self.worker_windows.setdefault(result.worker, [start, end])
         window[0], window[1] = min(window[0], start), max(window[1], end)
         if result.transport:
@@ -91,6 +93,11 @@ class Stats:
     def cpu_share(self) -> float | None:
         """CPU time over wall time of the tasks: low means they mostly wait (I/O, sleep, the GIL)."""
         return min(1.0, self.task_cpu_seconds / self.task_seconds) if self.task_seconds > 0 else None
+
+    @property
+    def cpu_wait_share(self) -> float | None:
+        """Share of the tasks' time spent runnable but waiting for a CPU: other programs hold the cores (Linux; else 0)."""
+        return min(1.0, self.task_cpu_wait_seconds / self.task_seconds) if self.task_seconds > 0 else None
 
     @property
     def input_bound_share(self) -> float | None:
@@ -128,6 +135,7 @@ class Stats:
             "input_bound_share": self.input_bound_share,
             "worker_busy_share": self.worker_busy_share,
             "worker_cpu_share": self.cpu_share,
+            "worker_cpu_wait_share": self.cpu_wait_share,
             "mean_tasks_in_flight": self.inflight_total / self.batches if self.batches else None,
             "first_batch_seconds": self.first_batch_seconds,
             "worker_restarts": self.worker_restarts,

@@ -101,6 +101,7 @@ def run(boot: dict) -> None:
     import cloudpickle
     import numpy as np
 
+    from ..._cpu_wait import CpuWaitClock
     from ...transport import _transfer
     from ...transport._shm import Segment, sweep, unlink
     from ...transport._slots import SlotWriter
@@ -119,6 +120,7 @@ def run(boot: dict) -> None:
     status = np.ndarray((STATUS_WORDS,), np.int64, buffer=status_seg.buf)
     status[:] = -1
     writer = SlotWriter(f"{prefix}w{wid}_", returned=status_ring(status_seg.buf))
+    waits = CpuWaitClock()  # runnable but waiting for a CPU, per task (the report: other programs hold the cores)
 
     def cleanup(parent_gone: bool) -> None:
         writer.close()
@@ -201,7 +203,9 @@ def run(boot: dict) -> None:
                     writer.release(message.release)
                 status[0] = task.number
                 try:
+                    waited = waits.read()
                     result = run_task(part, task, writer.alloc, progress if part.timeout is None else timed_progress, streams)
+                    result.cpu_wait = waits.read() - waited
                 except BaseException as exc:  # reported to the consumer, never swallowed
                     result = Result(error=TaskError.from_exception(exc))
                 status[1] = -1
