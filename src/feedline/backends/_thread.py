@@ -163,10 +163,8 @@ class ThreadExecutor(Executor):
 
             try:
                 watched = progress if self._watched else None
-                waited = waits.read()
-                result = run_task(self.part, task, self.arrays, progress=watched, streams=streams)
+                result = run_task(self.part, task, self.arrays, progress=watched, streams=streams, waits=waits)
                 result.worker = n
-                result.cpu_wait = waits.read() - waited
             except _Abandoned:
                 result = _Returned(task, running.samples - 1, time.thread_time() - running.cpu)
             except BaseException as exc:  # reported to the consumer, never swallowed

@@ -33,8 +33,8 @@ def sample_rng(seed: int, epoch: int, index, step: int) -> np.random.Generator:
     return np.random.Generator(np.random.PCG64(np.random.SeedSequence(seed, spawn_key=key)))
 
 
-def run_task(part, task: Task, alloc=None, progress=None, streams=None) -> Result:
-    """Run one task and record when it ran and the CPU it used (for traces).
+def run_task(part, task: Task, alloc=None, progress=None, streams=None, waits=None) -> Result:
+    """Run one task and record when it ran, the CPU it used (for traces) and how long it waited for one.
 
     Args:
         part: the compiled `WorkerPart` (source, per-sample steps, batching).
@@ -44,11 +44,16 @@ def run_task(part, task: Task, alloc=None, progress=None, streams=None) -> Resul
         progress: optional ``progress(index)`` called before each sample, so
             a process worker can record which sample it was on if it dies.
         streams: the worker's open generator shards (streaming sources).
+        waits: the calling thread's `CpuWaitClock`, if it keeps one (worker
+            threads and processes): the task's waits for a CPU go to
+            ``result.cpu_wait``.
     """
-    start, cpu = time.perf_counter(), time.thread_time()
+    start, cpu, waited = time.perf_counter(), time.thread_time(), 0.0 if waits is None else waits.read()
     result = _run(part, task, alloc, progress, streams)
     result.span = (start, time.perf_counter())
     result.cpu = time.thread_time() - cpu
+    if waits is not None:
+        result.cpu_wait = waits.read() - waited
     result.counters = part.source.take_counters()  # e.g. a remote store's downloads and retries, in this process
     return result
 

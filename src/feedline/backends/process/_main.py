@@ -203,9 +203,8 @@ def run(boot: dict) -> None:
                     writer.release(message.release)
                 status[0] = task.number
                 try:
-                    waited = waits.read()
-                    result = run_task(part, task, writer.alloc, progress if part.timeout is None else timed_progress, streams)
-                    result.cpu_wait = waits.read() - waited
+                    result = run_task(part, task, writer.alloc, progress if part.timeout is None else timed_progress, streams,
+                                      waits)
                 except BaseException as exc:  # reported to the consumer, never swallowed
                     result = Result(error=TaskError.from_exception(exc))
                 status[1] = -1
