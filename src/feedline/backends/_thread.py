@@ -23,7 +23,7 @@ from .._blas_limit import OneBlasThread, OneTorchThread
 from .._cpu_wait import CpuWaitClock
 from .._gc_freeze import GcFreeze
 from .._malloc import keep_freed_memory
-from ..worker import Result, TaskError, run_task
+from ..worker import Result, StopHere, TaskError, run_task, splittable
 from ._base import Event, Executor
 
 __all__ = ["ThreadExecutor"]
@@ -32,27 +32,30 @@ _STOP = object()
 _names = itertools.count()
 
 
-class _Abandoned(Exception):
-    """Raised between two samples of a task the automatic choice takes back (see `ThreadExecutor.abandon_running`)."""
-
-
 class _Running:
     """The task a thread is on: when it started, and how far it got (samples begun)."""
 
-    __slots__ = ("key", "rows", "started", "cpu", "samples", "abandoned")
+    __slots__ = ("key", "rows", "started", "cpu", "samples", "abandoned", "splits")
 
-    def __init__(self, key, rows: int):
+    def __init__(self, key, rows: int, splits: bool):
         self.key, self.rows, self.started, self.cpu, self.samples = key, rows, time.perf_counter(), time.thread_time(), 0
-        self.abandoned = False  # given back at its next sample (`ThreadExecutor.abandon_running`)
+        self.abandoned = False  # given back at its next sample (`ThreadExecutor.abandon_running`) ...
+        self.splits = splits  # ... keeping the rows done (`feedline.worker.splittable`)
 
 
 class _Returned:
-    """A task given back unfinished: it runs again elsewhere. ``rows`` samples took ``cpu`` seconds of this thread."""
+    """A task given back unfinished. ``rows`` samples took ``cpu`` seconds of this thread.
 
-    __slots__ = ("task", "rows", "cpu")
+    ``partial``: None, and the whole task runs again elsewhere; or the
+    `Result` holding the batch of those first ``rows`` samples, and only
+    the rest runs elsewhere (`feedline.worker.StopHere`); ``where(index)``
+    then names a sample's file if the two parts do not fit together.
+    """
 
-    def __init__(self, task, rows: int, cpu: float):
-        self.task, self.rows, self.cpu = task, rows, cpu
+    __slots__ = ("task", "rows", "cpu", "partial", "where")
+
+    def __init__(self, task, rows: int, cpu: float, partial: Result | None = None, where=None):
+        self.task, self.rows, self.cpu, self.partial, self.where = task, rows, cpu, partial, where
 
 
 class ThreadExecutor(Executor):
@@ -145,13 +148,14 @@ class ThreadExecutor(Executor):
             if item is _STOP:
                 return
             key, task = item
-            running = self.running[n] = _Running(key, 0 if task.indices is None else len(task.indices))
+            running = self.running[n] = _Running(key, 0 if task.indices is None else len(task.indices),
+                                                 splittable(self.part, task))
 
             def progress(index, running=running, n=n):
                 running.samples += 1
                 self.begun[n] += 1
                 if running.abandoned:
-                    raise _Abandoned
+                    raise StopHere
                 if n >= self._keep and not self._resumed.is_set():
                     with self._paused_lock:
                         self._paused.add(running.key)
@@ -159,13 +163,15 @@ class ThreadExecutor(Executor):
                     with self._paused_lock:
                         self._paused.discard(running.key)
                     if running.abandoned or self._give_back_paused:
-                        raise _Abandoned
+                        raise StopHere
 
             try:
                 watched = progress if self._watched else None
                 result = run_task(self.part, task, self.arrays, progress=watched, streams=streams, waits=waits)
                 result.worker = n
-            except _Abandoned:
+                if result.stopped is not None:  # given back with its first rows done: only the rest runs elsewhere
+                    result = _Returned(task, result.stopped, result.cpu, partial=result, where=self.part.source.where)
+            except StopHere:  # given back before a sample was done, or a task that cannot be split: it runs again whole
                 result = _Returned(task, running.samples - 1, time.thread_time() - running.cpu)
             except BaseException as exc:  # reported to the consumer, never swallowed
                 result = Result(error=TaskError.from_exception(exc))
@@ -291,14 +297,16 @@ class ThreadExecutor(Executor):
     def abandon_running(self, done_under: float = 1.0) -> list:
         """Give back the running tasks at their next sample (`take_returned` has them once back); returns their keys.
 
-        Only tasks with under ``done_under`` of their samples begun: one far
-        along costs less to finish here than to run again elsewhere. A task
-        that has no next sample finishes as usual instead: its key then
-        arrives as an ordinary result.
+        A task that can be split (`feedline.worker.splittable`) keeps the
+        rows it has done, and only the rest runs elsewhere, however far it
+        got. Of the others, only those with under ``done_under`` of their
+        samples begun: one far along costs less to finish here than to run
+        again elsewhere. A task that has no next sample finishes as usual
+        instead: its key then arrives as an ordinary result.
         """
         keys = []
         for running in list(self.running):
-            if running is not None and (not running.rows or running.samples < done_under * running.rows):
+            if running is not None and (running.splits or not running.rows or running.samples < done_under * running.rows):
                 running.abandoned = True
                 keys.append(running.key)
         return keys

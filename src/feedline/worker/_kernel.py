@@ -19,7 +19,30 @@ from .._batch_memory import new_arrays
 from .._tree import BatchGroup, collate_into
 from ._protocol import Result, Task, TaskError
 
-__all__ = ["run_task", "sample_rng"]
+__all__ = ["StopHere", "run_task", "sample_rng", "splittable"]
+
+
+class StopHere(Exception):
+    """Raised by a ``progress`` callback to stop a task before its next sample (the automatic choice takes it back).
+
+    Where the task can be split (`splittable`) and has samples done,
+    `run_task` ends it there: the result holds the batch of the rows done,
+    and ``Result.stopped`` says how many, so the rest can run elsewhere
+    and the two be joined into the batch one task would have made.
+    Otherwise it propagates, and the whole task runs again elsewhere.
+    """
+
+
+def splittable(part, task: Task) -> bool:
+    """Whether ``task``'s batch is the rows of its first k samples joined to those of the rest, for any k.
+
+    True for one batch of an indexed source, collated by the default
+    collate, with no ``map_batch`` in the worker and no step that drops
+    samples: the same rule as the epoch's last batches cut into pieces
+    (`feedline.engine._tail`).
+    """
+    return (bool(part.batch_size) and part.aligned and part.collate is None and not part.batch_ops
+            and not part.bulk_read and task.indices is not None and len(task.indices) <= part.batch_size)
 
 
 def sample_rng(seed: int, epoch: int, index, step: int) -> np.random.Generator:
@@ -83,7 +106,13 @@ def _run(part, task: Task, alloc, progress, streams) -> Result:
     timed_out = task.timed_out  # empty unless map(timeout=...) stopped a worker on one of these
     for index, streamed in items:
         if progress is not None:
-            progress(index)
+            try:
+                progress(index)
+            except StopHere:
+                if not samples or not splittable(part, task):
+                    raise
+                result.stopped = len(samples)  # every sample is kept (`splittable`): the first rows, in order
+                break
         stage = None  # None: reading the sample; else the position of the failing step
         t0 = time.perf_counter()
         try:
@@ -117,7 +146,7 @@ def _run(part, task: Task, alloc, progress, streams) -> Result:
         if keep:
             samples.append(sample)
             kept.append(index)
-    if progress is not None and part.timeout is not None:
+    if progress is not None and part.timeout is not None and result.stopped is None:
         progress(None)  # collating is not a sample's time
     times["read"] = read_time
     for op, spent in zip(part.ops, op_times):

@@ -118,6 +118,7 @@ class Result:
     cpu: float = 0.0  # CPU seconds the worker thread used on the task
     cpu_wait: float = 0.0  # seconds it was runnable but waiting for a CPU (thread workers on Linux; else 0)
     counters: dict = field(default_factory=dict)  # the source's counts during the task (Source.take_counters)
+    stopped: int | None = None  # stopped after this many samples (`StopHere`): the rows are theirs, the rest runs elsewhere
 
 
 # ---- the process backend's messages, consumer -> worker
