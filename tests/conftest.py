@@ -110,6 +110,15 @@ def feedline_threads() -> set[threading.Thread]:
     return {t for t in threading.enumerate() if t.name.startswith("feedline") and not t.name.startswith("feedline-forkserver")}
 
 
+def pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` exists and is not a zombie (Linux: /proc)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
 def wait_for(condition, timeout: float, interval: float = 0.02) -> bool:
     """True once ``condition()`` holds, polled for up to ``timeout`` seconds."""
     deadline = time.monotonic() + timeout

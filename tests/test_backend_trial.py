@@ -580,6 +580,47 @@ def test_threads_past_their_first_samples_get_no_verdict_beside_the_fork_servers
     assert _verdict_after(monkeypatch, _ScriptedThreads(1.0, 5, begun=1), 0.15, server_up=False, importing=0.2) == "process"
 
 
+class _Parked(_Started):
+    """Process workers started held: they connect until ``connected_at`` (the threads' scripted time), then wait."""
+
+    def __init__(self, threads, connected_at: float):
+        super().__init__()
+        self.threads, self.connected_at, self.released = threads, connected_at, False
+
+    def connecting(self) -> bool:
+        return self.threads.now < self.connected_at
+
+    def release(self) -> None:
+        self.released = True
+
+
+def _parking(threads, connected_at: float, parked: list):
+    return lambda: parked.append(_Parked(threads, connected_at)) or parked[-1]
+
+
+def test_the_first_sign_of_the_gil_starts_the_workers_held_and_the_verdict_hands_them_the_pipeline(monkeypatch):
+    # story 4, 2 cores: asked for at the verdict, the workers of a server just up took 25-38 ms more to be ready
+    threads, trials, parked = _ColdFirstSamples(1.0, 1.0, until=0.03), [], []
+    verdict = _verdict_after(monkeypatch, threads, 0.4, server_up=False, importing=0.1, trials=trials,
+                             park=_parking(threads, 0.11, parked))
+    assert verdict == "process" and len(parked) == 1, "held workers started with the fork server, once"
+    assert parked[0].released and trials[0].processes is parked[0], "the verdict gave them the pipeline"
+
+
+def test_no_stretch_is_judged_while_held_workers_connect_and_threads_that_win_close_them_unused(monkeypatch):
+    from feedline.engine._trial import EVIDENCE_SPAN
+
+    # the workers' start takes CPU beside the threads, as the server's imports do: threads that keep both cores busy
+    # once the server is up are judged only once the workers wait, and the workers go unused
+    busy_once_up, parked = _BusierLater(1.0, later=1.95, until=0.215), []
+    assert _verdict_after(monkeypatch, busy_once_up, 0.2 + 2 * EVIDENCE_SPAN, server_up=False, importing=0.2,
+                          park=_parking(busy_once_up, 0.3, parked)) is None, "judged while the workers connected"
+    busy_once_up, parked = _BusierLater(1.0, later=1.95, until=0.215), []
+    assert _verdict_after(monkeypatch, busy_once_up, 0.3 + 2 * EVIDENCE_SPAN, server_up=False, importing=0.2,
+                          park=_parking(busy_once_up, 0.3, parked)) == "thread"
+    assert len(parked) == 1 and parked[0].closed and not parked[0].released
+
+
 class _ImportingFirst(_ColdFirstSamples):
     """`_ColdFirstSamples` whose first samples import modules (one module more at each look, until ``until``)."""
 

@@ -23,7 +23,7 @@ import time
 
 import numpy as np
 import pytest
-from conftest import snapshot, wait_for
+from conftest import pid_alive, snapshot, wait_for
 
 import feedline as fl
 from feedline import SampleError, WorkerError, testing
@@ -49,13 +49,6 @@ def feedline_actors() -> list[str]:
     return [a["name"] if isinstance(a, dict) else a for a in ray.util.list_named_actors(all_namespaces=True)
             if (a["name"] if isinstance(a, dict) else a).startswith("feedline-")]
 
-
-def pid_alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 @pytest.fixture

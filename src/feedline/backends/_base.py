@@ -92,6 +92,13 @@ class Executor:
         """Run ``workers`` workers from now on (more than now); False if this backend cannot add workers."""
         return False
 
+    def connecting(self) -> bool:
+        """Whether workers started ``held`` are still starting, short of waiting for the pipeline (see `release`)."""
+        return False
+
+    def release(self) -> None:
+        """Hand the pipeline to workers started ``held`` (they take tasks once it is loaded); a no-op otherwise."""
+
     @property
     def settled(self) -> bool:
         """Whether the backend running the work is decided: always, but for an automatic choice still trying backends."""

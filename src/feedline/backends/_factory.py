@@ -68,7 +68,7 @@ def warming_up() -> bool:
     return starting()
 
 
-def make_executor(backend: str, part, workers: int, *, cores: int, ray=None) -> Executor:
+def make_executor(backend: str, part, workers: int, *, cores: int, ray=None, held: bool = False) -> Executor:
     """Start the executor for ``backend`` with ``workers`` workers.
 
     Args:
@@ -76,6 +76,8 @@ def make_executor(backend: str, part, workers: int, *, cores: int, ray=None) -> 
         cores: cores available here (the report's denominator).
         ray: the `feedline.Ray` settings, for ``backend="ray"`` (its worker
             count, if None, is chosen from the cluster).
+        held: process workers start and connect but get the pipeline only
+            at `Executor.release` (the automatic choice, before its verdict).
 
     Raises:
         PartNotPicklable: the part cannot travel to other processes.
@@ -83,7 +85,7 @@ def make_executor(backend: str, part, workers: int, *, cores: int, ray=None) -> 
     if backend == "process":
         from .process import ProcessExecutor
 
-        executor = ProcessExecutor(part, workers)
+        executor = ProcessExecutor(part, workers, held=held)
     elif backend == "ray":
         from .ray import RayExecutor
 

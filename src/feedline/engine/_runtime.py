@@ -342,7 +342,8 @@ def _auto_executor(plan, workers: int, runtime):
             runtime.reason += f"; the remembered processes could not start ({type(e).__name__}: {str(e)[:160]}): a trial"
     load_process_backend()  # not in the consumer while the threads are judged: its imports hold the GIL
     threads = make_executor("thread", plan.part, first_threads(workers, cores), cores=cores)
-    return BackendTrial(threads, lambda: restart("process", workers), workers, restart, on_verdict=on_verdict)
+    return BackendTrial(threads, lambda: restart("process", workers), workers, restart, on_verdict=on_verdict,
+                        park=lambda: make_executor("process", plan.part, workers, cores=cores, held=True))
 
 
 def _recall(plan, workers: int, cores: int, runtime) -> tuple:

@@ -278,8 +278,10 @@ class BackendTrial(Executor):
     """
 
     def __init__(self, threads: Executor, make_processes, workers: int, restart=None,
-                 remembered: Remembered | None = None, on_verdict=None):
+                 remembered: Remembered | None = None, on_verdict=None, park=None):
         self.threads, self.processes = threads, NotStarted(workers)
+        self._park = park  # park() starts the process workers held (`Executor.release`): see `_park_workers`
+        self._parked: Executor | None = None
         self._on_verdict = on_verdict  # on_verdict(winner, rates, samples/s per worker, why, workers) -> None or why not kept
         self._make_processes = make_processes
         self._processes_started = False
@@ -457,7 +459,7 @@ class BackendTrial(Executor):
 
     def close(self) -> None:
         self._restore_switch()
-        for executor in (self.threads, self.processes, self._early):
+        for executor in (self.threads, self.processes, self._early, self._parked):
             if executor is not None:
                 executor.close()
 
@@ -931,6 +933,9 @@ class BackendTrial(Executor):
             self._server_early = "up"  # its imports spoiled the stretch for threads that keep their cores busy
             self._judge_anew(now)
             return
+        if self._parked is not None and self._parked.connecting():
+            self._baseline = self._warm_baseline = None  # held workers start (`_park_workers`): their CPU, like the
+            return  # imports', would spoil the stretch; the verdict is still due `START_PROCESSES_AFTER` from server-up
         modules, importing_module = imports_seen()
         imported, self._modules = importing_module or modules != self._modules, modules
         if imported and any(begun < 2 for *_, begun in clocks):  # an import in the first samples (`import cv2` in
@@ -1018,7 +1023,35 @@ class BackendTrial(Executor):
         try:
             warm_up("process")
         except Exception:  # the workers' own start reports what is wrong, with context (`_start_processes`)
-            pass
+            return
+        self._park_workers()
+
+    def _park_workers(self) -> None:
+        """Start the process workers held: they fork as the server comes up, connect, and wait for the pipeline.
+
+        Asked for at the verdict, the workers of a server that is up took
+        25-38 ms to be ready beside GIL-bound threads (story 4, 2 cores: the
+        forks, the hand-shake, each step waiting for a core or the GIL), and
+        building their executor 8-10 ms more; held from the first sign, only
+        the pipeline's unpickling and one message each are left then
+        (`Executor.release`). No stretch is judged while they connect
+        (`_judge_gil`): their start takes CPU, as the server's imports do.
+        Threads that win close them unused (two forks and hand-shakes: a few
+        ms of CPU after the server's ~85 ms).
+        """
+        if self._park is None or self._parked is not None or self._early is not None or self._processes_started:
+            return
+        try:
+            self._parked = self._park()
+        except Exception:  # `_start_processes` tries again, and reports what it meets
+            self._parked = None
+
+    def _unpark(self) -> Executor | None:
+        """The held workers, given the pipeline now (None if none were started)."""
+        parked, self._parked = self._parked, None
+        if parked is not None:
+            parked.release()
+        return parked
 
     def _start_workers_if_held(self, now: float, clocks: list) -> None:
         """Start the process workers before the verdict where the fork server is up and the threads leave a core idle.
@@ -1052,7 +1085,7 @@ class BackendTrial(Executor):
         if not self._sign_borne_out(baseline, now, clocks, share):
             return
         try:
-            self._early = self._make_processes()
+            self._early = self._unpark() or self._make_processes()
         except Exception:  # `_start_processes` tries again, and reports what it meets
             return
         self.early_workers_at = now - self._started
@@ -1116,7 +1149,7 @@ class BackendTrial(Executor):
             self._paused_at = time.perf_counter()  # (asking for 16 of them beside 16 such threads took 0.12 s, not 0.02)
         soon = self._early is not None or warmed_up()  # the workers fork from a server that is up: in ~0.02-0.04 s
         try:
-            fresh, self._early = self._early or self._make_processes(), None
+            fresh, self._early = self._early or self._unpark() or self._make_processes(), None
         except Exception as exc:
             self._settle("thread", f"process workers failed to start ({type(exc).__name__}: {exc}): threads", measured=False)
             return
@@ -1250,9 +1283,10 @@ class BackendTrial(Executor):
             self._retrial_after = self._retrial_after * 2 if confirmed else RETRIAL_AFTER
         self.winner, self.note = winner, note
         self.threads.resume()
-        if self._early is not None:
-            self._early.close()  # started on a first sign the verdict did not bear out
-            self._early = None
+        for started in (self._early, self._parked):
+            if started is not None:
+                started.close()  # started on a first sign the verdict did not bear out
+        self._early = self._parked = None
         self._undrain()  # (none where the processes won: they took them once up)
         if (winner == "process" and self._outstanding[self.threads]
                 and self.rates.get("process", 0.0) >= ABANDON_RATIO * self.rates.get("thread", math.inf)):

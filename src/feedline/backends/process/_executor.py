@@ -7,6 +7,7 @@ is in docs/architecture.md, "Protocols"):
 - Start: an accept thread does the handshake (`Hello` in, `SendPart` out);
   everything else runs in the consumer's thread in `submit`/`wait`, so
   there is no lock. Tasks go to a worker as soon as it answers `Ready`.
+  Held (``held=True``), workers that said hello wait for `release`.
 - Work and back-pressure: `TaskPool` late binding within the prefetch
   window; each batch comes back in a shared-memory slot, released later.
 - Death: EOF on a worker's pipe; its tasks go to a replacement, the one it
@@ -110,13 +111,22 @@ class _Worker:
 class ProcessExecutor(Executor):
     name = "process"
 
-    def __init__(self, part, workers: int):
+    def __init__(self, part, workers: int, held: bool = False):
+        """Start ``workers`` workers; ``held``: they start and connect, and get the pipeline only at `release`.
+
+        Held, a worker's fork and hand-shake can go by while the automatic
+        choice still judges the threads (`feedline.engine._trial`), and
+        only the pipeline's unpickling is left once it decides.
+        """
         try:
             check_picklable(part)  # cheap, and before any worker starts
         except Exception as e:
             raise PartNotPicklable(str(e)) from e
         self._part_bytes = None
         self.part_known = threading.Event()
+        self._held = held
+        self._waiting: list = []  # (conn, hello) of workers that said hello before the pipeline was theirs to get
+        self._waiting_lock = threading.Lock()
         self.tasks = TaskPool()  # backlog, late binding, attempts, cancelled generations
         self.workers = workers
         self.describe_index = part.source.where
@@ -151,7 +161,23 @@ class ProcessExecutor(Executor):
         except Exception as e:
             self.close()
             raise PartNotPicklable(str(e)) from e
-        self.part_known.set()  # the accept thread may now hand the pipeline to waiting workers
+        if not held:
+            self.release()
+
+    def release(self) -> None:
+        """The pipeline goes to every worker: those waiting for it now, the others as they say hello."""
+        self._held = False
+        if self._part_bytes is None:
+            return  # still pickling (`__init__` releases once it is done)
+        with self._waiting_lock:
+            self.part_known.set()
+            waiting, self._waiting = self._waiting, []
+        for conn, hello in waiting:
+            self._send_part(conn, hello)
+
+    def connecting(self) -> bool:
+        """Held workers not all waiting for the pipeline yet (the automatic choice judges no stretch meanwhile)."""
+        return self._held and len(self._waiting) < sum(w is not None for w in self.pool)
 
     @property
     def part_bytes(self) -> bytes | None:
@@ -218,16 +244,27 @@ class ProcessExecutor(Executor):
                 if not conn.poll(START_TIMEOUT):
                     raise EOFError
                 hello = decode(conn.recv_bytes())
-                self.part_known.wait()
-                if self.closing:
-                    conn.close()
-                    return
-                conn.send_bytes(encode(SendPart(self._part_bytes)))
             except (EOFError, OSError):
                 conn.close()  # it died before saying hello; the start-up check sees its exit
                 continue
-            self.accepted.put((conn, hello))
-            self.wake_w.send_bytes(b"w")
+            with self._waiting_lock:
+                if not self.part_known.is_set():  # held, or still pickling: `release` sends it
+                    self._waiting.append((conn, hello))
+                    continue
+            self._send_part(conn, hello)
+
+    def _send_part(self, conn, hello) -> None:
+        """Send a worker that said hello the pipeline; it is the consumer's from then on (`_take_accepted`)."""
+        if self.closing:
+            conn.close()
+            return
+        try:
+            conn.send_bytes(encode(SendPart(self._part_bytes)))
+        except (EOFError, OSError):
+            conn.close()  # it died meanwhile; the start-up check sees its exit
+            return
+        self.accepted.put((conn, hello))
+        self.wake_w.send_bytes(b"w")
 
     def _take_accepted(self) -> None:
         while True:
@@ -454,7 +491,15 @@ class ProcessExecutor(Executor):
         if self.closing:
             return
         self.closing = True
-        self.part_known.set()  # an accept thread waiting for the pipeline gives up
+        with self._waiting_lock:
+            self.part_known.set()  # (a hello from now on is not kept waiting)
+            waiting, self._waiting = self._waiting, []
+        for conn, _ in waiting:  # held workers, never given the pipeline: they stop as told (or are terminated below)
+            try:
+                conn.send_bytes(encode(Stop()))
+            except OSError:
+                pass
+            conn.close()
         workers = [w for w in self.pool if w is not None]
         for w in workers:
             if w.conn is not None:
