@@ -605,6 +605,12 @@ def test_the_first_sign_of_the_gil_starts_the_workers_held_and_the_verdict_hands
                              park=_parking(threads, 0.11, parked))
     assert verdict == "process" and len(parked) == 1, "held workers started with the fork server, once"
     assert parked[0].released and trials[0].processes is parked[0], "the verdict gave them the pipeline"
+    # threads still in their first samples (story 1's 70 ms Keras batches) are judged beside the server's imports as
+    # before: the held workers fork only once it is up, so they take no CPU meanwhile (judged then: 0.88 of processes)
+    first_samples, parked = _ScriptedThreads(1.0, 5, begun=1), []
+    assert _verdict_after(monkeypatch, first_samples, 0.15, server_up=False, importing=0.2,
+                          park=_parking(first_samples, 0.3, parked)) == "process"
+    assert parked[0].released
 
 
 def test_no_stretch_is_judged_while_held_workers_connect_and_threads_that_win_close_them_unused(monkeypatch):

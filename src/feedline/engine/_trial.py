@@ -933,9 +933,9 @@ class BackendTrial(Executor):
             self._server_early = "up"  # its imports spoiled the stretch for threads that keep their cores busy
             self._judge_anew(now)
             return
-        if self._parked is not None and self._parked.connecting():
-            self._baseline = self._warm_baseline = None  # held workers start (`_park_workers`): their CPU, like the
-            return  # imports', would spoil the stretch; the verdict is still due `START_PROCESSES_AFTER` from server-up
+        if not importing and self._parked is not None and self._parked.connecting():
+            self._baseline = self._warm_baseline = None  # held workers start (`_park_workers`) once the server is up:
+            return  # their CPU, like its imports', would spoil the stretch; the verdict is due as before (server-up)
         modules, importing_module = imports_seen()
         imported, self._modules = importing_module or modules != self._modules, modules
         if imported and any(begun < 2 for *_, begun in clocks):  # an import in the first samples (`import cv2` in
@@ -1034,8 +1034,11 @@ class BackendTrial(Executor):
         forks, the hand-shake, each step waiting for a core or the GIL), and
         building their executor 8-10 ms more; held from the first sign, only
         the pipeline's unpickling and one message each are left then
-        (`Executor.release`). No stretch is judged while they connect
-        (`_judge_gil`): their start takes CPU, as the server's imports do.
+        (`Executor.release`). No stretch is judged while they connect once
+        the server is up (`_judge_gil`): their start takes CPU, as the
+        server's imports do. Before that they take none, and the plain
+        verdict beside the imports stays (judged while they waited for the
+        server too, story 1's verdict came after it: 0.88 of processes).
         Threads that win close them unused (two forks and hand-shakes: a few
         ms of CPU after the server's ~85 ms).
         """
