@@ -959,6 +959,20 @@ class _RecordingProcesses(Executor):
         self.inner.close()
 
 
+def _two_threads_then_recorded_processes(fn) -> tuple:
+    """A trial of two threads (2 cores) on 320 samples of ``fn`` in tasks of 40, whose processes record what reaches them.
+
+    Returns ``(trial, processes)``: ``processes`` holds the `_RecordingProcesses` once the trial starts them.
+    """
+    from feedline.engine import _trial
+
+    part = _thread_part(fn, n=320, batch=40)
+    threads = ThreadExecutor(part, workers=2)
+    threads.cores = 2  # (as `make_executor` sets it: one thread per core)
+    processes: list = []
+    return _trial.BackendTrial(threads, lambda: processes.append(_RecordingProcesses(part)) or processes[0], 2), processes
+
+
 def _expect_every_task_once_in_order(trial, processes: _RecordingProcesses, tasks: int = 8) -> None:
     """Tasks 0..tasks-1 (40 samples each) all come back once, right, and reached the process workers in key order."""
     events = []
@@ -973,13 +987,7 @@ def _expect_every_task_once_in_order(trial, processes: _RecordingProcesses, task
 def test_thread_tasks_given_back_as_the_workers_come_up_reach_them_before_later_tasks():
     # The earliest tasks hold the next batches: given back by threads the GIL held back, they must reach the process
     # workers before the queued and the newly submitted ones (sent as they came back, they ran a round later).
-    from feedline.engine import _trial
-
-    part = _thread_part(slow_identity, n=320, batch=40)  # tasks of 40 samples of 10 ms
-    threads = ThreadExecutor(part, workers=2)
-    threads.cores = 2  # (as `make_executor` sets it: one thread per core)
-    processes: list = []
-    trial = _trial.BackendTrial(threads, lambda: processes.append(_RecordingProcesses(part)) or processes[0], 2)
+    trial, processes = _two_threads_then_recorded_processes(slow_identity)  # tasks of 40 samples
     try:
         tasks = {(0, n): Task(epoch=0, number=n, indices=np.arange(40 * n, 40 * n + 40)) for n in range(8)}
         for n in range(6):
@@ -1008,14 +1016,8 @@ def test_thread_tasks_given_back_far_along_keep_their_rows_and_only_the_rest_run
     # gil, 2 cores: the threads' tasks were ~45 % done as the workers came up; run again whole, what they did was
     # lost (-2 to -6 %), and left to finish they ran beside the workers at a fraction of their speed (story 4: the
     # workers' first tasks 0.22-0.24 s instead of 0.15, 0.91-0.93 of processes by hand; 0.955-0.96 split)
-    from feedline.engine import _trial
-
     _calls.clear()
-    part = _thread_part(counted_slow_identity, n=320, batch=40)
-    threads = ThreadExecutor(part, workers=2)
-    threads.cores = 2
-    processes: list = []
-    trial = _trial.BackendTrial(threads, lambda: processes.append(_RecordingProcesses(part)) or processes[0], 2)
+    trial, processes = _two_threads_then_recorded_processes(counted_slow_identity)  # tasks of 40 samples
     try:
         for n in range(8):
             trial.submit((0, n), Task(epoch=0, number=n, indices=np.arange(40 * n, 40 * n + 40)))
@@ -1032,13 +1034,7 @@ def test_thread_tasks_given_back_far_along_keep_their_rows_and_only_the_rest_run
 def test_threads_that_lose_to_much_faster_processes_hand_over_the_tasks_they_hold_earliest_first():
     # 16 cores, jpeg: sixteen threads measured alone delivered 1,157 samples/s against the processes' 3,332; left to
     # finish the tasks they held (~0.5 s each), they cost the epoch ~1.2 s after the verdict
-    from feedline.engine import _trial
-
-    part = _thread_part(slow_identity, n=320, batch=40)
-    threads = ThreadExecutor(part, workers=2)
-    threads.cores = 2
-    processes: list = []
-    trial = _trial.BackendTrial(threads, lambda: processes.append(_RecordingProcesses(part)) or processes[0], 2)
+    trial, processes = _two_threads_then_recorded_processes(slow_identity)  # tasks of 40 samples
     try:
         trial._start_processes()
         trial._check_ready()
