@@ -187,3 +187,27 @@ def test_many_more_workers_than_cores_cut_the_tail_and_deliver_every_batch_once_
         assert stats.samples == 203
     # 32 threads take all 51 tasks before any is back: only the next epoch knows which batches are worth cutting
     assert epochs[1][1].tasks > epochs[1][1].batches, "the last batches of a later epoch should run as pieces"
+
+
+def _shapes():
+    """Pipelines whose batches may or may not be cut: the tail and the automatic choice's give-back must agree on each."""
+    base = fl.from_sequence(list(range(64))).map(record)
+    return {
+        "plain": (base.batch(8), True),
+        "map_batch": (base.batch(8).map_batch(lambda b: b), False),
+        "collate": (base.batch(8, collate=lambda rows: rows), False),
+        "filter": (base.filter(lambda s: s["label"] != 1).batch(8), False),
+        "padded": (fl.from_sequence([np.arange(i % 5 + 1) for i in range(64)]).padded_batch(8), False),
+        "unbatched": (base, False),
+    }
+
+
+@pytest.mark.parametrize("shape", list(_shapes()))
+def test_the_tail_and_a_thread_task_given_back_cut_the_same_batches(shape):
+    from feedline.worker import Task, splittable
+
+    pipe, cut = _shapes()[shape]
+    plan = pipe.plan
+    task = Task(epoch=0, number=0, indices=np.arange(plan.part.batch_size or 1))
+    assert _tail.TailPieces(plan, "thread").enabled is cut
+    assert splittable(plan.part, task) is cut

@@ -28,7 +28,7 @@ join's copy of the batch costs under `COPY_SHARE` of a task.
 from __future__ import annotations
 
 from .._tree import concat_pieces, slice_rows
-from ..worker import Result, TaskError
+from ..worker import Result, TaskError, joins_rows
 
 __all__ = ["COPY_RATE", "COPY_SHARE", "MAX_PIECES", "PIECE_SECONDS", "TailPieces", "join", "piece_indices"]
 
@@ -44,8 +44,7 @@ class TailPieces:
     def __init__(self, plan, backend: str):
         part = plan.part
         self.size = part.batch_size
-        self.enabled = (bool(part.batch_size) and part.aligned and part.collate is None and not part.batch_ops
-                        and not part.bulk_read and not plan.streaming and plan.padder is None
+        self.enabled = (joins_rows(part) and not plan.streaming and plan.padder is None
                         and backend in ("thread", "process"))  # (the automatic choice runs as one of them)
         self._waiting: dict[int, tuple] = {}  # task number -> (its pieces' results, None until back; their indices)
 

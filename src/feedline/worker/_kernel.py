@@ -19,7 +19,7 @@ from .._batch_memory import new_arrays
 from .._tree import BatchGroup, collate_into
 from ._protocol import Result, Task, TaskError
 
-__all__ = ["StopHere", "run_task", "sample_rng", "splittable"]
+__all__ = ["StopHere", "joins_rows", "run_task", "sample_rng", "splittable"]
 
 
 class StopHere(Exception):
@@ -33,16 +33,24 @@ class StopHere(Exception):
     """
 
 
-def splittable(part, task: Task) -> bool:
-    """Whether ``task``'s batch is the rows of its first k samples joined to those of the rest, for any k.
+def joins_rows(part) -> bool:
+    """Whether every batch of ``part`` is the batch of its first k rows joined to that of the rest, for any k.
 
-    True for one batch of an indexed source, collated by the default
-    collate, with no ``map_batch`` in the worker and no step that drops
-    samples: the same rule as the epoch's last batches cut into pieces
+    True for one batch a task, collated by the default collate (a custom
+    ``collate`` or a padded batch may depend on every row), with no
+    ``map_batch`` in the worker (it would see part of a batch), no bulk
+    read, and no step that drops samples (``aligned``). The one rule behind
+    both ways a batch is cut: a thread's task given back part-done
+    (`splittable`) and the epoch's last batches run as pieces
     (`feedline.engine._tail`).
     """
     return (bool(part.batch_size) and part.aligned and part.collate is None and not part.batch_ops
-            and not part.bulk_read and task.indices is not None and len(task.indices) <= part.batch_size)
+            and not part.bulk_read)
+
+
+def splittable(part, task: Task) -> bool:
+    """Whether ``task``'s batch can stop after any sample and the rest run elsewhere (`joins_rows`, indexed, one batch)."""
+    return joins_rows(part) and task.indices is not None and len(task.indices) <= part.batch_size
 
 
 def sample_rng(seed: int, epoch: int, index, step: int) -> np.random.Generator:
