@@ -194,7 +194,7 @@ def render(results, command: str, reps: int, quick: bool, seconds: float, info: 
         "",
         (f"Date: {date}. Mode: {'quick (smoke test; numbers are indicative only)' if quick else 'full'}; "
          + (f"{reps} timed repetitions per loader after one untimed, checked warm-up" if not quick else "one checked run per loader")
-         + f"; loaders alternate (order rotated each round). Total run time {seconds:.0f} s. {load}"),
+         + f"; loaders alternate (a seeded shuffled order each round). Total run time {seconds:.0f} s. {load}"),
         "",
         f"![samples/s of every loader, relative to the serial loop]({chart_name})",
         "",
