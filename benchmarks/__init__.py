@@ -12,9 +12,10 @@ each workload; `vision` has jpeg and store, `story2` seg, `audio` audio),
 `loaders` (one function per generic loader; workloads add native ones),
 `runner` (the one alternating loop: timing, repetitions, memory, checks),
 `report` (RESULTS.md, the targets, the chart). Scripts beside them:
-`decoders` (image decoder micro-benchmark), `audio decoders`, `autotune`,
-`accounting_overhead`, `remembered` (first runs against runs on a remembered
-verdict).
+`decoders` (image decoder micro-benchmark), `audio decoders`, `autotune`
+(the automatic choice's first epoch against the best and worst hand setting,
+paired, fresh interpreters), `accounting_overhead`, `remembered` (first runs
+against runs on a remembered verdict).
 
 Importing this package sets OMP/OPENBLAS/MKL/VECLIB/NUMEXPR thread counts
 to 1 in the environment (unless already set), before NumPy, torch or

@@ -171,6 +171,19 @@ def test_remembered_benchmark_compares_first_runs_and_remembered_runs_with_the_h
     assert "at once, remembered: this pipeline's trial" in out, out  # the remembered row started on its agreeing trials
 
 
+def test_autotune_benchmark_pairs_the_automatic_choice_with_the_best_and_worst_hand_setting_each_round():
+    out = _run_script("autotune", "--quick", "--workload", "gil")
+    rows = _table_rows(out)
+    assert set(rows) == {"gil"}
+    cells = rows["gil"]
+    assert cells[0] == "process x2", "the gil workload's best hand setting is processes"
+    auto, best, worst = (float(v.replace(",", "")) for v in cells[1:4])
+    assert min(auto, best, worst) > 0
+    assert float(cells[4].split()[0]) == pytest.approx(auto / best, abs=0.002)  # one round: its ratio is the median's
+    assert float(cells[5]) == pytest.approx(auto / worst, abs=0.01)
+    assert cells[6].split()[0] in ("process", "thread"), cells  # which backend the automatic run ended on
+
+
 def test_shm_spill_benchmark_runs_feedline_through_memory_files_and_the_spill_folder_and_reports_what_failed():
     pytest.importorskip("torch")
     import shutil
