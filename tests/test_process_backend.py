@@ -204,6 +204,52 @@ def test_function_from_a_local_module_is_found_by_workers(tmp_path, monkeypatch,
     assert got == expected
 
 
+# A module that runs its pipeline when imported, and defines the map's function: workers import it to find the
+# function, and each ran the pipeline again with workers of its own (a fork bomb: ~300 processes in ten minutes
+# on 2 cores, seen when an old benchmark script was imported as a module).
+NESTING_MODULE = textwrap.dedent(
+    """
+    import os
+    import numpy as np
+    import feedline as fl
+
+    def double(x):
+        return x * 2
+
+    depth = int(os.environ.get("FEEDLINE_TEST_NESTING", "0"))
+    if depth < 2:  # this test's own stop: without feedline's refusal the nesting ends here instead of never
+        os.environ["FEEDLINE_TEST_NESTING"] = str(depth + 1)
+        with fl.from_arrays(np.arange(8)).map(double, backend=BACKEND, workers=2).batch(4) as pipe:
+            print("DONE", depth, [b.tolist() for b in pipe], flush=True)
+    """
+)
+
+
+@pytest.mark.parametrize("backend", ["process", None])
+@pytest.mark.parametrize("forkserver", ["1", "0"])
+def test_a_module_that_iterates_a_pipeline_when_imported_stops_with_the_fix_instead_of_nesting_workers(
+        backend, forkserver, tmp_path, monkeypatch, no_leaks):
+    name = f"runs_on_import_{os.getpid()}_{time.monotonic_ns()}"
+    (tmp_path / f"{name}.py").write_text(NESTING_MODULE.replace("BACKEND", repr(backend)))
+    monkeypatch.setenv("FEEDLINE_FORKSERVER", forkserver)
+    monkeypatch.setenv("FEEDLINE_REMEMBER", "0")
+    monkeypatch.delenv("FEEDLINE_TEST_NESTING", raising=False)
+    code = (f"import sys; sys.path.insert(0, {str(tmp_path)!r}); "
+            f"import numpy as np, feedline as fl, {name} as m; "  # the pipeline ran at import; now one that must start processes
+            "pipe = fl.from_arrays(np.arange(8)).map(m.double, backend='process', workers=2).batch(4); "
+            "print('AFTER', [b.tolist() for b in pipe], flush=True)")
+    result = run_python(["-c", code], tmp_path, timeout=120)
+    nested = [line for line in result.stdout.splitlines() if line.startswith("DONE") and not line.startswith("DONE 0")]
+    assert not nested, f"a worker ran the module's pipeline while loading its own: {nested}"
+    if backend == "process":  # the import's own pipeline needs workers that import the module: it stops with the fix
+        assert result.returncode != 0 and "DONE 0" not in result.stdout, result.stdout
+        assert 'if __name__ == "__main__":' in result.stderr and "could not load the pipeline" in result.stderr, \
+            result.stderr[-3000:]
+    else:  # threads ran it at import (they import nothing); the later process pipeline's workers refuse to run it again
+        assert "DONE 0 [[0, 2, 4, 6], [8, 10, 12, 14]]" in result.stdout, result.stdout + result.stderr[-3000:]
+        assert result.returncode != 0 and 'if __name__ == "__main__":' in result.stderr, result.stderr[-3000:]
+
+
 @pytest.mark.parametrize("resource", ["lock", "open_file"])
 def test_unpicklable_map_function_raises_type_error_naming_it_before_workers_start(resource, tmp_path, no_leaks):
     if resource == "lock":

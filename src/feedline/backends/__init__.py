@@ -7,8 +7,8 @@ The executors themselves are imported on first use: a process worker
 imports `backends.process._main` and needs none of them.
 """
 
-from ._base import Event, Executor, PartNotPicklable, in_worker
+from ._base import Event, Executor, PartNotPicklable, check_not_loading, in_worker
 from ._factory import check_sendable, load_process_backend, make_executor, warm_up, warmed_up, warming_up
 
-__all__ = ["Event", "Executor", "PartNotPicklable", "check_sendable", "in_worker", "load_process_backend", "make_executor", "warm_up", "warmed_up",
+__all__ = ["Event", "Executor", "PartNotPicklable", "check_not_loading", "check_sendable", "in_worker", "load_process_backend", "make_executor", "warm_up", "warmed_up",
            "warming_up"]

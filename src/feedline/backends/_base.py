@@ -10,10 +10,11 @@ default, never guessed with ``hasattr``.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from typing import NamedTuple
 
-__all__ = ["Event", "Executor", "PartNotPicklable", "in_worker", "mark_worker"]
+__all__ = ["Event", "Executor", "PartNotPicklable", "check_not_loading", "in_worker", "loading_pipeline", "mark_worker"]
 
 WORKER_VAR = "FEEDLINE_WORKER"  # set in every process worker and Ray actor (and so in what they start)
 
@@ -26,6 +27,45 @@ def mark_worker() -> None:
 def in_worker() -> bool:
     """True in a process worker or Ray actor (a user module that builds a pipeline at import runs there too)."""
     return bool(os.environ.get(WORKER_VAR))
+
+
+_loading = [False]  # a worker is unpickling the pipeline it was sent (`loading_pipeline`)
+
+
+@contextlib.contextmanager
+def loading_pipeline():
+    """While a worker unpickles its pipeline: iterating one then is refused (`check_not_loading`)."""
+    _loading[0] = True
+    try:
+        yield
+    finally:
+        _loading[0] = False
+
+
+def check_not_loading() -> None:
+    """Refuse to run a pipeline while this worker unpickles the one it was sent: its workers would do the same.
+
+    A worker unpickles the map's function by importing the module that
+    defines it; a module that also iterates a pipeline when it is imported
+    (a script imported as a module, its run code not under
+    ``if __name__ == "__main__":``) would start workers of its own there,
+    each of which imports the module again: a fork bomb (each level two
+    workers, hundreds of processes within minutes). Python's ``spawn``
+    refuses the same with a ``RuntimeError``; so does this, and the worker
+    reports it to the consumer as the reason the pipeline could not load.
+
+    Raises:
+        FeedlineError: a pipeline is iterated while this worker loads its own.
+    """
+    if _loading[0]:
+        from .._errors import FeedlineError
+
+        raise FeedlineError(
+            "feedline: a pipeline was iterated while a feedline worker was loading the pipeline it was sent: the "
+            "worker imports the module that defines the map's function, and that module iterates a pipeline when it "
+            "is imported, so every worker would start workers of its own, without end. Put the code that runs the "
+            'pipeline under `if __name__ == "__main__":` in that module, or define the function in a module that '
+            "runs nothing when imported.")
 
 
 class Event(NamedTuple):

@@ -21,7 +21,7 @@ from typing import Callable
 import cloudpickle
 
 from .._errors import FeedlineError
-from ..backends import PartNotPicklable, check_sendable, in_worker, load_process_backend, make_executor, warm_up
+from ..backends import PartNotPicklable, check_not_loading, check_sendable, in_worker, load_process_backend, make_executor, warm_up
 from . import _remembered as remembered_choice
 from ._autotune import MAX_WORKERS, MAX_WORKERS_PER_CORE, DepthTuner, WorkerTuner
 from ._bulk_trial import SerialOrThreads
@@ -48,6 +48,7 @@ class Runtime:
     """
 
     def __init__(self, plan):
+        check_not_loading()  # a worker loading its pipeline imported a module that runs one: workers without end
         _start_after_set_up.runtime_built()  # iterating now: a server started meanwhile would take a core from its threads
         self.plan = plan
         if plan.runs_user_code and not plan.part.source.needs_ray:

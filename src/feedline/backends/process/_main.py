@@ -29,7 +29,7 @@ import time
 import traceback
 
 from ..._blas_limit import USER_BLAS_VARS
-from .._base import mark_worker
+from .._base import loading_pipeline, mark_worker
 
 # Thread pools of native libraries, set to one thread per worker unless the user set them:
 # N workers each starting N threads oversubscribe the cores (3-7x slower, measured on peers).
@@ -224,7 +224,8 @@ def run(boot: dict) -> None:
                 writer.release(message.slots)
             elif isinstance(message, SendPart):
                 try:
-                    part = cloudpickle.loads(message.data)
+                    with loading_pipeline():  # a module that iterates a pipeline when imported is refused (`check_not_loading`)
+                        part = cloudpickle.loads(message.data)
                 except BaseException:
                     send(PartError(traceback.format_exc()))
                     continue

@@ -40,7 +40,7 @@ import numpy as np
 
 from ...transport._transfer import SHARE_THRESHOLD, code_with_its_file, memmap_reduction
 from ...worker import Result, Task, TaskError, run_task
-from .._base import mark_worker
+from .._base import loading_pipeline, mark_worker
 
 __all__ = ["RayWorker", "dumps_part", "loads_part"]
 
@@ -119,7 +119,8 @@ class RayWorker:
         data, buffers, refs, paths = shipped
         sys.path.extend(p for p in paths if p and p not in sys.path and os.path.exists(p))
         try:
-            self.part = loads_part(data, buffers, refs)
+            with loading_pipeline():  # as in process workers (`check_not_loading`)
+                self.part = loads_part(data, buffers, refs)
         except BaseException:  # reported by ready(), so the consumer can stop with the reason
             self.error = traceback.format_exc()
         self.streams: dict = {}
