@@ -9,7 +9,7 @@ Run (from the repository root, in the project's virtualenv with the peers' packa
 One interpreter, the fork server started first (as in a training script
 that built its model after describing the pipeline, or after any earlier
 process pipeline), then per round one epoch with start-up of each setting
-in rotating order: ``hand`` (the suite's best hand setting of ``map()``),
+in a seeded shuffled order: ``hand`` (the suite's best hand setting of ``map()``),
 ``auto`` (``map(fn)``, nothing remembered: every run a first run) and
 ``remembered`` (``map(fn)`` with a file of verdicts of its own: the first
 `feedline.engine._remembered.AGREE` rounds are its agreeing trials and are
@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import random
 import shutil
 import statistics
 import tempfile
@@ -80,7 +81,7 @@ def main(argv=None) -> None:
         decision = ""
         try:
             for r in range(rounds):
-                for setting in SETTINGS[r % 3:] + SETTINGS[:r % 3]:
+                for setting in random.Random(r).sample(SETTINGS, len(SETTINGS)):
                     rate, why = epoch(w, dict(w.hand or {}) if setting == "hand" else {},
                                       memory if setting == "remembered" else "0")
                     if setting != "remembered" or r >= AGREE:

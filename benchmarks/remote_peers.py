@@ -33,7 +33,7 @@ batches of 64, 2 workers, shuffled, one epoch:
 ``cold``: an empty cache directory; ``warm``: the cache one earlier epoch of
 the same loader filled. Every epoch runs in a fresh Python process (imports
 not timed; dataset construction, worker start-up and every download are),
-``--reps`` rounds with the loaders in a rotating order, medians. Every epoch
+``--reps`` rounds with the loaders in a seeded shuffled order, medians. Every epoch
 is checked: the labels delivered must be each sample's exactly once (a
 loader that drops or repeats samples is reported and fails the run).
 Reported: samples/s, time to the first batch, both as ratios to ``feedline
@@ -48,6 +48,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import resource
 import shutil
 import statistics
@@ -271,7 +272,7 @@ def main(argv=None) -> None:
         runs = {(name, cache): [] for name in loaders for cache in ("cold", "warm")}
         order = list(runs)
         for rep in range(args.reps):
-            for name, cache in order[rep % len(order):] + order[:rep % len(order)]:
+            for name, cache in random.Random(rep).sample(order, len(order)):
                 for _attempt in range(1 + args.retries):
                     runner.wait_quiet(args.max_wait, log=lambda *_: None)
                     folder = warm[name] if cache == "warm" else os.path.join(work, f"cold-{time.monotonic_ns()}")

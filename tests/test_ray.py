@@ -246,6 +246,26 @@ def test_unpicklable_map_function_is_named_before_actors_start(ray_clean):
     assert testing.runtime(pipe) is None
 
 
+def test_an_actor_refuses_to_run_a_pipeline_while_it_loads_its_own(ray_clean, tmp_path, monkeypatch):
+    # the actor imports the module that defines the map's function; a module that also iterates a pipeline when
+    # imported would run it in every actor (with process workers: workers without end), so the actor refuses
+    name = f"runs_on_import_ray_{os.getpid()}_{time.monotonic_ns()}"
+    (tmp_path / f"{name}.py").write_text(
+        "import numpy as np\n"
+        "import feedline as fl\n"
+        "def double(x):\n"
+        "    return x * 2\n"
+        "RAN = [b.tolist() for b in fl.from_arrays(np.arange(4)).map(double, backend='serial').batch(2)]\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    module = __import__(name)
+    assert module.RAN == [[0, 2], [4, 6]]  # in this process the import-time pipeline runs as usual
+    pipe = fl.from_arrays(np.arange(8)).map(module.double, backend="ray", workers=1).batch(4)
+    with pytest.raises(fl.WorkerError, match='if __name__ == "__main__":'):
+        with pipe:
+            list(pipe)
+
+
 # ---------------------------------------------------------- back-pressure
 def test_slow_consumer_keeps_at_most_depth_batches_in_flight_on_ray(ray_clean, tmp_path):
     marks = str(tmp_path)
