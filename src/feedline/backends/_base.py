@@ -14,6 +14,8 @@ import contextlib
 import os
 from typing import NamedTuple
 
+from .._errors import FeedlineError
+
 __all__ = ["Event", "Executor", "PartNotPicklable", "check_not_loading", "in_worker", "loading_pipeline", "mark_worker"]
 
 WORKER_VAR = "FEEDLINE_WORKER"  # set in every process worker and Ray actor (and so in what they start)
@@ -29,17 +31,18 @@ def in_worker() -> bool:
     return bool(os.environ.get(WORKER_VAR))
 
 
-_loading = [False]  # a worker is unpickling the pipeline it was sent (`loading_pipeline`)
+_loading = False  # a worker is unpickling the pipeline it was sent (`loading_pipeline`)
 
 
 @contextlib.contextmanager
 def loading_pipeline():
     """While a worker unpickles its pipeline: iterating one then is refused (`check_not_loading`)."""
-    _loading[0] = True
+    global _loading
+    _loading = True
     try:
         yield
     finally:
-        _loading[0] = False
+        _loading = False
 
 
 def check_not_loading() -> None:
@@ -57,9 +60,7 @@ def check_not_loading() -> None:
     Raises:
         FeedlineError: a pipeline is iterated while this worker loads its own.
     """
-    if _loading[0]:
-        from .._errors import FeedlineError
-
+    if _loading:
         raise FeedlineError(
             "feedline: a pipeline was iterated while a feedline worker was loading the pipeline it was sent: the "
             "worker imports the module that defines the map's function, and that module iterates a pipeline when it "

@@ -1041,9 +1041,10 @@ class BackendTrial(Executor):
         waited for the connection when every stretch restarted meanwhile
         (0.238 s instead of ~0.07 in one run of two): 0.938 of processes by
         hand, 0.974 with the plain verdict given (12 paired rounds, fresh
-        interpreters; story 4 +1.8 %, audio +1.4 %, gil level). Before the server is up they take no CPU, and the
-        plain verdict beside the imports stays (judged while they waited for
-        the server too, story 1's verdict came after it: 0.88 of processes).
+        interpreters; story 4 +1.8 %, audio +1.4 %, gil level). Before the
+        server is up they take no CPU, and the plain verdict beside the
+        imports stays (judged while they waited for the server too, story
+        1's verdict came after it: 0.88 of processes).
         Threads that win close them unused (two forks and hand-shakes: a few
         ms of CPU after the server's ~85 ms).
         """
