@@ -8,8 +8,14 @@ workload's data are ready before it, as a training script's are). Settings:
 (the peer suite's best hand setting of ``map()`` for the workload) and
 ``worst`` (the other backend, same worker count). Each round runs every
 setting once in a seeded shuffled order; ``auto / best`` is the median of
-the rounds' own ratios (with its interquartile range), so drift of a noisy
-machine between rounds cancels instead of landing on one row. One untimed
+the rounds' own ratios (with its interquartile range) against whichever
+hand setting ran faster over the rounds, so drift of a noisy machine
+between rounds cancels instead of landing on one row. On a big machine
+``--workers`` (e.g. the cores; the suite's 2 by default) sets the hand
+settings' width, ``--samples`` tiles the workload so that an epoch holds a
+few tasks per worker, and ``--settings auto,best`` leaves out a hand
+setting known to be slow there (sixteen threads on pure Python: a minute
+an epoch). One untimed
 epoch reads the workload's files first: the audio workload's first run
 after its WAV files left the page cache ran at ~3,400 samples/s in every
 setting, against ~7,000 warm, and landed on whichever setting ran first.
@@ -19,6 +25,7 @@ Run (from the repository root, in the project's virtualenv):
     python -m benchmarks.autotune                       # jpeg, seg, gil, audio, store; 8 rounds (~6 min, 2 cores)
     python -m benchmarks.autotune --workload audio --rounds 16
     python -m benchmarks.autotune --quick               # smoke test: small data, one round
+    python -m benchmarks.autotune --workload gil --samples 8192 --settings auto,best   # 16 cores
 
 Target (issue 15): ``auto / best`` >= 0.95 on every workload.
 Last run: benchmarks/RESULTS.md, "Automatic choice, paired first runs".
@@ -43,8 +50,11 @@ SETTINGS = ("auto", "best", "worst")
 _RUN = r"""
 import json, sys, time
 from benchmarks.workloads import build
-name, setting, quick = sys.argv[1], sys.argv[2], sys.argv[3] == "1"
+name, setting, quick, samples = sys.argv[1], sys.argv[2], sys.argv[3] == "1", int(sys.argv[5])
 w = build(name, quick=quick)
+if samples:
+    from benchmarks.server_check import tiled
+    w = tiled(w, samples)
 import feedline as fl
 settings = json.loads(sys.argv[4])
 start = time.perf_counter()
@@ -59,22 +69,31 @@ print(json.dumps({"rows": rows, "expected": len(w.data), "rate": rows / seconds,
 """
 
 
-def hand_settings(name: str) -> dict[str, dict]:
-    """``{"auto": {}, "best": ..., "worst": ...}`` for workload ``name`` (the worst: the other backend, as many workers)."""
+def hand_settings(name: str, workers: int | None = None) -> dict[str, dict]:
+    """``{"auto": {}, "best": ..., "worst": ...}`` for workload ``name`` (the worst: the other backend, as many workers).
+
+    ``best`` is the peer suite's hand setting (shaped on 2 cores); with
+    ``workers`` both hand settings get that many workers, and the automatic
+    one too where it differs from the cores (as a user would set it).
+    """
+    from .runner import cores
     from .workloads import build
 
     best = build(name, quick=True).hand
     if not best or best.get("backend") not in ("thread", "process"):
         raise ValueError(f"workload {name!r} has no thread or process hand setting to compare with")
+    if workers is not None:
+        best = dict(best, workers=workers)
     worst = dict(best, backend="process" if best["backend"] == "thread" else "thread")
-    return {"auto": {}, "best": best, "worst": worst}
+    auto = {"workers": workers} if workers is not None and workers != cores() else {}
+    return {"auto": auto, "best": best, "worst": worst}
 
 
-def one_epoch(name: str, setting: str, settings: dict, quick: bool) -> dict:
-    """Run one epoch of ``name`` with ``settings`` in a fresh interpreter; its JSON record."""
+def one_epoch(name: str, setting: str, settings: dict, quick: bool, samples: int = 0) -> dict:
+    """Run one epoch of ``name`` (tiled to ``samples`` rows if given) with ``settings`` in a fresh interpreter."""
     env = dict(os.environ, FEEDLINE_REMEMBER="0")
-    done = subprocess.run([sys.executable, "-c", _RUN, name, setting, "1" if quick else "0", json.dumps(settings)],
-                          capture_output=True, text=True, env=env, timeout=600, check=False)
+    argv = [sys.executable, "-c", _RUN, name, setting, "1" if quick else "0", json.dumps(settings), str(samples)]
+    done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=600, check=False)
     if done.returncode != 0:
         raise RuntimeError(f"{name} / {setting} failed:\n{done.stderr[-3000:]}")
     record = json.loads(done.stdout.strip().splitlines()[-1])
@@ -91,35 +110,49 @@ def quartiles(values: list[float]) -> tuple[float, float]:
     return q[0], q[2]
 
 
-def measure(name: str, rounds: int, quick: bool, log=print) -> dict:
-    """Rates per setting, the rounds' auto/best and auto/worst ratios, and how often auto ran as each backend."""
-    settings = hand_settings(name)
-    one_epoch(name, "best", settings["best"], quick)  # untimed: the workload's files read once, as later runs find them
-    rates = {s: [] for s in SETTINGS}
-    to_best, to_worst, ran_as = [], [], {}
+def measure(name: str, rounds: int, quick: bool, workers: int | None = None, samples: int = 0,
+            run: tuple[str, ...] = SETTINGS, log=print) -> dict:
+    """Rates per setting, the rounds' auto/best and auto/worst ratios, and how often auto ran as each backend.
+
+    ``run`` names the settings to run (``auto`` and at least one hand
+    setting). After the rounds, the hand setting with the higher median is
+    ``best`` and the other ``worst`` (so a machine where the suite's
+    2-core choice is not the faster one compares against the faster).
+    """
+    settings = hand_settings(name, workers)
+    hands = [s for s in run if s != "auto"]
+    if "auto" not in run or not hands:
+        raise ValueError(f"--settings needs auto and best or worst, got {','.join(run)}")
+    one_epoch(name, hands[0], settings[hands[0]], quick, samples)  # untimed: the workload's files read once
+    rates = {s: [] for s in run}
+    ran_as = {}
     for r in range(rounds):
-        order = list(SETTINGS)
+        order = list(run)
         random.Random(r).shuffle(order)
-        got = {s: one_epoch(name, s, settings[s], quick) for s in order}
-        for s in SETTINGS:
+        got = {s: one_epoch(name, s, settings[s], quick, samples) for s in order}
+        for s in run:
             rates[s].append(got[s]["rate"])
-        to_best.append(got["auto"]["rate"] / got["best"]["rate"])
-        to_worst.append(got["auto"]["rate"] / got["worst"]["rate"])
         ran_as[got["auto"]["backend"]] = ran_as.get(got["auto"]["backend"], 0) + 1
-        log(f"[{name}] round {r + 1}/{rounds}: " + ", ".join(f"{s} {got[s]['rate']:,.0f}" for s in SETTINGS)
-            + f" samples/s; auto ran as {got['auto']['backend']}")
-    return {"settings": settings, "rates": rates, "to_best": to_best, "to_worst": to_worst, "ran_as": ran_as}
+        log(f"[{name}] round {r + 1}/{rounds}: " + ", ".join(f"{s} {got[s]['rate']:,.0f}" for s in run)
+            + f" samples/s; auto ran as {got['auto']['backend']}: {got['auto']['decision']}", flush=True)
+    faster = sorted(hands, key=lambda s: statistics.median(rates[s]), reverse=True)
+    best, worst = faster[0], faster[-1] if len(faster) > 1 else None
+    to_best = [a / b for a, b in zip(rates["auto"], rates[best])]
+    to_worst = [a / b for a, b in zip(rates["auto"], rates[worst])] if worst else []
+    return {"settings": settings, "rates": rates, "best": best, "worst": worst, "to_best": to_best,
+            "to_worst": to_worst, "ran_as": ran_as}
 
 
 def table(results: dict) -> str:
     rows = []
     for name, r in results.items():
         low, high = quartiles(r["to_best"])
-        best = r["settings"]["best"]
+        best = r["settings"][r["best"]]
+        median = {s: f"{statistics.median(v):,.0f}" for s, v in r["rates"].items()}
         rows.append([name, f"{best['backend']} x{best.get('workers', '?')}",
-                     *(f"{statistics.median(r['rates'][s]):,.0f}" for s in SETTINGS),
+                     median["auto"], median[r["best"]], median[r["worst"]] if r["worst"] else "-",
                      f"{statistics.median(r['to_best']):.3f} ({low:.3f}-{high:.3f})",
-                     f"{statistics.median(r['to_worst']):.2f}",
+                     f"{statistics.median(r['to_worst']):.2f}" if r["to_worst"] else "-",
                      ", ".join(f"{backend} {n}" for backend, n in sorted(r["ran_as"].items()))])
     return markdown_table(["workload", "best hand", "auto samples/s", "best", "worst", "auto / best (quartiles)",
                            "auto / worst", "auto ran as"], rows, "llrrrrrl")
@@ -130,9 +163,15 @@ def main(argv=None) -> None:
     parser.add_argument("--workload", action="append", choices=WORKLOADS, help="repeatable; default: all")
     parser.add_argument("--rounds", type=int, default=8, help="rounds (each setting once per round, shuffled order)")
     parser.add_argument("--quick", action="store_true", help="small data, one round: a smoke test, not a measurement")
+    parser.add_argument("--workers", type=int, help="the hand settings' workers (default: the suite's, 2)")
+    parser.add_argument("--samples", type=int, default=0, help="tile each workload to this many rows")
+    parser.add_argument("--settings", default=",".join(SETTINGS),
+                        help="which of auto,best,worst to run (auto and one hand setting at least)")
     args = parser.parse_args(argv)
     rounds = 1 if args.quick else args.rounds
-    results = {name: measure(name, rounds, args.quick) for name in args.workload or WORKLOADS}
+    run = tuple(s for s in SETTINGS if s in args.settings.split(","))
+    results = {name: measure(name, rounds, args.quick, args.workers, args.samples, run)
+               for name in args.workload or WORKLOADS}
     print()
     print(table(results))
 

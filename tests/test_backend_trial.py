@@ -367,6 +367,40 @@ def test_on_many_cores_a_few_scout_threads_are_judged_first_and_the_whole_pool_b
     assert scouts.grown_to == 16 and notes[0].startswith("16 threads side by side kept"), notes
 
 
+class _Pausing(_ScriptedScouts):
+    """Scouts that record when the trial paused them."""
+
+    paused_at: float | None = None
+
+    def pause_beyond(self, keep: int) -> None:
+        super().pause_beyond(keep)
+        self.paused_at = self.now
+
+
+def test_scouts_are_judged_while_the_fork_server_started_with_the_map_imports_where_it_has_a_core_of_its_own(monkeypatch):
+    # 16 cores: the server starts importing when the map is described (0.35-0.8 s on an H200 host). Judged only after
+    # it, story 1's GIL-bound scouts got their verdict ~0.4 s in and the workers were up at 0.77-1.20 s (0.41-0.52 by
+    # hand); story 2's decoded crops ran on four scouts alone until the workers came, twelve cores idle
+    from feedline.engine._trial import EVIDENCE_SPAN, SCOUT_THREADS
+
+    held = _Pausing(kept=1.0, kept_grown=1.0)
+    assert _verdict_after(monkeypatch, held, 0.1, workers=16, server_up=False, importing=0.4, started_with_map=True,
+                          polls_after=0.4) == "process", "no verdict beside the server's imports"
+    # ... and the scouts go on until the server is up (paused from the verdict, they left every core idle meanwhile)
+    assert held.kept_running == 0 and held.paused_at == pytest.approx(0.4, abs=0.011), held.paused_at
+    # scouts that keep their cores busy become the whole pool meanwhile; sixteen threads on 16 cores are judged only
+    # once the server is up (its imports would take a core from them)
+    busy = _ScriptedScouts(kept=0.99 * SCOUT_THREADS, kept_grown=15.6)
+    assert _verdict_after(monkeypatch, busy, 0.35, workers=16, server_up=False, importing=0.4, started_with_map=True) is None
+    assert busy.grown_to == 16
+    busy = _ScriptedScouts(kept=0.99 * SCOUT_THREADS, kept_grown=15.6)
+    assert _verdict_after(monkeypatch, busy, 0.4 + EVIDENCE_SPAN + 0.02, workers=16, server_up=False, importing=0.4,
+                          started_with_map=True) == "thread"
+    # two threads on 2 cores leave the server no core: not judged beside it (as before)
+    two = _ScriptedThreads(1.0, 400, begun=2)
+    assert _verdict_after(monkeypatch, two, 0.3, server_up=False, importing=0.4, started_with_map=True) is None
+
+
 @pytest.mark.parametrize("cores", [2, 16])
 def test_scouts_that_wait_become_the_whole_pool_before_their_first_tasks_are_in(monkeypatch, cores):
     # workers=32 on 2 cores for a map that waits on I/O (4 ms a sample, tasks of 64 ms): four scouts ran alone until
@@ -429,16 +463,17 @@ class _Started(Executor):  # process workers that never come up: the trial only 
 
 def _verdict_after(monkeypatch, threads: _ScriptedThreads, seconds: float, make_processes=_Started, workers: int = 2,
                    notes: list | None = None, server_up: bool = True, trials: list | None = None, importing: float = 0.0,
-                   **trial_args) -> str | None:
+                   started_with_map: bool = False, polls_after: float = 0.0, **trial_args) -> str | None:
     """Poll the trial's GIL verdict every 5 ms of scripted time: 'process', 'thread', or None (no verdict yet).
 
     ``notes`` (a list) gets what the report says of the threads' cores; ``trials`` the trial, closed.
     ``server_up``: whether the fork server counts as up (none is started here; one asked for imports for ``importing``
-    seconds of scripted time, then counts as up).
+    seconds of scripted time, then counts as up; ``started_with_map``: asked at 0, as `start_early` does on
+    `START_AHEAD_CORES` cores or more). ``polls_after``: seconds the trial is polled on after its verdict (`_check_ready`).
     """
     from feedline.engine import _trial
 
-    asked: list = []
+    asked: list = [0.0] if started_with_map else []
     clock = types.SimpleNamespace(perf_counter=lambda: threads.now, thread_time=lambda: 0.0)  # the consumer: idle
     monkeypatch.setattr(_trial, "time", clock)
     monkeypatch.setattr(_trial, "warming_up", lambda: bool(asked) and threads.now < asked[0] + importing)
@@ -450,7 +485,11 @@ def _verdict_after(monkeypatch, threads: _ScriptedThreads, seconds: float, make_
             threads.advance(0.005)
             trial._judge_gil()
             if trial.processes_started or trial.winner is not None:
-                return "process" if trial.processes_started else trial.winner
+                verdict, until = "process" if trial.processes_started else trial.winner, threads.now + polls_after
+                while threads.now < until:
+                    threads.advance(0.005)
+                    trial._check_ready()
+                return verdict
         return None
     finally:
         if notes is not None:

@@ -66,6 +66,7 @@ GIVE_BACK_SHARE = 2 / 3  # threads judged to keep at most this share of their co
 GIVE_BACK_DONE = 0.25  # ... the running tasks that cannot be split with under this share of their samples begun (`_check_ready`)
 EARLY_WORKERS_SHARE = 0.85  # threads keeping under this share of their cores busy start the workers early (`_start_workers_if_held`)
 JUDGE_POLL = 0.002  # seconds between looks at the threads' clocks while the GIL is judged (was 0.01: verdicts 0.02 s later)
+ROOM_BESIDE_SERVER = 2  # cores beyond the threads judged (the fork server's imports, the consumer's thread) to judge them meanwhile
 IMPORTS_SKIPPED = 0.15  # seconds of first-sample imports left out of the stretches judged, at most (`import cv2`: ~0.1 s; `_judge_gil`)
 SCOUT_THREADS = 4  # on `PAUSE_ALL_CORES` cores or more, or of more threads, the trial judges this many first (`first_threads`)
 
@@ -337,6 +338,7 @@ class BackendTrial(Executor):
         self._drained: list | None = None  # tasks kept from threads while the workers start (`_drain_threads`), else None
         self._sent: dict = {}  # key -> task, for tasks on process workers (`_rerun_without_shared_memory`)
         self._paused_at: float | None = None  # when threads were paused for the process workers' start
+        self._pause_when_up = False  # ... to be paused once the fork server is up (it was importing: `_start_processes`)
         self._closed: set = set()
         self._started = time.perf_counter()
         self.decided_after: float | None = None  # seconds from the trial's start to its decision
@@ -531,6 +533,8 @@ class BackendTrial(Executor):
         self._judge_gil()
         if not self._processes_started or self.winner is not None:
             return
+        if self._pause_when_up and not warming_up():
+            self._pause_threads()  # the server is up: the workers fork now (`_start_processes`)
         try:
             self._ready = self.processes.wait_ready(0)
         except Exception as exc:  # the workers cannot start here: threads it is, and the report says why
@@ -877,7 +881,8 @@ class BackendTrial(Executor):
         `EARLY_THREADS` threads begun in it: on the suite's gil workload the
         processes then start at 0.05-0.08 s instead of 0.08-0.09 s) (a thread that waited for tasks more than
         `IDLE_SHARE` of it starts it again, and so does a fork server still
-        importing: it takes a core meanwhile). Once every thread is past its
+        importing: it takes a core meanwhile, unless the threads judged leave
+        it one, `_room_beside_server`). Once every thread is past its
         first sample, the stretch from then is the one judged: first samples
         are cold in a new interpreter (imports, first calls, fresh memory;
         jpeg's kept one core of two for 20-55 ms, and 7 first epochs of 8
@@ -926,9 +931,10 @@ class BackendTrial(Executor):
             return
         importing = warming_up()
         if importing and self._server_early != "importing":
-            self._judge_anew(now)  # the fork server takes a core while it starts: not a fair stretch (and the
-            # workers could not start before it is ready anyway)
-            return
+            if not self._room_beside_server():
+                self._judge_anew(now)  # the fork server takes a core while it starts: not a fair stretch (and the
+                return  # workers could not start before it is ready anyway)
+            importing = False  # ... unless it has a core of its own: scouts on a many-core machine are judged meanwhile
         if self._server_early == "importing" and not importing:  # the server `_start_server_if_held` started is up:
             self._server_early = "up"  # its imports spoiled the stretch for threads that keep their cores busy
             self._judge_anew(now)
@@ -987,6 +993,25 @@ class BackendTrial(Executor):
         self.rates = {"thread": begun / span}  # samples begun
         self.decided_after = now - self._started
         self._settle("thread", f"{self._cores_note()[:-2]}: the work releases the GIL, so processes could add little: threads")
+
+    def _room_beside_server(self) -> bool:
+        """The fork server importing beside the threads judged takes a core none of them needs (`ROOM_BESIDE_SERVER`).
+
+        On `START_AHEAD_CORES` cores or more the server starts importing when
+        the map is described (`feedline.engine._runtime.start_early`), and
+        on a 16-core host it imported for 0.35-0.8 s (the workers' first
+        tasks at 0.41-0.52 s with processes set by hand, story 1, whose
+        Keras import the server's first fork waits for). Judged only after
+        it, story 1's four scouts (GIL-bound Keras batches, ~1 of 4 cores)
+        got their verdict at ~0.4 s and the workers were up at 0.77-1.20 s:
+        epochs 1.40-1.83 s against 1.14-1.31 by hand (0.72-0.89); story 2's
+        decoded crops ran on the four scouts alone until the workers came up
+        at 0.47-0.59 s, with twelve cores idle (epochs 0.53-0.64 s, sixteen
+        threads by hand 0.25 s). Four scouts, the consumer's thread and the
+        server's imports fit in 16 cores side by side, so the stretch is
+        fair; sixteen threads on 16 cores are not judged beside it.
+        """
+        return self.cores - self.threads.workers >= ROOM_BESIDE_SERVER
 
     def _judge_anew(self, now: float) -> None:
         """Drop the stretches judged so far: the next starts when every thread is busy, and the verdict is due from ``now``."""
@@ -1153,9 +1178,10 @@ class BackendTrial(Executor):
     def _start_processes(self) -> None:
         """Start the process workers (see `_judge_gil`); a failure settles on threads with the reason."""
         self._processes_started = True
-        if self._cores_kept is not None:  # judged held back by the GIL: few threads deliver as much meanwhile, and
-            self.threads.pause_beyond(self._kept_running())  # the workers start sooner
-            self._paused_at = time.perf_counter()  # (asking for 16 of them beside 16 such threads took 0.12 s, not 0.02)
+        if self._cores_kept is not None and warming_up():
+            self._pause_when_up = True  # the server still imports: the threads' tasks are worth having till it is up
+        elif self._cores_kept is not None:  # judged held back by the GIL: few threads deliver as much meanwhile, and
+            self._pause_threads()  # the workers start sooner
         soon = self._early is not None or warmed_up()  # the workers fork from a server that is up: in ~0.02-0.04 s
         try:
             fresh, self._early = self._early or self._unpark() or self._make_processes(), None
@@ -1165,6 +1191,20 @@ class BackendTrial(Executor):
         self._use_processes(fresh)
         if soon and self._cores_kept is not None:
             self._drain_threads()
+
+    def _pause_threads(self) -> None:
+        """Pause the threads held back by the GIL beyond `_kept_running` while the process workers start.
+
+        Asking for 16 workers beside 16 such threads took 0.12 s, not 0.02.
+        Where the verdict came while the fork server still imported
+        (`_room_beside_server`), the pause waits for it to be up
+        (`_check_ready`): paused from the verdict, the threads would leave
+        every core idle for the rest of its imports (0.3 s and more on a
+        16-core host), where they deliver a share of what the workers will.
+        """
+        self._pause_when_up = False
+        self.threads.pause_beyond(self._kept_running())
+        self._paused_at = time.perf_counter()
 
     def _drain_threads(self) -> None:
         """Threads held back by the GIL begin no new task while the workers start from a fork server that is up.
@@ -1291,6 +1331,7 @@ class BackendTrial(Executor):
             note = f"tried again after {self._retry_reason}: {note}"
             self._retrial_after = self._retrial_after * 2 if confirmed else RETRIAL_AFTER
         self.winner, self.note = winner, note
+        self._pause_when_up = False
         self.threads.resume()
         for started in (self._early, self._parked):
             if started is not None:
