@@ -5,6 +5,7 @@ Run (from the repository root, in the project's virtualenv with ``.[test]``):
     python -m benchmarks.stories             # ~8 minutes on a 2-core host
     python -m benchmarks.stories --quick     # smoke test: smaller data, one round
     python -m benchmarks.stories --scale 8   # on 16 cores or more: epochs 8x longer (a few tasks per worker)
+    python -m benchmarks.stories --only story1 --spans /tmp/spans.jsonl   # and each run's task spans
 
 For each example in ``examples/``, the feedline pipeline it builds, taken
 from the example itself: its definitions (imports, constants, functions,
@@ -67,6 +68,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 EXAMPLES = os.path.join(ROOT, "examples")
 SETTINGS = ("auto", "remembered", "thread", "process", "serial")
+SPANS_VAR = "FEEDLINE_STORIES_SPANS"  # set by `--spans` for the timed runs' children
 
 
 def load_definitions(path: str, name: str, overrides: dict | None = None) -> types.ModuleType:
@@ -204,6 +206,12 @@ def run_once(argv) -> None:
             rows += len(item[1]) if isinstance(item, tuple) else len(item)
         seconds = time.perf_counter() - start - setup
         stats = pipe.stats()
+    if os.environ.get(SPANS_VAR):  # `--spans`: where the run's time went, task by task
+        with open(os.environ[SPANS_VAR], "a") as f:
+            f.write(json.dumps({"story": story, "variant": variant, "setting": setting, "seconds": seconds,
+                                "ran_as": f"{stats.backend} x{stats.workers}", "decision": stats.decision,
+                                "spans": [[w, a - start, b - start, n, r] for w, a, b, n, r in stats.task_spans],
+                                "waits": [[a - start, b - start, r] for a, b, r in stats.waits]}) + "\n")
     print(json.dumps({"rows": rows, "expected": expected, "seconds": seconds,
                       "ran_as": f"{stats.backend} x{stats.workers}", "decision": stats.decision}))
 
@@ -214,6 +222,9 @@ def main(argv=None) -> None:
     parser.add_argument("--quick", action="store_true", help="small data and one round: a smoke test")
     parser.add_argument("--only", action="append", help="run only these stories (e.g. --only story4)")
     parser.add_argument("--scale", type=int, default=1, help="each example's epoch this many times as long (default 1)")
+    parser.add_argument("--spans", metavar="FILE",
+                        help="append each timed run's task spans (worker, start, end, task, rows; seconds from "
+                             "describing the pipeline) and the consumer's waits to FILE, one JSON line a run")
     parser.add_argument("--setup", type=float, default=0.0,
                         help="seconds of set-up between describing the pipeline and iterating it, as a training script "
                              "builds its model there (not timed; default 0)")
@@ -225,7 +236,8 @@ def main(argv=None) -> None:
     cases = [("story1", "Sequence"), ("story2", "PNG"), ("story2", "decoded"), ("story3", "files"), ("story4", "WAV")]
     if args.only:
         cases = [c for c in cases if c[0] in args.only]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([os.path.join(ROOT, "src"), os.environ.get("PYTHONPATH", "")]),
+    spans = {SPANS_VAR: os.path.abspath(args.spans)} if args.spans else {}
+    env = {**os.environ, **spans, "PYTHONPATH": os.pathsep.join([os.path.join(ROOT, "src"), os.environ.get("PYTHONPATH", "")]),
            "TF_CPP_MIN_LOG_LEVEL": "3", "KERAS_BACKEND": os.environ.get("KERAS_BACKEND", "numpy")}
     print(f"load average at the start: {' '.join(f'{v:.2f}' for v in os.getloadavg())}; {os.cpu_count()} CPUs; "
           f"{reps} round(s); {args.setup:g} s of set-up between describing and iterating; epochs x{args.scale}")
@@ -246,7 +258,7 @@ def main(argv=None) -> None:
             agree = [("auto", memory)] * AGREE  # ... and the agreeing trials whose verdict the remembered runs start on
             for setting, setting_env in untimed + agree:
                 subprocess.run([sys.executable, "-m", "benchmarks.stories", "--one", story, variant, setting,
-                                size, data_file, "0"], cwd=ROOT, env=setting_env,
+                                size, data_file, "0"], cwd=ROOT, env=dict(setting_env, **{SPANS_VAR: ""}),
                                capture_output=True, text=True, timeout=600)
             for rep in range(reps):
                 for setting in random.Random(rep).sample(SETTINGS, len(SETTINGS)):

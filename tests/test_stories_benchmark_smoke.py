@@ -1,5 +1,6 @@
 """benchmarks/stories.py runs every story example's pipeline with every setting and checks each epoch is whole."""
 
+import json
 import os
 import subprocess
 import sys
@@ -10,10 +11,11 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CASES = ["story1 Sequence", "story2 PNG", "story2 decoded", "story3 files", "story4 WAV"]
 
 
-def test_stories_benchmark_runs_every_example_with_every_setting():
+def test_stories_benchmark_runs_every_example_with_every_setting(tmp_path):
     for module in ("keras", "tensorflow", "PIL"):
         pytest.importorskip(module)
-    done = subprocess.run([sys.executable, "-m", "benchmarks.stories", "--quick"], cwd=ROOT, capture_output=True,
+    spans = tmp_path / "spans.jsonl"
+    done = subprocess.run([sys.executable, "-m", "benchmarks.stories", "--quick", "--spans", str(spans)], cwd=ROOT, capture_output=True,
                           text=True, timeout=900, check=False)  # timeout: a hang guard only
     assert done.returncode == 0, f"benchmarks.stories failed:\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}"
     rows = {}
@@ -31,6 +33,16 @@ def test_stories_benchmark_runs_every_example_with_every_setting():
     for case in CASES:  # the automatic choice explains itself for every story
         lines += [line for line in done.stdout.splitlines() if line.strip().startswith(f"{case}: automatic choice, each round:")]
         assert "| remembered, " in lines[-1], lines[-1]
+    # `--spans`: one record per timed run (not the untimed ones), each run's tasks on the clock of its epoch
+    records = [json.loads(line) for line in spans.read_text().splitlines()]
+    runs = sorted(f"{r['story']} {r['variant']} {r['setting']}" for r in records)
+    assert runs == sorted(f"{case} {setting}" for case in CASES
+                          for setting in ("auto", "remembered", "thread", "process", "serial")), runs
+    for r in records:
+        if r["setting"] in ("thread", "process"):
+            assert r["spans"] and r["ran_as"].startswith(r["setting"]), r
+        for _worker, start, end, _task, _rows in r["spans"]:
+            assert 0 <= start <= end <= r["seconds"] + 1.0, (r["story"], r["setting"], start, end)
     # Quick epochs are short: a trial that has not decided by the end, or two that disagree, leave nothing to start
     # on, so whether a remembered run started on a verdict is not asserted here (tests/test_remembered_choice.py and
     # the remembered benchmark's smoke test check that on epochs long enough to decide).
