@@ -773,6 +773,51 @@ def test_a_first_sample_that_imports_a_module_does_not_start_the_fork_server(tmp
     assert sum(started) <= 1, f"the fork server started beside the import in {sum(started)} of 3 new interpreters"
 
 
+_SIXTEEN_CORES = """
+import time
+import numpy as np
+import feedline as fl
+from feedline.backends import warming_up
+from feedline.engine import _choice, _runtime, _trial
+
+_runtime.default_workers = _choice.default_workers = lambda: 16  # the fork server starts as the map is described
+seen = {}
+for name in ("_start_processes", "_pause_threads"):
+    if not hasattr(_trial.BackendTrial, name):
+        continue
+    def watched(self, _was=getattr(_trial.BackendTrial, name), _name=name):
+        seen.setdefault(_name, warming_up())  # was the fork server still importing?
+        return _was(self)
+    setattr(_trial.BackendTrial, name, watched)
+
+def pure_python(v):
+    total = 0
+    for i in range(30000):
+        total += i % 7
+    return v + 1 + total * 0
+
+with fl.from_arrays(np.arange(640)).map(pure_python).batch(8) as pipe:
+    it = iter(pipe)
+    assert sorted(int(v) for b in it for v in b) == list(range(1, 641)), "lost or duplicated"
+    print(it.stats().backend, seen.get("_start_processes"), seen.get("_pause_threads"))
+"""
+
+
+def test_gil_bound_scouts_start_the_workers_while_the_fork_server_imports_and_pause_once_it_is_up():
+    # the real trial, fork server and workers on a machine taken for 16 cores (four scouts, the server started with
+    # the map): the verdict beside the server's imports, the threads paused only once it is up, every row once
+    env = {**os.environ, "FEEDLINE_REMEMBER": "0"}
+    during = []
+    for _ in range(3):  # a new interpreter each: the server imports from the map on
+        done = subprocess.run([sys.executable, "-c", _SIXTEEN_CORES], capture_output=True, text=True, timeout=120, env=env)
+        assert done.returncode == 0, done.stderr[-2000:]
+        backend, started_importing, paused_importing = done.stdout.split()
+        assert backend == "process", done.stdout
+        assert paused_importing != "True", "threads paused while the fork server still imported"
+        during.append(started_importing == "True")
+    assert any(during), "no verdict came while the fork server imported (in 3 new interpreters)"
+
+
 class _Recorded:
     """`make_processes` for scripted trials: every executor it made, and when (scripted seconds)."""
 
