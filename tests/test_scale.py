@@ -472,3 +472,37 @@ def test_three_workers_killed_mid_epoch_at_16_workers_lose_no_sample(consumers, 
     )
     assert got == list(range(800)), "every sample arrived once, but out of order"
     # close() and leftovers are protected by the tests above; here the consumer is just stopped.
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="abstract socket addresses are Linux's")
+def test_closing_gives_up_waking_a_listener_whose_queue_is_full():
+    # close() wakes the accept thread by connecting once. A Linux listener's abstract address reads back as bytes,
+    # and that went to multiprocessing's client, which connects with no time limit: where workers still connecting
+    # had filled the queue after the accept thread left, close() waited for ever (16 workers on 2 cores, ~1 run in 30)
+    import socket
+    from multiprocessing.connection import Listener
+
+    from feedline.backends.process._executor import _listen_address, _wake_listener
+
+    listener = Listener(_listen_address(), backlog=1)
+    assert isinstance(listener.address, bytes)
+    queued = []
+    try:
+        while len(queued) < 64:  # nobody accepts: connect until the queue is full
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            sock.setblocking(False)
+            queued.append(sock)
+            try:
+                sock.connect(listener.address)
+            except BlockingIOError:
+                break
+        waker = threading.Thread(target=_wake_listener, args=(listener.address,), daemon=True)
+        started = time.monotonic()
+        waker.start()
+        waker.join(timeout=10)
+        assert not waker.is_alive(), "waking the listener blocked close"
+        assert time.monotonic() - started < 5
+    finally:
+        for sock in queued:
+            sock.close()
+        listener.close()

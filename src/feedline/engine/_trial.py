@@ -1178,8 +1178,8 @@ class BackendTrial(Executor):
     def _start_processes(self) -> None:
         """Start the process workers (see `_judge_gil`); a failure settles on threads with the reason."""
         self._processes_started = True
-        if self._cores_kept is not None and warming_up():
-            self._pause_when_up = True  # the server still imports: the threads' tasks are worth having till it is up
+        if self._cores_kept is not None and warming_up() and self._room_beside_server():
+            self._pause_when_up = True  # judged beside the server's imports: their tasks are worth having till it is up
         elif self._cores_kept is not None:  # judged held back by the GIL: few threads deliver as much meanwhile, and
             self._pause_threads()  # the workers start sooner
         soon = self._early is not None or warmed_up()  # the workers fork from a server that is up: in ~0.02-0.04 s

@@ -594,8 +594,15 @@ def _listen_address() -> str | None:
 
 
 def _wake_listener(address) -> None:
-    """Connect to ``address`` once, giving up after a second: never blocks close."""
-    if isinstance(address, str) and sys.platform != "win32":
+    """Connect to ``address`` once, giving up after a second: never blocks close.
+
+    A Linux listener's abstract address reads back as bytes
+    (``Listener.address``), and multiprocessing's client connects with no
+    time limit: where workers still connecting (the tuner had grown the
+    pool past the listener's backlog) filled its queue after the accept
+    thread had left, close waited for ever (16 workers, 1 run in ~30).
+    """
+    if isinstance(address, (str, bytes)) and sys.platform != "win32":
         import socket
 
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
