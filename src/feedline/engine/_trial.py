@@ -67,6 +67,7 @@ GIVE_BACK_DONE = 0.25  # ... the running tasks that cannot be split with under t
 EARLY_WORKERS_SHARE = 0.85  # threads keeping under this share of their cores busy start the workers early (`_start_workers_if_held`)
 JUDGE_POLL = 0.002  # seconds between looks at the threads' clocks while the GIL is judged (was 0.01: verdicts 0.02 s later)
 ROOM_BESIDE_SERVER = 2  # cores beyond the threads judged (the fork server's imports, the consumer's thread) to judge them meanwhile
+CONNECTING_SKIPPED = 0.08  # seconds after the server is up that held workers connecting leave only the plain verdict, at most
 IMPORTS_SKIPPED = 0.15  # seconds of first-sample imports left out of the stretches judged, at most (`import cv2`: ~0.1 s; `_judge_gil`)
 SCOUT_THREADS = 4  # on `PAUSE_ALL_CORES` cores or more, or of more threads, the trial judges this many first (`first_threads`)
 
@@ -318,6 +319,7 @@ class BackendTrial(Executor):
         self._modules = imports_seen()[0]  # modules imported as of the stretches judged: one that imports is cold
         self._imports_from: float | None = None  # when a first sample was first seen importing
         self._server_early = ""  # "importing", then "up": `_start_server_if_held` started the fork server
+        self._server_up_at = 0.0  # ... up then
         self._cores_kept: float | None = None  # cores the threads kept busy side by side, once known ...
         self._judged = threads.workers  # ... by this many threads (scouts: fewer than the pool, `first_threads`)
         self._cores_others = 0.0  # ... and cores the consumer's thread used meanwhile
@@ -937,9 +939,11 @@ class BackendTrial(Executor):
             importing = False  # ... unless it has a core of its own: scouts on a many-core machine are judged meanwhile
         if self._server_early == "importing" and not importing:  # the server `_start_server_if_held` started is up:
             self._server_early = "up"  # its imports spoiled the stretch for threads that keep their cores busy
+            self._server_up_at = now
             self._judge_anew(now)
             return
-        if not importing and self._parked is not None and self._parked.connecting():
+        if (not importing and self._parked is not None and self._parked.connecting()
+                and now - self._server_up_at < CONNECTING_SKIPPED):
             self._warm_baseline = None  # held workers connect (`_park_workers`): their CPU, like the server's imports',
             importing = True  # leaves only the plain verdict, on threads still in their first samples
         modules, importing_module = imports_seen()
@@ -1062,7 +1066,13 @@ class BackendTrial(Executor):
         (`Executor.release`). While they connect once the server is up
         their start takes CPU, as the server's imports do, so then, as
         beside the imports, only the plain verdict is given, on threads
-        still in their first samples (`_judge_gil`). Story 1's verdict
+        still in their first samples (`_judge_gil`), for at most
+        `CONNECTING_SKIPPED` after the server is up: sixteen held workers
+        beside four GIL-bound scouts on 2 cores (``map(workers=16)``) took
+        0.22-0.3 s to connect, their hand-shake waiting for the GIL the
+        threads held, and the verdict waited with them (0.87 of processes
+        by hand; 0.95 bounded, 6 paired rounds; audio, jpeg and story 1
+        level). Story 1's verdict
         waited for the connection when every stretch restarted meanwhile
         (0.238 s instead of ~0.07 in one run of two): 0.938 of processes by
         hand, 0.974 with the plain verdict given (12 paired rounds, fresh
