@@ -1008,7 +1008,7 @@ class BackendTrial(Executor):
         Keras import the server's first fork waits for). Judged only after
         it, story 1's four scouts (GIL-bound Keras batches, ~1 of 4 cores)
         got their verdict at ~0.4 s and the workers were up at 0.77-1.20 s:
-        epochs 1.40-1.83 s against 1.14-1.31 by hand (0.72-0.89); story 2's
+        epochs 1.40-1.83 s against 1.14-1.31 by hand (0.71-0.94 paired); story 2's
         decoded crops ran on the four scouts alone until the workers came up
         at 0.47-0.59 s, with twelve cores idle (epochs 0.53-0.64 s, sixteen
         threads by hand 0.25 s). Four scouts, the consumer's thread and the
