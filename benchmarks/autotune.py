@@ -102,6 +102,11 @@ def one_epoch(name: str, setting: str, settings: dict, quick: bool, samples: int
     return record
 
 
+def _label(setting: str, settings: dict) -> str:
+    """``auto``, or the hand setting as it runs (``thread x16``): which of best and worst is faster is known at the end."""
+    return setting if setting == "auto" else f"{settings['backend']} x{settings.get('workers', '?')}"
+
+
 def quartiles(values: list[float]) -> tuple[float, float]:
     """The lower and upper quartile of ``values`` (both the value itself for one)."""
     if len(values) < 2:
@@ -133,7 +138,7 @@ def measure(name: str, rounds: int, quick: bool, workers: int | None = None, sam
         for s in run:
             rates[s].append(got[s]["rate"])
         ran_as[got["auto"]["backend"]] = ran_as.get(got["auto"]["backend"], 0) + 1
-        log(f"[{name}] round {r + 1}/{rounds}: " + ", ".join(f"{s} {got[s]['rate']:,.0f}" for s in run)
+        log(f"[{name}] round {r + 1}/{rounds}: " + ", ".join(f"{_label(s, settings[s])} {got[s]['rate']:,.0f}" for s in run)
             + f" samples/s; auto ran as {got['auto']['backend']}: {got['auto']['decision']}", flush=True)
     faster = sorted(hands, key=lambda s: statistics.median(rates[s]), reverse=True)
     best, worst = faster[0], faster[-1] if len(faster) > 1 else None

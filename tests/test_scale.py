@@ -497,11 +497,9 @@ def test_closing_gives_up_waking_a_listener_whose_queue_is_full():
             except BlockingIOError:
                 break
         waker = threading.Thread(target=_wake_listener, args=(listener.address,), daemon=True)
-        started = time.monotonic()
         waker.start()
         waker.join(timeout=10)
         assert not waker.is_alive(), "waking the listener blocked close"
-        assert time.monotonic() - started < 5
     finally:
         for sock in queued:
             sock.close()
