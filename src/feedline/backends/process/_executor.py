@@ -55,6 +55,10 @@ from ._main import BLAS_VARS, STATUS_WORDS, status_ring
 __all__ = ["MAX_ATTEMPTS", "ProcessExecutor"]
 
 START_TIMEOUT = 60.0  # seconds a worker may take to import and connect
+# Connections the listener queues for its accept thread: every worker may connect at once, the tuner's
+# grown ones too (a backlog of 1 made connects queue in the kernel, and a wake-up connect block, at 8+
+# workers; 17 for 16 workers was filled by a pool grown to 38). An unused queue costs nothing.
+LISTEN_BACKLOG = 256
 _worker_ids = itertools.count()
 # glibc's default heap thresholds make a fresh interpreter hand temporaries of a
 # few hundred KB back to the OS after every call and fault them in again (story 4:
@@ -133,9 +137,7 @@ class ProcessExecutor(Executor):
         self.timeout = part.timeout  # seconds a sample may run (map(timeout=...)), or None
         self.prefix = segment_prefix()
         self.authkey = os.urandom(32)
-        # Backlog: every worker may be connecting at once (a backlog of 1 made
-        # connections queue in the kernel, and a wake-up connect block, at 8+).
-        self.listener = Listener(_listen_address(), backlog=max(16, workers + 1), authkey=self.authkey)
+        self.listener = Listener(_listen_address(), backlog=max(LISTEN_BACKLOG, workers + 1), authkey=self.authkey)
         self.accepted: queue.SimpleQueue = queue.SimpleQueue()
         self.wake_r, self.wake_w = _wake_pipe()
         self.readable = _Readable(self.wake_r)  # the workers' pipes and the wake pipe, registered once each
