@@ -6,6 +6,7 @@ Run (from the repository root, in the project's virtualenv with ``.[test]``):
     python -m benchmarks.stories --quick     # smoke test: smaller data, one round
     python -m benchmarks.stories --scale 8   # on 16 cores or more: epochs 8x longer (a few tasks per worker)
     python -m benchmarks.stories --only story1 --spans /tmp/spans.jsonl   # and each run's task spans
+    python -m benchmarks.stories --settings auto,thread,process              # no serial loop, nothing remembered
 
 For each example in ``examples/``, the feedline pipeline it builds, taken
 from the example itself: its definitions (imports, constants, functions,
@@ -225,6 +226,9 @@ def main(argv=None) -> None:
     parser.add_argument("--spans", metavar="FILE",
                         help="append each timed run's task spans (worker, start, end, task, rows; seconds from "
                              "describing the pipeline) and the consumer's waits to FILE, one JSON line a run")
+    parser.add_argument("--settings", default=",".join(SETTINGS),
+                        help="which of auto,remembered,thread,process,serial to run (auto and one hand setting at "
+                             "least; on a big machine the serial loop and the remembered runs take minutes)")
     parser.add_argument("--setup", type=float, default=0.0,
                         help="seconds of set-up between describing the pipeline and iterating it, as a training script "
                              "builds its model there (not timed; default 0)")
@@ -233,6 +237,11 @@ def main(argv=None) -> None:
     if args.scale < 1:
         parser.error(f"--scale must be a whole number of 1 or more, not {args.scale}")
     size = "quick" if args.quick else f"x{args.scale}"
+    settings = tuple(s for s in SETTINGS if s in args.settings.split(","))
+    unknown = set(args.settings.split(",")) - set(SETTINGS)
+    if unknown or "auto" not in settings or not {"thread", "process", "serial"} & set(settings):
+        parser.error(f"--settings takes auto and at least one of thread, process, serial from {','.join(SETTINGS)}; "
+                     f"got {args.settings}")
     cases = [("story1", "Sequence"), ("story2", "PNG"), ("story2", "decoded"), ("story3", "files"), ("story4", "WAV")]
     if args.only:
         cases = [c for c in cases if c[0] in args.only]
@@ -250,18 +259,19 @@ def main(argv=None) -> None:
             if not os.path.exists(data_file):
                 with open(data_file, "w") as f:
                     json.dump(prepare(story, folder, size), f)
-            runs = {s: [] for s in SETTINGS}
+            runs = {s: [] for s in settings}
             decisions = []
             memory = {**env, "FEEDLINE_REMEMBER": os.path.join(folder, f"choices-{variant}.json")}
             forget = {**env, "FEEDLINE_REMEMBER": "0"}
             untimed = [("process", forget)] if not args.quick else []  # the benchmark's first run was its slowest (see the docstring)
-            agree = [("auto", memory)] * AGREE  # ... and the agreeing trials whose verdict the remembered runs start on
+            agree = [("auto", memory)] * AGREE if "remembered" in settings else []  # ... the trials whose verdict
+            # the remembered runs start on
             for setting, setting_env in untimed + agree:
                 subprocess.run([sys.executable, "-m", "benchmarks.stories", "--one", story, variant, setting,
                                 size, data_file, "0"], cwd=ROOT, env=dict(setting_env, **{SPANS_VAR: ""}),
                                capture_output=True, text=True, timeout=600)
             for rep in range(reps):
-                for setting in random.Random(rep).sample(SETTINGS, len(SETTINGS)):
+                for setting in random.Random(rep).sample(settings, len(settings)):
                     done = subprocess.run([sys.executable, "-m", "benchmarks.stories", "--one", story, variant, setting,
                                            size, data_file, str(args.setup)],
                                           cwd=ROOT, env=memory if setting == "remembered" else forget,
@@ -278,12 +288,13 @@ def main(argv=None) -> None:
                         decisions.append(f"{setting}, {m['ran_as']}: {m['decision']}")
                     print(f"    {story} {variant:9s} {setting:8s} rep {rep}: {m['rows'] / m['seconds']:8.1f} samples/s "
                           f"({m['ran_as']})", flush=True)
-            rate = {s: statistics.median(m["rows"] / m["seconds"] for m in runs[s]) for s in SETTINGS}
-            hand = {s: rate[s] for s in ("thread", "process", "serial")}
+            rate = {s: statistics.median(m["rows"] / m["seconds"] for m in runs[s]) for s in settings}
+            hand = {s: rate[s] for s in ("thread", "process", "serial") if s in rate}
             best, worst = max(hand, key=hand.get), min(hand, key=hand.get)
-            rows_out.append([f"{story} {variant}", *(f"{rate[s]:.1f}" for s in SETTINGS), best,
-                             f"{rate['auto'] / hand[best]:.2f}", f"{rate['remembered'] / hand[best]:.2f}",
-                             f"{rate['auto'] / hand[worst]:.2f}", f"{rate['auto'] / rate['serial']:.2f}"])
+            ratio = lambda a, b: f"{a / b:.2f}" if a and b else "-"  # noqa: E731 - "-" for a setting not run
+            rows_out.append([f"{story} {variant}", *(f"{rate[s]:.1f}" if s in rate else "-" for s in SETTINGS), best,
+                             ratio(rate["auto"], hand[best]), ratio(rate.get("remembered"), hand[best]),
+                             ratio(rate["auto"], hand[worst]), ratio(rate["auto"], rate.get("serial"))])
             print(f"  {story} {variant}: automatic choice, each round: " + " | ".join(decisions), flush=True)
     header = ["story", "auto", "remembered", "thread", "process", "serial", "best hand", "auto / best", "remembered / best",
               "auto / worst", "auto / serial"]
