@@ -412,6 +412,25 @@ def test_scouts_that_wait_become_the_whole_pool_before_their_first_tasks_are_in(
     assert scouts.grown_to == 16, "... but the whole pool should wait with them at once"
 
 
+def test_a_pool_measured_on_tasks_that_ran_beside_few_of_its_workers_is_credited_no_more_cores_than_it_has():
+    # Sixteen GIL-bound threads on 2 cores measured alone on the epoch's last tasks, cut into one-row pieces that
+    # few threads had at a time: each piece ran with the GIL nearly to itself, and times sixteen they claimed 2.6 of
+    # 2 cores busy: threads won a first run (360 samples/s against 345 for processes) on work processes run faster.
+    from types import SimpleNamespace
+
+    from feedline.engine._trial import _Measure
+
+    alone = _Measure(16, 2)
+    for _ in range(16):  # each task ran on a core of its own: 8 rows in 10 ms
+        alone.add(SimpleNamespace(span=(0.0, 0.01), rows=8, cpu=0.01))
+    assert alone.claimed_cores == pytest.approx(16) and alone.cores_busy == pytest.approx(2)
+    assert alone.per_second == pytest.approx(2 * 8 / 0.01), "no more than 2 cores' worth"
+    shared = _Measure(16, 2)
+    for _ in range(16):  # the whole pool side by side: each thread an eighth of a core, 8 rows in 80 ms
+        shared.add(SimpleNamespace(span=(0.0, 0.08), rows=8, cpu=0.01))
+    assert shared.cores_busy == pytest.approx(2) and shared.per_second == pytest.approx(16 * 8 / 0.08)
+
+
 def test_many_more_threads_than_cores_are_judged_by_a_few_scouts_first(no_leaks):
     # workers=16 (or 64) on 2 cores, Python that holds the GIL: every thread had to be past its first sample, so no
     # verdict came within START_PROCESSES_AFTER; 16 threads then kept running beside the starting workers
