@@ -304,6 +304,7 @@ class _ScriptedThreads:
     def __init__(self, cores_kept: float, samples_per_second: float, begun: int, cores: int = 2):
         self.cores_kept, self.rate, self.begun, self.now, self.cores = cores_kept, samples_per_second, begun, 0.0, cores
         self.kept_running: int | None = None  # what the trial asked `pause_beyond` for
+        self.runnable = 0.0  # cores' worth of time they are runnable but kept off the cores by other programs
 
     def advance(self, seconds: float) -> None:
         self.now += seconds
@@ -311,6 +312,9 @@ class _ScriptedThreads:
     def side_by_side(self):
         begun = self.begun + int(self.rate * self.now)
         return [(True, self.cores_kept / self.workers * self.now, 0.0, begun) for _ in range(self.workers)]
+
+    def runnable_waits(self) -> list[float]:
+        return [self.runnable / self.workers * self.now] * self.workers  # ``runnable`` cores' worth between them
 
     def watch_progress(self, on: bool) -> None:
         pass
@@ -429,6 +433,23 @@ def test_a_pool_measured_on_tasks_that_ran_beside_few_of_its_workers_is_credited
     for _ in range(16):  # the whole pool side by side: each thread an eighth of a core, 8 rows in 80 ms
         shared.add(SimpleNamespace(span=(0.0, 0.08), rows=8, cpu=0.01))
     assert shared.cores_busy == pytest.approx(2) and shared.per_second == pytest.approx(16 * 8 / 0.08)
+
+
+def test_scouts_that_other_programs_keep_off_the_cores_are_not_taken_for_threads_that_wait(monkeypatch):
+    # Four GIL-bound scouts on 2 cores while the sixteen process workers of the pipeline before them exited used
+    # under half a core between them, as scouts waiting on files do: the whole pool was started (1 run in ~30).
+    from feedline.engine._trial import EARLY_SPAN, START_PROCESSES_AFTER
+
+    starved = _ScriptedScouts(kept=0.3, kept_grown=0.3, cores=2)
+    starved.runnable = 1.2  # runnable, not waiting: they would have used 1.5 cores
+    assert _verdict_after(monkeypatch, starved, EARLY_SPAN + 0.05, workers=16) is None
+    assert starved.grown_to is None, "threads kept off the cores say nothing of I/O: no growth"
+    starved = _ScriptedScouts(kept=0.3, kept_grown=0.3, cores=2)
+    starved.runnable = 1.2
+    assert _verdict_after(monkeypatch, starved, START_PROCESSES_AFTER + 0.05, workers=16) == "process"  # in time, as ever
+    waiting = _ScriptedScouts(kept=0.3, kept_grown=0.3, cores=2)
+    waiting.runnable = 0.05
+    assert _verdict_after(monkeypatch, waiting, EARLY_SPAN + 0.05, workers=16) is None and waiting.grown_to == 16
 
 
 def test_many_more_threads_than_cores_are_judged_by_a_few_scouts_first(no_leaks):

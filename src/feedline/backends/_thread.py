@@ -76,6 +76,7 @@ class ThreadExecutor(Executor):
         self.idle = [0.0] * workers  # seconds each thread waited for a task
         self.begun = [0] * workers  # samples each thread began while watched
         self._cpu_clocks: list = []  # each thread's CPU-time clock id (None where the system has none)
+        self._wait_clocks: list = []  # each thread's `CpuWaitClock` while it runs (None before and after)
         self.returned: list = []  # (key, _Returned): abandoned tasks, for `take_returned`
         self._watched = False  # count each task's samples (for `running_rates`, `abandon_running`)
         self._keep = workers  # threads from this index on wait between samples until `resume` (see `pause_beyond`)
@@ -96,6 +97,7 @@ class ThreadExecutor(Executor):
 
     def _start_thread(self, n: int, inbox) -> None:
         thread = threading.Thread(target=self._work, args=(n, inbox), name=f"feedline-{self._pool}-thread-{n}", daemon=True)
+        self._wait_clocks.append(None)  # (before it starts: the thread sets its own)
         thread.start()
         self.threads.append(thread)
         try:
@@ -134,9 +136,11 @@ class ThreadExecutor(Executor):
 
     def _work(self, n, inbox):
         waits = CpuWaitClock()  # this thread's waits for a CPU: starved by other programs, or waiting on I/O?
+        self._wait_clocks[n] = waits
         try:
             self._serve(n, inbox, waits)
         finally:
+            self._wait_clocks[n] = None
             waits.close()
 
     def _serve(self, n, inbox, waits: CpuWaitClock):
@@ -265,6 +269,15 @@ class ThreadExecutor(Executor):
                 return None
             readings.append((self.running[n] is not None, cpu, self.idle[n], self.begun[n]))
         return readings
+
+    def runnable_waits(self) -> list[float]:
+        """Per thread, seconds it has been runnable but waiting for a CPU so far (Linux; 0.0 elsewhere or not yet started).
+
+        Beside `side_by_side`: threads that use little CPU either wait (on
+        I/O, or on the GIL held by a thread that is not theirs) or are kept
+        off the cores by other programs; only the last shows here.
+        """
+        return [0.0 if clock is None else clock.read() for clock in self._wait_clocks[: self.workers]]
 
     def pause_beyond(self, keep: int) -> None:
         """Threads ``keep`` and up wait before their next sample until `resume` (only while progress is watched).

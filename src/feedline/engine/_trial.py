@@ -351,6 +351,7 @@ class BackendTrial(Executor):
         self.early_workers_at: float | None = None  # ... this many seconds into the trial (None: not early)
         self._sign_mark: tuple | None = None  # where the stretch that must bear out the workers' first sign began
         self._drained: list | None = None  # tasks kept from threads while the workers start (`_drain_threads`), else None
+        self._waits_at: dict = {}  # a stretch's start -> the threads' `runnable_waits` then (`_runnable_share`)
         self._sent: dict = {}  # key -> task, for tasks on process workers (`_rerun_without_shared_memory`)
         self._paused_at: float | None = None  # when threads were paused for the process workers' start
         self._pause_when_up = False  # ... to be paused once the fork server is up (it was importing: `_start_processes`)
@@ -970,9 +971,11 @@ class BackendTrial(Executor):
         if self._baseline is None:
             if all(busy for busy, *_ in clocks):
                 self._baseline = (now, time.thread_time(), clocks)
+                self._mark_waits(now)
             return
         if self._warm_baseline is None and all(busy and begun >= 2 for busy, _, _, begun in clocks):
             self._warm_baseline = (now, time.thread_time(), clocks)  # every thread past its first sample: the early stretch
+            self._mark_waits(now)
         if _waited_for_tasks(self._baseline, now, clocks):
             self._baseline = self._warm_baseline = None  # one waited for tasks meanwhile: not side by side
             return
@@ -982,6 +985,7 @@ class BackendTrial(Executor):
         self._start_workers_if_held(now, clocks)
         whole = now - self._baseline[0] >= EVIDENCE_SPAN
         warm = self._warm_baseline is not None and now - self._warm_baseline[0] >= EARLY_SPAN
+        judged = self._warm_baseline if warm and not importing else self._baseline
         if warm and not importing:  # past the first samples: theirs are cold (imports, first calls, fresh memory)
             span, kept, others, usable, begun = self._stretch(self._warm_baseline, now, clocks)
             if not whole and (begun < EARLY_SAMPLES * min(len(clocks), EARLY_THREADS) or kept >= EARLY_SHARE * usable):
@@ -995,6 +999,9 @@ class BackendTrial(Executor):
         else:
             return
         if kept < IO_TOGETHER:  # they wait, and not on the GIL (its holder runs): the I/O shortcut, or `START_PROCESSES_AFTER`
+            if kept + self._runnable_share(judged, span) >= IO_TOGETHER:
+                self._baseline = self._warm_baseline = None  # other programs kept them off the cores: a stretch
+                return  # of nothing (`START_PROCESSES_AFTER` still runs)
             if self._widen():  # scouts that wait (files, the network) say nothing of the GIL: the whole pool waits with them
                 self._judge_anew(now)
             return
@@ -1010,6 +1017,27 @@ class BackendTrial(Executor):
         self.rates = {"thread": begun / span}  # samples begun
         self.decided_after = now - self._started
         self._settle("thread", f"{self._cores_note()[:-2]}: the work releases the GIL, so processes could add little: threads")
+
+    def _runnable_share(self, baseline: tuple, span: float) -> float:
+        """Cores' worth of time the threads were runnable but waiting for a CPU since ``baseline`` (Linux; else 0).
+
+        Threads that use under `IO_TOGETHER` of a core between them wait on
+        files or the network, unless other programs keep them off the
+        cores: four GIL-bound scouts on 2 cores, while the sixteen process
+        workers of the pipeline before them exited, were taken for I/O and
+        the whole pool started (1 run in ~30 of the tests in a row).
+        """
+        before = self._waits_at.get(baseline[0])
+        if before is None:
+            return 0.0
+        waited = sum(now_ - was for now_, was in zip(self.threads.runnable_waits(), before))
+        return max(0.0, waited / span)
+
+    def _mark_waits(self, now: float) -> None:
+        """Keep the threads' `runnable_waits` at the stretch begun ``now`` (and only at the stretches still judged)."""
+        live = {b[0] for b in (self._baseline, self._warm_baseline) if b is not None}
+        self._waits_at = {began: waits for began, waits in self._waits_at.items() if began in live}
+        self._waits_at[now] = self.threads.runnable_waits()
 
     def _room_beside_server(self) -> bool:
         """The fork server importing beside the threads judged takes a core none of them needs (`ROOM_BESIDE_SERVER`).
