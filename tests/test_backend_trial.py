@@ -452,6 +452,25 @@ def test_scouts_that_other_programs_keep_off_the_cores_are_not_taken_for_threads
     assert _verdict_after(monkeypatch, waiting, EARLY_SPAN + 0.05, workers=16) is None and waiting.grown_to == 16
 
 
+def test_threads_measured_alone_leave_out_the_pieces_of_the_epochs_last_batches(monkeypatch):
+    # Pieces (a few rows each, to whichever thread is free) ran beside fewer busy threads than the pool: sixteen
+    # GIL-bound threads measured on them "kept 2 of 2 cores busy" and beat processes that ran twice as fast.
+    from feedline.engine import _trial
+
+    threads = _ScriptedThreads(1.0, 400, begun=2)
+    monkeypatch.setattr(_trial, "time", types.SimpleNamespace(perf_counter=lambda: threads.now, thread_time=lambda: 0.0))
+    trial = _trial.BackendTrial(threads, _Started, 2)
+    try:
+        trial._threads_alone_from = 0.0  # the threads run alone from here (`_advance`)
+        result = types.SimpleNamespace(span=(0.1, 0.2), rows=1, cpu=0.1, cpu_wait=0.0, worker=0, error=None)
+        trial._observe(threads, result, piece=True)
+        assert trial._measure[threads].tasks == 0, "a piece is not a measure of the pool"
+        trial._observe(threads, result)
+        assert trial._measure[threads].tasks == 1
+    finally:
+        trial.close()
+
+
 def test_many_more_threads_than_cores_are_judged_by_a_few_scouts_first(no_leaks):
     # workers=16 (or 64) on 2 cores, Python that holds the GIL: every thread had to be past its first sample, so no
     # verdict came within START_PROCESSES_AFTER; 16 threads then kept running beside the starting workers

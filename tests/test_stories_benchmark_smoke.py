@@ -11,6 +11,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CASES = ["story1 Sequence", "story2 PNG", "story2 decoded", "story3 files", "story4 WAV"]
 
 
+@pytest.mark.timeout(900)  # 40 fresh interpreters, each importing Keras: 100-150 s on a 2-core VM (the default 120 s cut it)
 def test_stories_benchmark_runs_every_example_with_every_setting(tmp_path):
     for module in ("keras", "tensorflow", "PIL"):
         pytest.importorskip(module)
