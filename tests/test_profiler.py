@@ -372,6 +372,21 @@ def test_depth_tuner_respects_the_memory_budget():
     assert tuner.depth == 4
 
 
+def test_depth_tuner_keeps_batches_in_flight_within_a_bounded_dev_shm():
+    # Process workers with memory files and the spill folder off have only /dev/shm: 12 MiB, 1 MiB batches, two
+    # workers; the depth raised 4 -> 6 on a loaded machine and the epoch ended in SharedMemoryFull (a CI run).
+    batch = np.zeros((256, 4096), np.uint8)  # 1 MiB
+    bounded = DepthTuner(depth=4, workers=2, enabled=True, room=lambda: 12 << 20)
+    roomy = DepthTuner(depth=4, workers=2, enabled=True, room=lambda: 64 << 20)
+    unbounded = DepthTuner(depth=4, workers=2, enabled=True, room=lambda: None)
+    for _ in range(20 * DepthTuner.WINDOW):
+        for tuner in (bounded, roomy, unbounded):
+            tuner.observe(waited=True, blocked=True, batch=batch)
+    assert bounded.depth == 4, "half of 12 MiB, less two spare slots a worker, holds no more than it started with"
+    assert roomy.depth == 28  # (32 MiB - 4 spare) / 1 MiB
+    assert unbounded.depth == 4 + 20 * 2  # + the workers each window, as before
+
+
 def test_bench_command_reports_a_pipeline_from_a_file(tmp_path):
     script = tmp_path / "my_pipeline.py"
     script.write_text(

@@ -262,3 +262,20 @@ def test_fault_suite_passes_with_every_segment_in_a_memory_file(memfd_env, tmp_p
     done = subprocess.run(command, env=memfd_env, capture_output=True, text=True, timeout=580, cwd=os.path.dirname(here))
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
     assert not (tmp_path / "not-a-folder" / "spill").exists()
+
+
+def test_dev_shm_bounds_the_batches_in_flight_only_where_segments_have_nowhere_else_to_go(monkeypatch):
+    from feedline.transport._shm import bounded_room
+
+    if not os.path.isdir("/dev/shm"):
+        pytest.skip("no /dev/shm here")
+    monkeypatch.setenv("FEEDLINE_MEMFD", "0")
+    monkeypatch.setenv("FEEDLINE_SPILL_DIR", "0")
+    stats = os.statvfs("/dev/shm")
+    assert bounded_room() == stats.f_blocks * stats.f_frsize  # the depth tuner keeps within half of it
+    monkeypatch.setenv("FEEDLINE_SPILL_DIR", "/tmp/somewhere")
+    assert bounded_room() is None, "a spill folder takes what /dev/shm cannot"
+    monkeypatch.setenv("FEEDLINE_SPILL_DIR", "0")
+    monkeypatch.delenv("FEEDLINE_MEMFD")
+    if hasattr(os, "memfd_create"):
+        assert bounded_room() is None, "memory files take what /dev/shm cannot"

@@ -158,5 +158,9 @@ class Executor:
         """Run only ``workers`` workers from now on (fewer than now); False if this backend cannot let workers go."""
         return False
 
+    def batch_room(self) -> int | None:
+        """Bytes that batches run ahead of the consumer must fit in, where they pass through a bounded medium; None: no bound."""
+        return None
+
     def close(self) -> None:
         """Stop the workers and release every resource; idempotent."""

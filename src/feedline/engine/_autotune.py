@@ -67,6 +67,8 @@ QUEUED_WORK = 0.004  # seconds of short tasks queued per worker: covers the cons
 MAX_SHARE = 8  # tasks queued per worker at most, from the short-task rule
 WAITING = 0.3  # ... and only when the consumer waited at least this share of its time since the first batch
 MEMORY_BUDGET = 1 << 30  # bytes of batches the prefetch depth may keep in flight
+ROOM_SHARE = 0.5  # ... and at most this share of a bounded medium they pass through, less `SPARE_SLOTS` per worker
+SPARE_SLOTS = 2  # batches' worth each worker may hold beside those in flight (slots it made before its own came back)
 
 
 class DepthTuner:
@@ -74,9 +76,10 @@ class DepthTuner:
 
     WINDOW = 16  # batches per decision
 
-    def __init__(self, depth: int, workers: int, enabled: bool, messages=None):
+    def __init__(self, depth: int, workers: int, enabled: bool, messages=None, room=None):
         self.depth, self.workers, self.enabled = depth, workers, enabled
         self._messages = messages  # () -> whether a task is a message to another process now (None: always)
+        self._room = room  # () -> bytes batches in flight must fit in (`Executor.batch_room`), or None
         self.batch_bytes = None
         self._waited = 0
         self._blocked = 0
@@ -108,8 +111,7 @@ class DepthTuner:
         if per_task <= 0 or per_task >= SHORT_TASK:
             return None
         share = min(MAX_SHARE, math.ceil(QUEUED_WORK / per_task))
-        limit = max(self.depth, MEMORY_BUDGET // max(1, self.batch_bytes or 1))
-        new = min(max(self.depth, share * self.workers), limit)
+        new = min(max(self.depth, share * self.workers), self._limit())
         if new <= self.depth:
             return None
         old, self.depth = self.depth, new
@@ -137,13 +139,30 @@ class DepthTuner:
             if decision is not None:
                 return decision
         if waited >= 2 and blocked >= 2:
-            limit = max(self.depth, MEMORY_BUDGET // max(1, self.batch_bytes or 1))
-            new = min(self.depth + self.workers, limit)
+            new = min(self.depth + self.workers, self._limit())
             if new > self.depth:
                 old, self.depth = self.depth, new
                 return (f"prefetch depth {old} -> {new}: the consumer waited in {waited} of {self.WINDOW} batches "
                         f"while workers were held back by full prefetch slots in {blocked}")
         return None
+
+
+    def _limit(self) -> int:
+        """The deepest the tuner goes: `MEMORY_BUDGET` of batches, and `ROOM_SHARE` of a bounded medium they pass through.
+
+        Process workers with memory files and the spill folder turned off
+        have only ``/dev/shm``: 12 MiB of it, 1 MiB batches, two workers,
+        the depth raised 4 -> 6 on a loaded machine (the short-task rule),
+        and with the slots each worker makes before its own come back the
+        epoch ended in `SharedMemoryFull` (a CI run). Never below the depth
+        it started at (that one is the user's or the runtime's).
+        """
+        batch = max(1, self.batch_bytes or 1)
+        budget = MEMORY_BUDGET
+        room = self._room() if self._room is not None else None
+        if room is not None:
+            budget = min(budget, int(ROOM_SHARE * room) - SPARE_SLOTS * self.workers * batch)
+        return max(self.depth, budget // batch)
 
 
 class WorkerTuner:

@@ -68,7 +68,7 @@ class Runtime:
         self.cores = self.executor.cores
         self.depth = plan.depth or max(2, 2 * self.workers)  # two tasks per worker: one running, one queued
         self.tuner = DepthTuner(self.depth, self.workers, enabled=plan.depth is None and self.executor.prefetches,
-                                messages=lambda: self.backend in ("process", "ray"))
+                                messages=lambda: self.backend in ("process", "ray"), room=lambda: self.executor.batch_room())
         self.worker_tuner = WorkerTuner(self.workers, self.cores, enabled=plan.workers is None and backend in ("auto", "thread", "process", "serial-or-thread"))
         self.set_depth(self.depth)
         self._generations = itertools.count()

@@ -471,6 +471,10 @@ class BackendTrial(Executor):
             self._grown, self._grown_from = _Measure(workers, min(workers, self.cores)), time.perf_counter()
         return True
 
+    def batch_room(self) -> int | None:
+        """The process workers' bound on batches in flight, once they are started (decided or not)."""
+        return self.processes.batch_room() if self._processes_started and self.winner != "thread" else None
+
     def shrink(self, workers: int) -> bool:
         """Once the trial is over: the winner lets workers go, where it can (threads)."""
         if self.winner is None or not self._winning().shrink(workers):

@@ -50,7 +50,8 @@ import weakref
 
 from .._errors import SharedMemoryFull
 
-__all__ = ["MEMFD_VAR", "SPILL_VAR", "Segment", "SegmentGone", "segment_prefix", "spill_dir", "sweep", "unlink", "warn_spilled"]
+__all__ = ["MEMFD_VAR", "SPILL_VAR", "Segment", "SegmentGone", "bounded_room", "segment_prefix", "spill_dir", "sweep", "unlink",
+           "warn_spilled"]
 
 _WINDOWS = sys.platform == "win32"
 if not _WINDOWS:
@@ -84,6 +85,22 @@ def spill_dir() -> str | None:
     if setting:
         return os.path.expanduser(setting)
     return os.path.join(tempfile.gettempdir(), f"feedline-spill-{os.getuid()}")
+
+
+def bounded_room() -> int | None:
+    """Bytes of ``/dev/shm`` where segments cannot go anywhere else (no memory files, no spill folder); None: unbounded.
+
+    Where they can, a full ``/dev/shm`` costs speed, not the epoch; where
+    they cannot (both turned off), what runs ahead of the consumer must fit
+    in it (`feedline.engine._autotune.DepthTuner`).
+    """
+    if _WINDOWS or _memfd_on() or spill_dir() is not None:
+        return None
+    try:
+        stats = os.statvfs(SHM_DIR)
+    except OSError:
+        return None
+    return stats.f_blocks * stats.f_frsize
 
 
 def warn_spilled(segment: "Segment") -> None:

@@ -41,7 +41,7 @@ import numpy as np
 
 from ..._errors import SharedMemoryFull, WorkerError
 from ..._malloc import MALLOC_VARS, turned_off
-from ...transport._shm import Segment, SegmentGone, segment_prefix, sweep, unlink
+from ...transport._shm import Segment, SegmentGone, bounded_room, segment_prefix, sweep, unlink
 from ...transport._slots import SlotReader
 from ...transport._transfer import SharedArrays, check_picklable, dumps_for_workers
 from ...worker import Result, TaskError
@@ -294,6 +294,10 @@ class ProcessExecutor(Executor):
             self._pinned = True
         self.tasks.add(key, task, affinity)
         self._dispatch()
+
+    def batch_room(self) -> int | None:
+        """``/dev/shm``'s size where batches have nowhere else to go (`transport._shm.bounded_room`)."""
+        return bounded_room()
 
     def grow(self, workers: int) -> bool:
         """Start workers up to ``workers``; they take tasks once ready (not for stream shards pinned to workers)."""
