@@ -320,8 +320,7 @@ class BackendTrial(Executor):
         self._owner: dict = {}  # task key -> the executor it went to
         self._outstanding = {threads: 0, self.processes: 0}
         self._usable = min(workers, threads.cores)  # cores the threads could keep busy at most
-        self._measure = {threads: _Measure(workers, self._usable), self.processes: _Measure(workers, self._usable)}
-        self._first_tasks = _Measure(workers, self._usable)  # every process task, cold ones too: a lower bound on their rate
+        self._reset_measures()
         self._warmed: set = set()  # process workers whose first task (imports, first page faults) went by, unmeasured
         self._thread_rows = self._thread_cpu = 0.0  # every thread task: the threads' upper bound
         self._thread_span, self._thread_tasks = 0.0, 0  # ... and how long they ran (their CPU share: I/O-bound?)
@@ -488,6 +487,12 @@ class BackendTrial(Executor):
         for executor in (self.threads, self.processes, self._early, self._parked):
             if executor is not None:
                 executor.close()
+
+    def _reset_measures(self) -> None:
+        """Empty measures of both backends (a trial, or one again), each pool credited at most the cores it could use."""
+        usable = min(self.workers, self.cores)
+        self._measure = {self.threads: _Measure(self.workers, usable), self.processes: _Measure(self.workers, usable)}
+        self._first_tasks = _Measure(self.workers, usable)  # every process task, cold ones too: a lower bound on their rate
 
     def _shorten_switch(self) -> None:
         if self._switch is None:
@@ -1455,9 +1460,7 @@ class BackendTrial(Executor):
             self._ready = True  # the process workers are up: they take the work and are measured first
         self._closed.discard(fresh)
         self._outstanding[fresh] = self._outstanding.pop(loser, 0)
-        usable = min(self.workers, self.cores)
-        self._measure = {self.threads: _Measure(self.workers, usable), self.processes: _Measure(self.workers, usable)}
-        self._first_tasks = _Measure(self.workers, usable)
+        self._reset_measures()
         self._thread_rows = self._thread_cpu = 0.0  # the threads' bound is measured again too
         self._thread_span, self._thread_tasks = 0.0, 0
         self._thread_cpu_wait = 0.0
