@@ -176,9 +176,11 @@ def test_autotune_benchmark_pairs_the_automatic_choice_with_the_best_and_worst_h
     rows = _table_rows(out)
     assert set(rows) == {"gil"}
     cells = rows["gil"]
-    assert cells[0] == "process x2", "the gil workload's best hand setting is processes"
+    # which hand setting is faster is measured, not assumed: a quick epoch on a loaded machine may favour either
+    assert cells[0] in ("process x2", "thread x2"), cells
     auto, best, worst = (float(v.replace(",", "")) for v in cells[1:4])
     assert min(auto, best, worst) > 0
+    assert best >= worst, "the best column is the faster hand setting of the round"
     assert float(cells[4].split()[0]) == pytest.approx(auto / best, abs=0.002)  # one round: its ratio is the median's
     assert float(cells[5]) == pytest.approx(auto / worst, abs=0.01)
     assert cells[6].split()[0] in ("process", "thread"), cells  # which backend the automatic run ended on
