@@ -58,7 +58,7 @@ def steps(workers: int, out: str, quick: bool) -> list[tuple[str, list[str]]]:
     """(name, argv after ``python -m``) for each check, the most needed first."""
     w = ["--workers", str(workers)]
     if quick:
-        return [("seg", ["benchmarks.autotune", "--workload", "seg", "--quick", *w]),
+        return [("seg", ["benchmarks.autotune", "--workload", "seg", "--quick", *w, "--settings", "auto,best"]),
                 ("story2", ["benchmarks.stories", "--quick", "--only", "story2", "--settings", "auto,thread,process",
                             "--spans", os.path.join(out, "spans_story2.jsonl")])]
     return [

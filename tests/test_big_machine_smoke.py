@@ -29,7 +29,9 @@ def test_big_machine_runs_a_step_and_keeps_its_table_and_log(tmp_path):
     done = run("--out", str(tmp_path), "--quick", "--only", "seg", "--workers", "2")
     assert done.returncode == 0, done.stderr[-3000:]
     summary = (tmp_path / "summary.md").read_text()
-    assert "| seg | thread x2 |" in summary, summary  # autotune's table, paired against threads by hand
+    # autotune's table, paired against the suite's hand setting only (with both hand settings, which is faster in a
+    # quick epoch on a loaded machine is not known in advance)
+    assert "| seg | thread x2 |" in summary, summary
     assert "story2" not in summary  # --only
     log = (tmp_path / "seg.log").read_text()
     assert log.startswith("$ python -m benchmarks.autotune --workload seg") and "round 1/1" in log, log[-2000:]
