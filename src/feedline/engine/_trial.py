@@ -1023,7 +1023,7 @@ class BackendTrial(Executor):
         else:
             return
         if kept < IO_TOGETHER:  # they wait, and not on the GIL (its holder runs): the I/O shortcut, or `START_PROCESSES_AFTER`
-            if kept + self._runnable_share(judged, span) >= IO_TOGETHER:
+            if self._scouting and kept + self._runnable_share(judged, span) >= IO_TOGETHER:
                 self._baseline = self._warm_baseline = None  # other programs kept them off the cores: a stretch
                 return  # of nothing (`START_PROCESSES_AFTER` still runs)
             if self._widen():  # scouts that wait (files, the network) say nothing of the GIL: the whole pool waits with them
@@ -1348,6 +1348,21 @@ class BackendTrial(Executor):
     def _judged_cores(self) -> int:
         """The cores the threads judged for the GIL could keep busy at most."""
         return min(self._judged, self._usable)
+
+    @property
+    def _scouting(self) -> bool:
+        """The threads judged are the scouts (`first_threads`), fewer than the pool: `_widen` would grow them.
+
+        Only scouts that use under `IO_TOGETHER` of a core become the whole
+        pool, so only theirs are checked for time spent runnable, kept off
+        the cores by other programs (`_runnable_share`). The whole pool of
+        threads that wait on I/O shows such time by itself: sixteen threads
+        waking from 10 ms sleeps on 2 cores were runnable 0.8-1.6 cores'
+        worth, every stretch of theirs was dropped, and the I/O verdict
+        never came (`START_PROCESSES_AFTER` started processes instead, in
+        about one run in two after a test whose workers had just exited).
+        """
+        return self.threads.workers < self.workers
 
     def _widen(self) -> bool:
         """The scouts (`first_threads`) become the whole pool, their queued tasks spread over it; False if they are it.
