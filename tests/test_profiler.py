@@ -274,7 +274,10 @@ def test_automatic_choice_keeps_threads_at_once_for_cpu_work_that_releases_the_g
 
     def run():
         with pipe:
-            out = [int(v) for b in pipe for v in b]
+            for _ in range(3):  # the trial carries over: a short epoch on a loaded machine may end before its verdict
+                out = [int(v) for b in pipe for v in b]
+                if " kept " in pipe.stats().decision:  # the verdict's note: "N threads side by side kept C of N cores busy"
+                    break
             return out, pipe.stats(), testing.executor(pipe).processes_started
 
     others, (out, stats, processes_started) = _cores_used_by_others(run)
