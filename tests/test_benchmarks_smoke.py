@@ -181,8 +181,10 @@ def test_autotune_benchmark_pairs_the_automatic_choice_with_the_best_and_worst_h
     auto, best, worst = (float(v.replace(",", "")) for v in cells[1:4])
     assert min(auto, best, worst) > 0
     assert best >= worst, "the best column is the faster hand setting of the round"
-    assert float(cells[4].split()[0]) == pytest.approx(auto / best, abs=0.002)  # one round: its ratio is the median's
-    assert float(cells[5]) == pytest.approx(auto / worst, abs=0.01)
+    # one round: its ratio is the median's, from rates the table rounds to whole samples/s (~170 on a slow machine)
+    rounding = (0.5 + 0.5 * auto / best) / best + 0.0005
+    assert float(cells[4].split()[0]) == pytest.approx(auto / best, abs=rounding)
+    assert float(cells[5]) == pytest.approx(auto / worst, abs=(0.5 + 0.5 * auto / worst) / worst + 0.005)  # 2 decimals
     assert cells[6].split()[0] in ("process", "thread"), cells  # which backend the automatic run ended on
 
 
