@@ -1358,9 +1358,9 @@ class BackendTrial(Executor):
         the cores by other programs (`_runnable_share`). The whole pool of
         threads that wait on I/O shows such time by itself: sixteen threads
         waking from 10 ms sleeps on 2 cores were runnable 0.8-1.6 cores'
-        worth, every stretch of theirs was dropped, and the I/O verdict
-        never came (`START_PROCESSES_AFTER` started processes instead, in
-        about one run in two after a test whose workers had just exited).
+        worth, their stretches were dropped, and the run ended on processes
+        instead of the I/O verdict (about one run in two after a test whose
+        workers had just exited, on a loaded 2-core machine).
         """
         return self.threads.workers < self.workers
 
