@@ -1370,7 +1370,7 @@ class BackendTrial(Executor):
         What few threads keep busy says nothing of many: sixteen threads
         that each hold the GIL a fifth of the time need three GILs' worth.
         """
-        if self.threads.workers >= self.workers or not self.threads.grow(self.workers):
+        if not self._scouting or not self.threads.grow(self.workers):
             return False
         for key, task in self.threads.take_queued():  # the scouts' backlog holds the earliest tasks: spread it
             self.threads.submit(key, task)
