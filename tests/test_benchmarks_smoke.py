@@ -93,6 +93,17 @@ def test_first_batch_benchmark_times_each_setting_in_a_fresh_interpreter():
     assert all(float(cells[1].split()[0]) > 0 for cells in rows.values()), rows
 
 
+def test_busy_threads_benchmark_times_each_loader_with_and_without_threads_holding_the_gil():
+    out = _run_script("busy_threads", "--quick")  # the script itself fails a run that does not deliver every sample
+    rows = [[c.strip() for c in line.strip().strip("|").split("|")] for line in out.splitlines()
+            if line.startswith("| ") and not line.startswith("| loader")]
+    assert sorted((r[0], r[1]) for r in rows) == [("feedline process x2", "0"), ("feedline process x2", "2"),
+                                                   ("torch DataLoader fork x2", "0"), ("torch DataLoader fork x2", "2")], out
+    for r in rows:
+        first, epoch = float(r[2].split()[0]), float(r[3].split()[0])
+        assert 0 < first <= epoch, r
+
+
 def test_small_tasks_benchmark_times_heavy_unbatched_samples_against_a_plain_loop():
     rows = _table_rows(_run_script("small_tasks", "--quick"))
     assert {"plain loop", "process x2", "automatic"} <= set(rows), rows

@@ -515,3 +515,79 @@ def test_explicit_process_backend_never_runs_samples_in_the_consumer(no_leaks):
     with pipe:
         pids = {int(p) for b in pipe for p in b}
     assert os.getpid() not in pids and len(pids) >= 1
+
+
+# ------------------------------------------------- the GIL beside busy threads
+def _double(v):
+    return v * 2
+
+
+@pytest.fixture
+def switch_interval():
+    """The consumer's GIL switch interval set to Python's default (5 ms) for the test, and put back after."""
+    saved = sys.getswitchinterval()
+    sys.setswitchinterval(0.005)
+    yield sys.getswitchinterval()
+    sys.setswitchinterval(saved)
+
+
+@pytest.mark.parametrize("forkserver", ["1", "0"])
+def test_gil_switch_interval_is_short_while_process_workers_start_and_the_users_once_they_are_ready(
+        forkserver, monkeypatch, switch_interval, no_leaks):
+    from feedline._switch_interval import STARTUP_SWITCH_INTERVAL
+
+    monkeypatch.setenv("FEEDLINE_FORKSERVER", forkserver)
+    pipe = fl.from_arrays(np.arange(16)).map(_double, backend="process", workers=2).batch(4)
+    with pipe:
+        it = iter(pipe)
+        starting = sys.getswitchinterval()  # started, not yet seen ready: readiness is read only while waiting
+        out = [int(v) for b in it for v in b]
+        assert testing.executor(pipe).wait_ready(60)
+        ready = sys.getswitchinterval()
+    assert starting <= STARTUP_SWITCH_INTERVAL, "busy threads would hold each of the start's blocking calls back 5 ms"
+    assert ready == switch_interval, "the user's interval is back once every worker is ready"
+    assert sys.getswitchinterval() == switch_interval
+    assert out == [2 * v for v in range(16)]
+
+
+def test_gil_switch_interval_the_user_set_shorter_is_kept_through_a_process_pipeline(switch_interval, no_leaks):
+    sys.setswitchinterval(0.0001)
+    mine = sys.getswitchinterval()
+    pipe = fl.from_arrays(np.arange(16)).map(_double, backend="process", workers=2).batch(4)
+    with pipe:
+        it = iter(pipe)
+        starting = sys.getswitchinterval()
+        out = [int(v) for b in it for v in b]
+    assert starting == mine and sys.getswitchinterval() == mine
+    assert out == [2 * v for v in range(16)]
+
+
+def test_gil_switch_interval_is_back_once_a_thread_pipeline_has_started(switch_interval, no_leaks):
+    pipe = fl.from_arrays(np.arange(16)).map(_double, backend="thread", workers=2).batch(4)
+    with pipe:
+        it = iter(pipe)
+        assert sys.getswitchinterval() == switch_interval, "only the set-up's blocking calls need it shorter"
+        assert [int(v) for b in it for v in b] == [2 * v for v in range(16)]
+
+
+def test_process_workers_start_beside_python_threads_that_hold_the_gil(switch_interval, no_leaks):
+    """Two threads spinning in Python while a process pipeline starts and runs: it delivers, and nothing is left behind."""
+    stop = threading.Event()
+
+    def spin():
+        while not stop.is_set():
+            sum(range(1000))
+
+    spinners = [threading.Thread(target=spin) for _ in range(2)]
+    for t in spinners:
+        t.start()
+    try:
+        pipe = fl.from_arrays(np.arange(32)).map(_double, backend="process", workers=2).batch(4)
+        with pipe:
+            out = [int(v) for b in pipe for v in b]
+    finally:
+        stop.set()
+        for t in spinners:
+            t.join()
+    assert out == [2 * v for v in range(32)]
+    assert sys.getswitchinterval() == switch_interval

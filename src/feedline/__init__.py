@@ -66,7 +66,10 @@ def __getattr__(name: str):
     module = _WHERE.get(name)
     if module is None:
         raise AttributeError(f"module 'feedline' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module, __name__), name)
+    from ._switch_interval import short_switch_interval
+
+    with short_switch_interval():  # imports read files: beside busy threads each read waits for the GIL
+        value = getattr(importlib.import_module(module, __name__), name)
     globals()[name] = value
     return value
 

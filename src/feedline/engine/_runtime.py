@@ -21,6 +21,7 @@ from typing import Callable
 import cloudpickle
 
 from .._errors import FeedlineError
+from .._switch_interval import short_switch_interval
 from ..backends import PartNotPicklable, check_not_loading, check_sendable, in_worker, load_process_backend, make_executor, warm_up
 from . import _remembered as remembered_choice
 from ._autotune import MAX_WORKERS, MAX_WORKERS_PER_CORE, DepthTuner, WorkerTuner
@@ -51,20 +52,11 @@ class Runtime:
         check_not_loading()  # a worker loading its pipeline imported a module that runs one: workers without end
         _start_after_set_up.runtime_built()  # iterating now: a server started meanwhile would take a core from its threads
         self.plan = plan
-        if plan.runs_user_code and not plan.part.source.needs_ray:
-            warm_up(plan.backend)  # e.g. the fork server starts while the pipeline is pickled
-        backend, workers, self.reason = choose(plan)
         self.memory_key = ""  # the automatic choice's key in the remembered verdicts (`_remembered`), once it has one
-        if backend == "auto":
-            self.executor = _auto_executor(plan, workers, self)
-        elif backend == "serial-or-thread":
-            self.executor = SerialOrThreads(make_executor("serial", plan.part, 1, cores=default_workers()),
-                                            make_executor("thread", plan.part, workers, cores=default_workers()))
-        else:
-            try:
-                self.executor = make_executor(backend, plan.part, workers, cores=default_workers(), ray=plan.ray)
-            except PartNotPicklable as e:
-                raise _pickling_error(plan, e.__cause__ or e) from (e.__cause__ or e)
+        # Set-up makes blocking calls (cgroup files, pickling, spawning): each waits for the GIL to come back,
+        # 5 ms at a time beside busy Python threads unless the interval is shorter (`feedline._switch_interval`).
+        with short_switch_interval():  # a process executor holds its own until its workers are ready
+            backend, workers = self._start_executor(plan)
         self.cores = self.executor.cores
         self.depth = plan.depth or max(2, 2 * self.workers)  # two tasks per worker: one running, one queued
         self.tuner = DepthTuner(self.depth, self.workers, enabled=plan.depth is None and self.executor.prefetches,
@@ -80,6 +72,23 @@ class Runtime:
         self.row_seconds: float | None = None  # task seconds per row on the last epoch: which of the next's last batches to cut (_tail)
         self.closed = False
         _live.add(self)
+
+    def _start_executor(self, plan) -> tuple[str, int]:
+        """Choose the backend and worker count (``self.reason`` says why) and start ``self.executor``."""
+        if plan.runs_user_code and not plan.part.source.needs_ray:
+            warm_up(plan.backend)  # e.g. the fork server starts while the pipeline is pickled
+        backend, workers, self.reason = choose(plan)
+        if backend == "auto":
+            self.executor = _auto_executor(plan, workers, self)
+        elif backend == "serial-or-thread":
+            self.executor = SerialOrThreads(make_executor("serial", plan.part, 1, cores=default_workers()),
+                                            make_executor("thread", plan.part, workers, cores=default_workers()))
+        else:
+            try:
+                self.executor = make_executor(backend, plan.part, workers, cores=default_workers(), ray=plan.ray)
+            except PartNotPicklable as e:
+                raise _pickling_error(plan, e.__cause__ or e) from (e.__cause__ or e)
+        return backend, workers
 
     @property
     def workers(self) -> int:

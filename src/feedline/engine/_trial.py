@@ -22,11 +22,10 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import sys
 import time
 
-from .._counted import CountedSetting
 from .._errors import SharedMemoryFull
+from .._switch_interval import ShortSwitchInterval
 from ..backends import Event, Executor, warm_up, warmed_up, warming_up
 from ..worker import Result
 from ._imports import imports_seen
@@ -41,7 +40,6 @@ NEAR_BOUND = 0.85  # processes delivering this share of the threads' upper bound
 FAR_PAST_BOUND = 2.0  # ... and from their first tasks, cold ones too, at this multiple of it (threads the GIL held back) ...
 FEW_TASKS = 4  # ... once this many are in (or one per worker, if fewer), not a warm task per worker (`_far_past_bound`)
 GIL_SIGN = 0.65  # ... if the threads kept under this share of their usable cores busy side by side (else: PROCESS_MARGIN of it)
-STARTUP_SWITCH_INTERVAL = 0.0005  # seconds: the GIL hand-over interval while process workers start beside busy threads
 ABANDON_RATIO = 2.0  # a warm process worker this many times faster than every running thread task: those tasks move over
 IO_SHARE = 0.2  # thread tasks using less than this share of a core while they run wait on I/O: threads win at once ...
 IO_TOGETHER = 0.5  # ... if all the threads together use less than this much of a core too (else it may be the GIL's share)
@@ -226,20 +224,6 @@ class _Drift:
         return f"{self.last:,.0f} samples/s per worker, was {decided:,.0f}"
 
 
-class _SwitchInterval(CountedSetting):
-    """A shorter GIL switch interval while any trial's process workers start; the previous one after the last."""
-
-    @staticmethod
-    def apply() -> float:
-        saved = sys.getswitchinterval()
-        sys.setswitchinterval(min(saved, STARTUP_SWITCH_INTERVAL))
-        return saved
-
-    @staticmethod
-    def undo(saved: float) -> None:
-        sys.setswitchinterval(saved)
-
-
 class NotStarted(Executor):
     """A backend `BackendTrial` has not started: the process workers before it starts them, or the threads of a
     run that starts on a remembered verdict for processes. No tasks, nothing to wait for."""
@@ -358,7 +342,7 @@ class BackendTrial(Executor):
         self._closed: set = set()
         self._started = time.perf_counter()
         self.decided_after: float | None = None  # seconds from the trial's start to its decision
-        self._switch: _SwitchInterval | None = None
+        self._switch: ShortSwitchInterval | None = None
         self._window_share: int | None = None  # the tasks each worker may hold, passed on to the workers once started
         if remembered is not None:
             self._start_on(remembered)
@@ -496,7 +480,7 @@ class BackendTrial(Executor):
 
     def _shorten_switch(self) -> None:
         if self._switch is None:
-            self._switch = _SwitchInterval()
+            self._switch = ShortSwitchInterval()
 
     def _restore_switch(self) -> None:
         if self._switch is not None:

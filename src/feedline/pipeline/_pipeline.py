@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from .._errors import FeedlineError
 from .._padding import Padder
+from .._switch_interval import short_switch_interval
 from ..sources._composed import ComposedSource
 from ._cache import CacheSource
 from ._environment import rank_from_environment
@@ -158,9 +159,10 @@ class Pipeline:
             )
             ray = Ray.from_options(ray_address, ray_options)
         step = Map(fn, workers=workers, backend=backend, on_error=on_error, ordered=ordered, ray=ray, timeout=timeout)
-        from ..engine._runtime import start_early  # start-up cost, as in _ensure_runtime
+        with short_switch_interval():  # ~80 modules imported the first time: reads that wait for the GIL beside busy threads
+            from ..engine._runtime import start_early  # start-up cost, as in _ensure_runtime
 
-        start_early(step.backend, workers)
+            start_early(step.backend, workers)
         return self._with(step)
 
     def filter(self, pred) -> "Pipeline":

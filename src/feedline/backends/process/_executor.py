@@ -41,6 +41,7 @@ import numpy as np
 
 from ..._errors import SharedMemoryFull, WorkerError
 from ..._malloc import MALLOC_VARS, turned_off
+from ..._switch_interval import ShortSwitchInterval
 from ...transport._shm import Segment, SegmentGone, bounded_room, segment_prefix, sweep, unlink
 from ...transport._slots import SlotReader
 from ...transport._transfer import SharedArrays, check_picklable, dumps_for_workers
@@ -149,6 +150,7 @@ class ProcessExecutor(Executor):
         self._pinned = False  # a stream shard was pinned to a worker: the count must not change
         self.restarts = 0  # workers replaced after dying with work in hand
         self.start_failures = 0  # workers that died before becoming ready
+        self._switch: ShortSwitchInterval | None = None  # held while any worker starts (`feedline._switch_interval`)
         self.acceptor = threading.Thread(target=self._accept_loop, name="feedline-accept", daemon=True)
         self.acceptor.start()
         self.shared = SharedArrays()
@@ -206,6 +208,8 @@ class ProcessExecutor(Executor):
 
     # ----------------------------------------------------------------- start
     def _spawn(self, position: int) -> None:
+        if self._switch is None:
+            self._switch = ShortSwitchInterval()  # until every worker is ready: the GIL comes back sooner beside busy threads
         wid = next(_worker_ids)
         env = worker_env()
         boot = {
@@ -383,12 +387,19 @@ class ProcessExecutor(Executor):
                     self._on_death(worker)
                 elif time.monotonic() - worker.started > START_TIMEOUT and worker.conn is None:
                     raise WorkerError(f"a process worker did not start within {START_TIMEOUT:.0f} s; is the machine overloaded?")
+            if starting and self._switch is not None and all(w is None or w.ready for w in self.pool):
+                self._release_switch()
             if self.timeout is not None:
                 self._stop_stuck()
             events.extend(self.tasks.take_held())
             self._dispatch()
             if events or (deadline is not None and time.monotonic() >= deadline):
                 return events
+
+    def _release_switch(self) -> None:
+        if self._switch is not None:
+            self._switch.release()
+            self._switch = None
 
     def _on_message(self, worker: _Worker, message) -> list:
         if isinstance(message, Ready):
@@ -497,6 +508,13 @@ class ProcessExecutor(Executor):
         if self.closing:
             return
         self.closing = True
+        switch = ShortSwitchInterval()  # its waits for the workers' exits get the GIL back sooner beside busy threads
+        try:
+            self._close()
+        finally:
+            switch.release()
+
+    def _close(self):
         with self._waiting_lock:
             self.part_known.set()  # (a hello from now on is not kept waiting)
             waiting, self._waiting = self._waiting, []
@@ -544,6 +562,7 @@ class ProcessExecutor(Executor):
         self.pool = [None] * self.workers
         self.by_id.clear()
         self.shared.close()
+        self._release_switch()
 
 
 def _leave_out(redo, number: int, index: int) -> None:
