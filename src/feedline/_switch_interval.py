@@ -1,24 +1,25 @@
-"""A shorter GIL switch interval while process workers start: one process-wide hold, counted.
+"""A shorter GIL switch interval while feedline sets up and process workers start: one process-wide hold, counted.
 
-Starting a process worker takes the consumer process a few hundred
-blocking calls (spawning, the hand-shake on the accept thread, reading
-each worker's first messages). Each gives up the GIL, and getting it back
-waits for whichever thread holds it to let go: up to the switch interval,
-5 ms by default. Beside Python threads that hold the GIL (the automatic
-choice's threads on GIL-bound work, a user's own threads, a second
-pipeline on threads) two process workers took 0.6-0.75 s to deliver a
-first batch instead of 12-170 ms; at 0.5 ms, 54 ms (fork server) and
-0.33 s (fresh interpreters), 2 cores. With no busy thread nothing waits,
-and the shorter interval costs nothing.
+Each blocking call the consumer makes gives up the GIL, and getting it
+back waits for whichever thread holds it to let go: up to the switch
+interval, 5 ms by default. Starting two process workers takes ~150 such
+calls (spawning, the hand-shake on the accept thread, the workers' first
+messages), and describing the first pipeline imports ~120 modules, each
+read from disk. Beside Python threads that hold the GIL (a user's own, a
+second pipeline on threads, the automatic choice's threads on GIL-bound
+work) a ``map(fn, backend="process", workers=2)`` took 2.5 s to its first
+batch instead of 0.25 s; holding 0.5 ms meanwhile, 0.6 s
+(``python -m benchmarks.busy_threads``, 2 cores). With no busy thread
+nothing waits, and the shorter interval changes nothing.
 
 Held by the automatic choice's trial (`feedline.engine._trial`) from its
-start, by every `ProcessExecutor` while any of its workers is starting or
-closing, and by feedline's own set-up in the consumer: the lazy imports of
-`feedline.__getattr__` and ``map()`` (about 120 modules, each read from
-disk: 2-3.5 s of describing a pipeline beside two spinning threads instead
-of 60 ms) and building the running pipeline (`feedline.engine._runtime`).
-One class for both, so the first hold saves the user's interval and only
-the last release puts it back, whatever the order.
+start, by every `ProcessExecutor` from its first spawn until every worker
+is ready and while it closes, and by feedline's set-up in the consumer:
+the lazy imports of `feedline.__getattr__` and ``map()``, and building
+the running pipeline (`feedline.engine._runtime`). Not in the steady
+state: a 0.5 ms interval all along costs GIL-bound threads ~5 % more CPU
+a sample. One class for every holder, so the first hold saves the user's
+interval and only the last release puts it back, whatever the order.
 """
 
 from __future__ import annotations
