@@ -5,6 +5,7 @@ from __future__ import annotations
 import gc
 import os
 import signal
+import sys
 import threading
 import time
 
@@ -129,7 +130,14 @@ def wait_for(condition, timeout: float, interval: float = 0.02) -> bool:
     return condition()
 
 
-def wait_until_clean(before_segments, before_children, before_threads, timeout=10.0):
+def switch_interval_holds() -> int:
+    """Holds on feedline's shorter GIL switch interval (`feedline._switch_interval`): each is released by its owner."""
+    from feedline._switch_interval import ShortSwitchInterval
+
+    return ShortSwitchInterval._holders
+
+
+def wait_until_clean(before_segments, before_children, before_threads, before_holds=0, timeout=10.0):
     """Wait for resources to go back to what they were; return what is left."""
     deadline = time.monotonic() + timeout
     while True:
@@ -138,6 +146,7 @@ def wait_until_clean(before_segments, before_children, before_threads, timeout=1
             "segments": feedline_segments() - before_segments,
             "processes": child_pids() - before_children,
             "threads": {t.name for t in feedline_threads() - before_threads},
+            "switch interval holds": max(0, switch_interval_holds() - before_holds),
         }
         if not any(leaks.values()) or time.monotonic() > deadline:
             return {k: v for k, v in leaks.items() if v}
@@ -146,12 +155,12 @@ def wait_until_clean(before_segments, before_children, before_threads, timeout=1
 
 @pytest.fixture
 def no_leaks():
-    """Fail the test if it leaves a feedline segment, worker process or thread behind.
+    """Fail the test if it leaves a feedline segment, worker process, thread or switch-interval hold behind.
 
     Tests must close their pipelines (``with pipe:`` or ``pipe.close()``) or
     drop them; the fixture collects garbage before checking.
     """
-    before = (feedline_segments(), child_pids(), feedline_threads())
+    before = (feedline_segments(), child_pids(), feedline_threads(), switch_interval_holds())
     yield
     leaks = wait_until_clean(*before)
     assert not leaks, f"leaked resources: {leaks}"
@@ -230,3 +239,20 @@ def interruptible_children():
     if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
     yield
+
+
+
+@pytest.fixture
+def switch_interval():
+    """The consumer's GIL switch interval set to Python's default (5 ms) for the test, and put back after.
+
+    Skips where a pipeline that another test left alive (not closed, not yet collected) still holds
+    feedline's shorter interval: the test could not tell whose hold it sees.
+    """
+    gc.collect()
+    if switch_interval_holds():
+        pytest.skip("a pipeline left by another test holds feedline's shorter GIL switch interval")
+    saved = sys.getswitchinterval()
+    sys.setswitchinterval(0.005)
+    yield sys.getswitchinterval()
+    sys.setswitchinterval(saved)

@@ -197,6 +197,17 @@ def test_gil_switch_interval_is_restored_after_the_trial(no_leaks):
     assert sys.getswitchinterval() == before
 
 
+def test_gil_switch_interval_is_the_users_again_after_an_epoch_too_short_for_a_verdict(switch_interval, no_leaks):
+    pipe = fl.from_arrays(np.arange(10)).map(pure_python).batch(2)
+    with pipe:
+        out = [int(v) for b in pipe for v in b]
+        # the pipeline lives on (its trial carried into the next epoch): nothing in flight, so nothing held
+        assert sys.getswitchinterval() == switch_interval, pipe.stats().decision
+        again = [int(v) for b in pipe for v in b]
+        assert sys.getswitchinterval() == switch_interval, pipe.stats().decision
+    assert out == again and len(out) == 10
+
+
 def test_gil_switch_interval_is_restored_when_two_trials_overlap(no_leaks):
     before = sys.getswitchinterval()
     first = fl.from_arrays(np.arange(100)).map(pure_python).batch(4)

@@ -522,15 +522,6 @@ def _double(v):
     return v * 2
 
 
-@pytest.fixture
-def switch_interval():
-    """The consumer's GIL switch interval set to Python's default (5 ms) for the test, and put back after."""
-    saved = sys.getswitchinterval()
-    sys.setswitchinterval(0.005)
-    yield sys.getswitchinterval()
-    sys.setswitchinterval(saved)
-
-
 @pytest.mark.parametrize("forkserver", ["1", "0"])
 def test_gil_switch_interval_is_short_while_process_workers_start_and_the_users_once_they_are_ready(
         forkserver, monkeypatch, switch_interval, no_leaks):

@@ -378,6 +378,8 @@ class BackendTrial(Executor):
         return self.threads.restarts + self.processes.restarts
 
     def submit(self, key, task, affinity=None) -> None:
+        if self.winner is None and self._alone_from is None:
+            self._shorten_switch()  # again, where an idle spell gave it back (`_collect`)
         self._check_ready()
         if task.piece and self.winner is None:
             self._pieces.add(key)
@@ -619,6 +621,10 @@ class BackendTrial(Executor):
             self._try_again(self._gil_capped, io_shortcut=False)
         elif self._drift.drifted(self._decided_rate, self.workers) and self._may_retry():
             self._try_again(f"the rate fell ({self._drift.describe(self._decided_rate)})")
+        if self.winner is None and not any(self._outstanding.values()):
+            # Nothing in flight (an epoch too short for a verdict is over): nothing to judge until the next
+            # task, and a pipeline kept but not iterated must not keep the whole process's interval short.
+            self._restore_switch()
         self._close_idle_loser()
         return events
 

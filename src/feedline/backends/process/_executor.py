@@ -151,6 +151,7 @@ class ProcessExecutor(Executor):
         self.restarts = 0  # workers replaced after dying with work in hand
         self.start_failures = 0  # workers that died before becoming ready
         self._switch: ShortSwitchInterval | None = None  # held while any worker starts (`feedline._switch_interval`)
+        self._switch_lock = threading.Lock()  # the accept thread gives it back too (held workers, once all connected)
         self.acceptor = threading.Thread(target=self._accept_loop, name="feedline-accept", daemon=True)
         self.acceptor.start()
         self.shared = SharedArrays()
@@ -208,8 +209,9 @@ class ProcessExecutor(Executor):
 
     # ----------------------------------------------------------------- start
     def _spawn(self, position: int) -> None:
-        if self._switch is None:
-            self._switch = ShortSwitchInterval()  # until every worker is ready: the GIL comes back sooner beside busy threads
+        with self._switch_lock:
+            if self._switch is None:  # until every worker is up: the GIL comes back sooner beside busy threads
+                self._switch = ShortSwitchInterval()
         wid = next(_worker_ids)
         env = worker_env()
         boot = {
@@ -256,7 +258,12 @@ class ProcessExecutor(Executor):
             with self._waiting_lock:
                 if not self.part_known.is_set():  # held, or still pickling: `release` sends it
                     self._waiting.append((conn, hello))
-                    continue
+                    held = True
+                else:
+                    held = False
+            if held:
+                self._release_switch_if_up()  # held workers may wait long for the pipeline: nothing starts meanwhile
+                continue
             self._send_part(conn, hello)
 
     def _send_part(self, conn, hello) -> None:
@@ -387,8 +394,8 @@ class ProcessExecutor(Executor):
                     self._on_death(worker)
                 elif time.monotonic() - worker.started > START_TIMEOUT and worker.conn is None:
                     raise WorkerError(f"a process worker did not start within {START_TIMEOUT:.0f} s; is the machine overloaded?")
-            if starting and self._switch is not None and all(w is None or w.ready for w in self.pool):
-                self._release_switch()
+            if starting and self._switch is not None:
+                self._release_switch_if_up()
             if self.timeout is not None:
                 self._stop_stuck()
             events.extend(self.tasks.take_held())
@@ -396,10 +403,18 @@ class ProcessExecutor(Executor):
             if events or (deadline is not None and time.monotonic() >= deadline):
                 return events
 
+    def _release_switch_if_up(self) -> None:
+        """Give the shorter switch interval back once every worker is ready, or held and waiting for the pipeline."""
+        with self._waiting_lock:  # (waiting while the pipeline is pickled is still starting: it is sent at once after)
+            waiting = {hello.worker_id for _, hello in self._waiting} if self._held else set()
+        if all(w is None or w.ready or w.id in waiting for w in list(self.pool)):
+            self._release_switch()
+
     def _release_switch(self) -> None:
-        if self._switch is not None:
-            self._switch.release()
-            self._switch = None
+        with self._switch_lock:
+            if self._switch is not None:
+                self._switch.release()
+                self._switch = None
 
     def _on_message(self, worker: _Worker, message) -> list:
         if isinstance(message, Ready):
