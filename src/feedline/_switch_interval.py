@@ -13,8 +13,9 @@ batch instead of 0.25 s; holding 0.5 ms meanwhile, 0.6 s
 nothing waits, and the shorter interval changes nothing.
 
 Held by the automatic choice's trial (`feedline.engine._trial`) from its
-start, by every `ProcessExecutor` from its first spawn until every worker
-is ready and while it closes, and by feedline's set-up in the consumer:
+start while it has tasks in flight, by every `ProcessExecutor` from its
+first spawn until every worker is ready (held workers: connected and
+waiting for the pipeline) and while it closes, and by feedline's set-up in the consumer:
 the lazy imports of `feedline.__getattr__` and ``map()``, and building
 the running pipeline (`feedline.engine._runtime`). Not in the steady
 state: a 0.5 ms interval all along costs GIL-bound threads ~5 % more CPU
