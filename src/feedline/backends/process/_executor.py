@@ -41,7 +41,7 @@ import numpy as np
 
 from ..._errors import SharedMemoryFull, WorkerError
 from ..._malloc import MALLOC_VARS, turned_off
-from ..._switch_interval import ShortSwitchInterval
+from ..._switch_interval import ShortSwitchInterval, short_switch_interval
 from ...transport._shm import Segment, SegmentGone, bounded_room, segment_prefix, sweep, unlink
 from ...transport._slots import SlotReader
 from ...transport._transfer import SharedArrays, check_picklable, dumps_for_workers
@@ -256,11 +256,9 @@ class ProcessExecutor(Executor):
                 conn.close()  # it died before saying hello; the start-up check sees its exit
                 continue
             with self._waiting_lock:
-                if not self.part_known.is_set():  # held, or still pickling: `release` sends it
+                held = not self.part_known.is_set()  # held, or still pickling: `release` sends it
+                if held:
                     self._waiting.append((conn, hello))
-                    held = True
-                else:
-                    held = False
             if held:
                 self._release_switch_if_up()  # held workers may wait long for the pipeline: nothing starts meanwhile
                 continue
@@ -523,11 +521,8 @@ class ProcessExecutor(Executor):
         if self.closing:
             return
         self.closing = True
-        switch = ShortSwitchInterval()  # its waits for the workers' exits get the GIL back sooner beside busy threads
-        try:
+        with short_switch_interval():  # its waits for the workers' exits get the GIL back sooner beside busy threads
             self._close()
-        finally:
-            switch.release()
 
     def _close(self):
         with self._waiting_lock:
