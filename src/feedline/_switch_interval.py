@@ -27,10 +27,11 @@ from __future__ import annotations
 
 import contextlib
 import sys
+import threading
 
 from ._counted import CountedSetting
 
-__all__ = ["STARTUP_SWITCH_INTERVAL", "ShortSwitchInterval", "short_switch_interval"]
+__all__ = ["STARTUP_SWITCH_INTERVAL", "ShortSwitchInterval", "SwitchHold", "short_switch_interval"]
 
 STARTUP_SWITCH_INTERVAL = 0.0005  # seconds: the GIL hand-over interval while process workers start beside busy threads
 
@@ -71,3 +72,37 @@ def short_switch_interval():
         yield
     finally:
         hold.release()
+
+
+class SwitchHold:
+    """One owner's hold on `ShortSwitchInterval`, taken and given back as its state changes.
+
+    `take` and `give_back` may each be called any number of times, from
+    any thread: the owner holds at most one count. Used by the trial (while
+    it has tasks in flight) and by process executors (while workers start).
+
+    >>> hold = SwitchHold()
+    >>> hold.take(); hold.take(); hold.held
+    True
+    >>> hold.give_back(); hold.give_back(); hold.held
+    False
+    """
+
+    def __init__(self):
+        self._hold: ShortSwitchInterval | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def held(self) -> bool:
+        return self._hold is not None
+
+    def take(self) -> None:
+        with self._lock:
+            if self._hold is None:
+                self._hold = ShortSwitchInterval()
+
+    def give_back(self) -> None:
+        with self._lock:
+            if self._hold is not None:
+                self._hold.release()
+                self._hold = None

@@ -25,7 +25,7 @@ import math
 import time
 
 from .._errors import SharedMemoryFull
-from .._switch_interval import ShortSwitchInterval
+from .._switch_interval import SwitchHold
 from ..backends import Event, Executor, warm_up, warmed_up, warming_up
 from ..worker import Result
 from ._imports import imports_seen
@@ -342,12 +342,12 @@ class BackendTrial(Executor):
         self._closed: set = set()
         self._started = time.perf_counter()
         self.decided_after: float | None = None  # seconds from the trial's start to its decision
-        self._switch: ShortSwitchInterval | None = None
+        self._switch = SwitchHold()
         self._window_share: int | None = None  # the tasks each worker may hold, passed on to the workers once started
         if remembered is not None:
             self._start_on(remembered)
             return
-        self._shorten_switch()  # from the start: GIL-bound threads otherwise hold the consumer's judging back 5 ms a step
+        self._switch.take()  # from the start: GIL-bound threads otherwise hold the consumer's judging back 5 ms a step
         threads.watch_progress(True)
 
     # -------------------------------------------------------- the interface
@@ -379,7 +379,7 @@ class BackendTrial(Executor):
 
     def submit(self, key, task, affinity=None) -> None:
         if self.winner is None and self._alone_from is None:
-            self._shorten_switch()  # again, where an idle spell gave it back (`_collect`)
+            self._switch.take()  # again, where an idle spell gave it back (`_collect`)
         self._check_ready()
         if task.piece and self.winner is None:
             self._pieces.add(key)
@@ -469,7 +469,7 @@ class BackendTrial(Executor):
         return True
 
     def close(self) -> None:
-        self._restore_switch()
+        self._switch.give_back()
         for executor in (self.threads, self.processes, self._early, self._parked):
             if executor is not None:
                 executor.close()
@@ -479,15 +479,6 @@ class BackendTrial(Executor):
         usable = min(self.workers, self.cores)
         self._measure = {self.threads: _Measure(self.workers, usable), self.processes: _Measure(self.workers, usable)}
         self._first_tasks = _Measure(self.workers, usable)  # every process task, cold ones too: a lower bound on their rate
-
-    def _shorten_switch(self) -> None:
-        if self._switch is None:
-            self._switch = ShortSwitchInterval()
-
-    def _restore_switch(self) -> None:
-        if self._switch is not None:
-            self._switch.release()
-            self._switch = None
 
     def _start_on(self, remembered: Remembered) -> None:
         """Start on the verdict of an earlier run's trial (`feedline.engine._remembered`): the winner at once, no trial.
@@ -624,7 +615,7 @@ class BackendTrial(Executor):
         if self.winner is None and not any(self._outstanding.values()):
             # Nothing in flight (an epoch too short for a verdict is over): nothing to judge until the next
             # task, and a pipeline kept but not iterated must not keep the whole process's interval short.
-            self._restore_switch()
+            self._switch.give_back()
         self._close_idle_loser()
         return events
 
@@ -768,7 +759,7 @@ class BackendTrial(Executor):
         now = time.perf_counter()
         if self._ready and self._alone_from is None and not self._outstanding[self.threads]:
             self._alone_from = now  # the processes have the machine to themselves from here
-            self._restore_switch()
+            self._switch.give_back()
         processes = self._measure[self.processes]
         if not self._threads_again and self._far_past_bound(now):
             return
@@ -1432,7 +1423,7 @@ class BackendTrial(Executor):
                 self.note += f"; {trouble}"
         self._drift = _Drift()
         self.threads.watch_progress(False)
-        self._restore_switch()
+        self._switch.give_back()
         self._close_idle_loser()
 
     # --------------------------------------------------------------- drift
@@ -1459,7 +1450,7 @@ class BackendTrial(Executor):
             self._processes_started = True  # measured as before: a drifting rate is not a start-up question
             self._ready = False
             self._warmed = set()
-            self._shorten_switch()
+            self._switch.take()
         else:
             self.threads = fresh
             self._ready = True  # the process workers are up: they take the work and are measured first

@@ -41,7 +41,7 @@ import numpy as np
 
 from ..._errors import SharedMemoryFull, WorkerError
 from ..._malloc import MALLOC_VARS, turned_off
-from ..._switch_interval import ShortSwitchInterval, short_switch_interval
+from ..._switch_interval import SwitchHold, short_switch_interval
 from ...transport._shm import Segment, SegmentGone, bounded_room, segment_prefix, sweep, unlink
 from ...transport._slots import SlotReader
 from ...transport._transfer import SharedArrays, check_picklable, dumps_for_workers
@@ -150,8 +150,7 @@ class ProcessExecutor(Executor):
         self._pinned = False  # a stream shard was pinned to a worker: the count must not change
         self.restarts = 0  # workers replaced after dying with work in hand
         self.start_failures = 0  # workers that died before becoming ready
-        self._switch: ShortSwitchInterval | None = None  # held while any worker starts (`feedline._switch_interval`)
-        self._switch_lock = threading.Lock()  # the accept thread gives it back too (held workers, once all connected)
+        self._switch = SwitchHold()  # while any worker starts (`feedline._switch_interval`); the accept thread gives it back too
         self.acceptor = threading.Thread(target=self._accept_loop, name="feedline-accept", daemon=True)
         self.acceptor.start()
         self.shared = SharedArrays()
@@ -209,9 +208,7 @@ class ProcessExecutor(Executor):
 
     # ----------------------------------------------------------------- start
     def _spawn(self, position: int) -> None:
-        with self._switch_lock:
-            if self._switch is None:  # until every worker is up: the GIL comes back sooner beside busy threads
-                self._switch = ShortSwitchInterval()
+        self._switch.take()  # until every worker is up: the GIL comes back sooner beside busy threads
         wid = next(_worker_ids)
         env = worker_env()
         boot = {
@@ -392,7 +389,7 @@ class ProcessExecutor(Executor):
                     self._on_death(worker)
                 elif time.monotonic() - worker.started > START_TIMEOUT and worker.conn is None:
                     raise WorkerError(f"a process worker did not start within {START_TIMEOUT:.0f} s; is the machine overloaded?")
-            if starting and self._switch is not None:
+            if starting and self._switch.held:
                 self._release_switch_if_up()
             if self.timeout is not None:
                 self._stop_stuck()
@@ -406,13 +403,7 @@ class ProcessExecutor(Executor):
         with self._waiting_lock:  # (waiting while the pipeline is pickled is still starting: it is sent at once after)
             waiting = {hello.worker_id for _, hello in self._waiting} if self._held else set()
         if all(w is None or w.ready or w.id in waiting for w in list(self.pool)):
-            self._release_switch()
-
-    def _release_switch(self) -> None:
-        with self._switch_lock:
-            if self._switch is not None:
-                self._switch.release()
-                self._switch = None
+            self._switch.give_back()
 
     def _on_message(self, worker: _Worker, message) -> list:
         if isinstance(message, Ready):
@@ -572,7 +563,7 @@ class ProcessExecutor(Executor):
         self.pool = [None] * self.workers
         self.by_id.clear()
         self.shared.close()
-        self._release_switch()
+        self._switch.give_back()
 
 
 def _leave_out(redo, number: int, index: int) -> None:
