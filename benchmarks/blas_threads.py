@@ -5,6 +5,7 @@ Run (from the repository root)::
     python -m benchmarks.blas_threads            # ~1 minute on 2 cores
     python -m benchmarks.blas_threads --reps 5
     python -m benchmarks.blas_threads --workload torch   # torch ops per sample; the automatic choice too
+    python -m benchmarks.blas_threads --workload tf      # TensorFlow ops per sample on process workers
 
 The suite's ``audio`` workload (WAV decode, then a log-mel filter bank: one
 small matrix product per sample) on ``backend="thread"`` with one worker
@@ -22,10 +23,18 @@ nothing remembered) runs with and without it: torch's pool does the work
 in threads that are not the workers, so the workers look held back by the
 GIL.
 
+``--workload tf``: TensorFlow image ops per sample (`tf_augment`: an
+antialiased resize of a 320x320x3 image to 224, a contrast change, a
+standardisation), 1,024 samples, on process workers: ``limited`` is
+feedline's default (each worker's ``TF_NUM_INTRAOP_THREADS`` is 1 unless
+set), ``pool as is`` sets it to 0 (TensorFlow's own choice: a thread per
+core in every worker). The first epoch holds each worker's TensorFlow
+import.
+
 Last measured (2026-11-26, 2 cores, Python 3.11, ``--reps 4``): thread
 workers 4,805 samples/s limited, 3,406 with the pool as is (0.71), process
 workers 8,807 (benchmarks/RESULTS.md, "BLAS threads beside thread workers").
-``--workload torch``: benchmarks/RESULTS.md, "Seventeenth session".
+``--workload torch``: benchmarks/RESULTS.md, "Seventeenth session"; ``--workload tf``: "Thirty-first session".
 """
 
 from __future__ import annotations
@@ -51,6 +60,11 @@ TORCH_SETTINGS = {  # the automatic choice too: the pool is what misled it
     **SETTINGS,
 }
 TORCH_SAMPLES = 512
+TF_SETTINGS = {  # process workers only: thread workers share the process's pool, which feedline leaves alone
+    "process, limited": ("process", {}),
+    "process, pool as is": ("process", {"TF_NUM_INTRAOP_THREADS": "0"}),  # 0: TensorFlow picks (a thread per core)
+}
+TF_SAMPLES = 1024
 
 
 def torch_augment(i):
@@ -62,6 +76,20 @@ def torch_augment(i):
     image = F.interpolate(image[None], size=(224, 224), mode="bilinear", antialias=True)
     image = F.conv2d(image, torch.full((3, 1, 5, 5), 1 / 25), padding=2, groups=3)[0]
     return ((image - image.mean((1, 2), keepdim=True)) / (image.std((1, 2), keepdim=True) + 1e-6)).numpy()
+
+
+def tf_augment(i):
+    """TensorFlow image ops on a 320x320x3 image drawn from ``i``: an antialiased resize to 224, a contrast change,
+    a standardisation."""
+    import numpy as np
+    import tensorflow as tf
+
+    image = tf.constant(np.random.default_rng(int(i)).random((320, 320, 3), dtype=np.float32))
+    image = tf.image.resize(image, (224, 224), antialias=True)
+    image = tf.image.adjust_contrast(image, 1.2)
+    return tf.image.per_image_standardization(image).numpy()
+
+
 _RUN = (
     "import json, os, sys, time\n"
     "import numpy\n"  # first, as a training script does: its BLAS reads the environment as it loads
@@ -70,7 +98,7 @@ _RUN = (
     "    import torch\n"  # imported before feedline, as a training script does
     "import feedline as fl\n"
     "from benchmarks import ENV_VARS, workloads\n"
-    "from benchmarks.blas_threads import TORCH_SAMPLES, torch_augment\n"
+    "from benchmarks.blas_threads import TF_SAMPLES, TORCH_SAMPLES, tf_augment, torch_augment\n"
     "for var in ENV_VARS:\n"
     "    os.environ.pop(var, None)  # the benchmarks package sets them to 1 for the peer suite: not here\n"
     "from threadpoolctl import threadpool_info\n"
@@ -85,6 +113,9 @@ _RUN = (
     "            seen.append(blas_threads())\n"
     "        return torch_augment(i)\n"
     "    pipe = fl.from_arrays(numpy.arange(TORCH_SAMPLES))\n"
+    "elif WORKLOAD == 'tf':\n"
+    "    features = tf_augment\n"  # runs in worker processes only: the consumer never imports TensorFlow
+    "    pipe = fl.from_arrays(numpy.arange(TF_SAMPLES))\n"
     "else:\n"
     "    w = workloads.build('audio')\n"
     "    def features(sample):\n"
@@ -93,13 +124,13 @@ _RUN = (
     "        return w.fn(sample)\n"
     "    pipe = fl.from_arrays(w.data, w.index)\n"
     "backend = None if sys.argv[1] == 'auto' else sys.argv[1]\n"
-    "pipe = pipe.map(features, backend=backend).batch(32 if WORKLOAD == 'torch' else w.batch_size)\n"
+    "pipe = pipe.map(features, backend=backend).batch(w.batch_size if WORKLOAD == 'audio' else 32)\n"
     "rates = []\n"
     "with pipe:\n"
     "    for _ in range(4):\n"
     "        start, rows = time.perf_counter(), 0\n"
     "        for batch in pipe:\n"
-    "            rows += len(batch if WORKLOAD == 'torch' else batch[-1])\n"
+    "            rows += len(batch[-1] if WORKLOAD == 'audio' else batch)\n"
     "        rates.append(rows / (time.perf_counter() - start))\n"
     "print(json.dumps({'rates': rates, 'blas_threads': seen[0] if seen else None, 'ran': pipe.stats().backend}))\n"
 )
@@ -109,7 +140,9 @@ def one_run(backend: str, env: dict, workload: str = "audio") -> dict:
     """Samples/s of four epochs in a fresh interpreter, no BLAS thread variable set; the pool's threads a sample saw."""
     from feedline._blas_limit import USER_BLAS_VARS
 
-    base = {k: v for k, v in os.environ.items() if k not in USER_BLAS_VARS and k != "FEEDLINE_BLAS_LIMIT"}
+    base = {k: v for k, v in os.environ.items()
+            if k not in USER_BLAS_VARS and k not in ("FEEDLINE_BLAS_LIMIT", "TF_NUM_INTRAOP_THREADS")}
+    base.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # TensorFlow's start-up notices, in every worker
     base["PYTHONPATH"] = os.pathsep.join([os.path.join(ROOT, "src"), ROOT])
     done = subprocess.run([sys.executable, "-c", _RUN, backend, workload], cwd=ROOT, env=base | env, capture_output=True,
                           text=True, timeout=600)
@@ -121,9 +154,9 @@ def one_run(backend: str, env: dict, workload: str = "audio") -> dict:
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.blas_threads", description=__doc__.splitlines()[0])
     parser.add_argument("--reps", type=int, default=3, help="fresh interpreters per setting, alternating")
-    parser.add_argument("--workload", choices=("audio", "torch"), default="audio")
+    parser.add_argument("--workload", choices=("audio", "torch", "tf"), default="audio")
     args = parser.parse_args(argv)
-    settings = TORCH_SETTINGS if args.workload == "torch" else SETTINGS
+    settings = {"torch": TORCH_SETTINGS, "tf": TF_SETTINGS}.get(args.workload, SETTINGS)
     runs: dict[str, list[list[float]]] = {label: [] for label in settings}
     for rep in range(args.reps):
         for label, (backend, env) in settings.items():
@@ -134,7 +167,8 @@ def main(argv=None) -> None:
             print(f"  rep {rep} {label:20s} " + " ".join(f"{r:7.0f}" for r in rates) + f"  ran on {run['ran']}"
                   + ("" if seen is None else f"   (pool threads in the first sample: {seen})"), flush=True)
     rows = []
-    limited = statistics.median(r for rates in runs["thread, limited"] for r in rates[1:])
+    reference = "process, limited" if args.workload == "tf" else "thread, limited"
+    limited = statistics.median(r for rates in runs[reference] for r in rates[1:])
     for label, reps in runs.items():
         first = statistics.median(rates[0] for rates in reps)
         later = statistics.median(r for rates in reps for r in rates[1:])

@@ -486,6 +486,32 @@ def test_blas_thread_setting_of_the_user_is_kept(monkeypatch, no_leaks):
         assert env["MKL_NUM_THREADS"] == "1"
 
 
+def _tensorflow_threads_in_a_worker() -> list[tuple[str, int]]:
+    """(``TF_NUM_INTRAOP_THREADS``, the worker's thread count) after a TensorFlow op in a process worker."""
+    def run_op(_):
+        import tensorflow as tf
+
+        tf.image.resize(tf.ones((64, 64, 3)), (32, 32)).numpy()
+        return str(os.environ.get("TF_NUM_INTRAOP_THREADS")), len(os.listdir("/proc/self/task"))
+
+    with fl.from_sequence([0]).map(run_op, backend="process", workers=1) as pipe:
+        return list(pipe)
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="TensorFlow's own pool is one thread on one core")
+def test_tensorflow_ops_in_workers_run_on_one_intra_op_thread_unless_the_user_chose(monkeypatch, no_leaks):
+    pytest.importorskip("tensorflow")
+    monkeypatch.setenv("TF_CPP_MIN_LOG_LEVEL", "2")
+    monkeypatch.delenv("TF_NUM_INTRAOP_THREADS", raising=False)
+    [(limited, limited_threads)] = _tensorflow_threads_in_a_worker()
+    assert limited == "1"
+    monkeypatch.setenv("TF_NUM_INTRAOP_THREADS", "0")  # 0: TensorFlow picks (a thread per core)
+    [(chosen, own_threads)] = _tensorflow_threads_in_a_worker()
+    assert chosen == "0", "feedline overrode the user's TF_NUM_INTRAOP_THREADS"
+    assert limited_threads < own_threads, "the worker's intra-op pool was not limited to one thread"
+    assert "TF_NUM_INTRAOP_THREADS" not in os.environ or os.environ["TF_NUM_INTRAOP_THREADS"] == "0"
+
+
 # -------------------------------------------------------------- reporting
 def test_time_to_first_batch_is_reported_in_stats(no_leaks):
     def slow(x):

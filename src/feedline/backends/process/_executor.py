@@ -51,7 +51,7 @@ from ...worker._wire import decode, encode
 from .._base import Event, Executor, PartNotPicklable
 from .._pool import MAX_ATTEMPTS, TaskPool
 from ._forkserver import forkserver
-from ._main import BLAS_VARS, STATUS_WORDS, status_ring
+from ._main import BLAS_VARS, STATUS_WORDS, TF_POOL_VARS, status_ring
 
 __all__ = ["MAX_ATTEMPTS", "ProcessExecutor"]
 
@@ -579,8 +579,8 @@ FIXED_VARS = BLAS_VARS + tuple(MALLOC_VARS)  # read once by native libraries whe
 def worker_env() -> dict:
     """The consumer's environment, with one native thread per worker and malloc thresholds, unless set."""
     env = dict(os.environ)
-    for var in BLAS_VARS:
-        env.setdefault(var, "1")  # one BLAS thread per worker: N workers x N threads thrash
+    for var in BLAS_VARS + TF_POOL_VARS:
+        env.setdefault(var, "1")  # one native thread per worker: N workers x N threads thrash
     if not turned_off():
         for var, value in MALLOC_VARS.items():
             env.setdefault(var, value)
