@@ -6,8 +6,9 @@ automatic choice's own threads on GIL-bound work. Every blocking call the
 consumer makes while its workers start (spawning, the hand-shake, reading
 their first messages) gives the GIL up, and getting it back waits up to the
 switch interval (5 ms by default) for the thread that holds it. feedline
-holds the interval at 0.5 ms while it sets up and while process workers
-start (`feedline._switch_interval`), then gives the user's back.
+holds the interval at 0.5 ms while it sets up, while process workers
+start and while the consumer waits for their batches
+(`feedline._switch_interval`), and gives the user's back in between.
 
 Each run is a fresh interpreter: NumPy, feedline and torch imported, then
 ``--threads`` threads spinning in Python are started, then the clock runs
@@ -21,7 +22,7 @@ Run from the repository root (the peers need ``pip install torch``):
     python -m benchmarks.busy_threads               # ~3 minutes on 2 cores
     python -m benchmarks.busy_threads --quick       # smoke test: one round, two loaders
 
-Last measured: benchmarks/RESULTS.md, "Thirtieth session".
+Last measured: benchmarks/RESULTS.md, "Thirty-first session" (``--samples 4096``) and "Thirtieth session".
 """
 
 from __future__ import annotations

@@ -208,6 +208,41 @@ def test_gil_switch_interval_is_the_users_again_after_an_epoch_too_short_for_a_v
     assert out == again and len(out) == 10
 
 
+def test_once_processes_win_the_consumer_waits_for_their_batches_with_a_short_gil_switch_interval(
+        switch_interval, no_leaks):
+    # Beside Python threads of the program that hold the GIL, a batch that came back waits up to the switch interval
+    # for the consumer at every hand-off (4096 tiny samples beside two spinning threads: 1.52 s an epoch, 0.89 short).
+    from feedline._switch_interval import STARTUP_SWITCH_INTERVAL
+
+    pipe = fl.from_arrays(np.arange(400)).map(pure_python).batch(5)
+    expected = [list(range(k + 1, k + 6)) for k in range(0, 400, 5)]
+    with pipe:
+        for _ in range(3):  # the trial carries over epochs until it decides
+            assert [b.tolist() for b in pipe] == expected
+            stats = pipe.stats()
+            if stats.backend == "process" and "processes" in stats.decision:
+                break
+        else:
+            pytest.skip(f"the trial did not choose processes here: {stats.decision}")
+        seen, stop = [], threading.Event()
+
+        def watch():
+            while not stop.is_set():
+                seen.append(sys.getswitchinterval())
+                time.sleep(0.002)
+
+        watcher = threading.Thread(target=watch)
+        watcher.start()
+        try:
+            again = [b.tolist() for b in pipe]
+        finally:
+            stop.set()
+            watcher.join()
+    assert again == expected
+    assert min(seen) <= STARTUP_SWITCH_INTERVAL, "the consumer waited for the processes' batches at the user's interval"
+    assert sys.getswitchinterval() == switch_interval
+
+
 def test_gil_switch_interval_is_restored_when_two_trials_overlap(no_leaks):
     before = sys.getswitchinterval()
     first = fl.from_arrays(np.arange(100)).map(pure_python).batch(4)

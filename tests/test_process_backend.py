@@ -587,6 +587,52 @@ def test_gil_switch_interval_is_back_once_a_thread_pipeline_has_started(switch_i
         assert [int(v) for b in it for v in b] == [2 * v for v in range(16)]
 
 
+def _slow_double(v):
+    time.sleep(0.03)  # the consumer waits for every batch
+    return v * 2
+
+
+def _intervals_while_iterating(it) -> tuple[list[int], list[float]]:
+    """The values of ``it``'s batches, and the GIL switch intervals a watcher thread read meanwhile (every ~2 ms)."""
+    seen, stop = [], threading.Event()
+
+    def watch():
+        while not stop.is_set():
+            seen.append(sys.getswitchinterval())
+            time.sleep(0.002)
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        out = [int(v) for b in it for v in b]
+    finally:
+        stop.set()
+        watcher.join()
+    return out, seen
+
+
+@pytest.mark.parametrize("backend", ["process", "thread"])
+def test_the_consumer_waits_for_process_batches_with_a_short_gil_switch_interval_and_for_threads_with_the_users(
+        backend, switch_interval, no_leaks):
+    from feedline._switch_interval import STARTUP_SWITCH_INTERVAL
+
+    with fl.from_arrays(np.arange(12)).map(_slow_double, backend=backend, workers=2).batch(2) as pipe:
+        it = iter(pipe)
+        first = [int(v) for v in next(it)]
+        assert testing.executor(pipe).wait_ready(60)
+        assert sys.getswitchinterval() == switch_interval, "nothing holds it short between batches"
+        out, seen = _intervals_while_iterating(it)
+    assert first + out == [2 * v for v in range(12)]
+    assert seen, "the watcher read nothing"
+    if backend == "process":
+        assert min(seen) <= STARTUP_SWITCH_INTERVAL, (
+            "the consumer waited for batches at the user's 5 ms interval: beside busy Python threads every hand-off "
+            "would wait up to that long")
+    else:
+        assert set(seen) == {switch_interval}, "thread workers would pay a short interval in GIL switches"
+    assert sys.getswitchinterval() == switch_interval
+
+
 def test_process_workers_start_beside_python_threads_that_hold_the_gil(switch_interval, no_leaks):
     """Two threads spinning in Python while a process pipeline starts and runs: it delivers, and nothing is left behind."""
     stop = threading.Event()

@@ -162,5 +162,17 @@ class Executor:
         """Bytes that batches run ahead of the consumer must fit in, where they pass through a bounded medium; None: no bound."""
         return None
 
+    @property
+    def workers_elsewhere(self) -> bool:
+        """Whether every task runs outside this interpreter (process workers), so no worker needs this process's GIL.
+
+        The consumer then waits for results with the GIL switch interval short
+        (`feedline._switch_interval`): beside Python threads of the program
+        that hold the GIL, a result that came back waits up to the interval
+        (5 ms by default) for the consumer to run again, at every hand-off.
+        Thread workers would pay that short interval in GIL switches.
+        """
+        return False
+
     def close(self) -> None:
         """Stop the workers and release every resource; idempotent."""

@@ -456,6 +456,11 @@ class BackendTrial(Executor):
             self._grown, self._grown_from = _Measure(workers, min(workers, self.cores)), time.perf_counter()
         return True
 
+    @property
+    def workers_elsewhere(self) -> bool:
+        """Processes won, and no thread task is out any more (threads still running need the GIL)."""
+        return self.winner == "process" and self.steady
+
     def batch_room(self) -> int | None:
         """The process workers' bound on batches in flight, once they are started (decided or not)."""
         return self.processes.batch_room() if self._processes_started and self.winner != "thread" else None

@@ -305,6 +305,10 @@ class ProcessExecutor(Executor):
         """``/dev/shm``'s size where batches have nowhere else to go (`transport._shm.bounded_room`)."""
         return bounded_room()
 
+    @property
+    def workers_elsewhere(self) -> bool:
+        return True
+
     def grow(self, workers: int) -> bool:
         """Start workers up to ``workers``; they take tasks once ready (not for stream shards pinned to workers)."""
         if workers <= self.workers or self._pinned or self.closing:
