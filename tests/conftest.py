@@ -137,6 +137,25 @@ def switch_interval_holds() -> int:
     return ShortSwitchInterval._holders
 
 
+def switch_intervals_while_iterating(batches) -> tuple[list, list[float]]:
+    """Lists of ``batches``' values, and the GIL switch intervals a watcher thread read meanwhile (every ~2 ms)."""
+    seen, stop = [], threading.Event()
+
+    def watch():
+        while not stop.is_set():
+            seen.append(sys.getswitchinterval())
+            time.sleep(0.002)
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        out = [b.tolist() for b in batches]
+    finally:
+        stop.set()
+        watcher.join()
+    return out, seen
+
+
 def wait_until_clean(before_segments, before_children, before_threads, before_holds=0, timeout=10.0):
     """Wait for resources to go back to what they were; return what is left."""
     deadline = time.monotonic() + timeout

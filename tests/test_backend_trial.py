@@ -18,6 +18,7 @@ import types
 
 import numpy as np
 import pytest
+from conftest import switch_intervals_while_iterating
 
 import feedline as fl
 from feedline import testing
@@ -224,20 +225,7 @@ def test_once_processes_win_the_consumer_waits_for_their_batches_with_a_short_gi
                 break
         else:
             pytest.skip(f"the trial did not choose processes here: {stats.decision}")
-        seen, stop = [], threading.Event()
-
-        def watch():
-            while not stop.is_set():
-                seen.append(sys.getswitchinterval())
-                time.sleep(0.002)
-
-        watcher = threading.Thread(target=watch)
-        watcher.start()
-        try:
-            again = [b.tolist() for b in pipe]
-        finally:
-            stop.set()
-            watcher.join()
+        again, seen = switch_intervals_while_iterating(pipe)
     assert again == expected
     assert min(seen) <= STARTUP_SWITCH_INTERVAL, "the consumer waited for the processes' batches at the user's interval"
     assert sys.getswitchinterval() == switch_interval

@@ -19,7 +19,7 @@ import time
 
 import numpy as np
 import pytest
-from conftest import child_pids, rss_anon_bytes, snapshot
+from conftest import child_pids, rss_anon_bytes, snapshot, switch_intervals_while_iterating
 
 import feedline as fl
 from feedline import testing
@@ -592,25 +592,6 @@ def _slow_double(v):
     return v * 2
 
 
-def _intervals_while_iterating(it) -> tuple[list[int], list[float]]:
-    """The values of ``it``'s batches, and the GIL switch intervals a watcher thread read meanwhile (every ~2 ms)."""
-    seen, stop = [], threading.Event()
-
-    def watch():
-        while not stop.is_set():
-            seen.append(sys.getswitchinterval())
-            time.sleep(0.002)
-
-    watcher = threading.Thread(target=watch)
-    watcher.start()
-    try:
-        out = [int(v) for b in it for v in b]
-    finally:
-        stop.set()
-        watcher.join()
-    return out, seen
-
-
 @pytest.mark.parametrize("backend", ["process", "thread"])
 def test_the_consumer_waits_for_process_batches_with_a_short_gil_switch_interval_and_for_threads_with_the_users(
         backend, switch_interval, no_leaks):
@@ -621,8 +602,8 @@ def test_the_consumer_waits_for_process_batches_with_a_short_gil_switch_interval
         first = [int(v) for v in next(it)]
         assert testing.executor(pipe).wait_ready(60)
         assert sys.getswitchinterval() == switch_interval, "nothing holds it short between batches"
-        out, seen = _intervals_while_iterating(it)
-    assert first + out == [2 * v for v in range(12)]
+        out, seen = switch_intervals_while_iterating(it)
+    assert first + [v for b in out for v in b] == [2 * v for v in range(12)]
     assert seen, "the watcher read nothing"
     if backend == "process":
         assert min(seen) <= STARTUP_SWITCH_INTERVAL, (
