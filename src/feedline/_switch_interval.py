@@ -15,14 +15,15 @@ nothing waits, and the shorter interval changes nothing.
 Held by the automatic choice's trial (`feedline.engine._trial`) from its
 start while it has tasks in flight, by every `ProcessExecutor` from its
 first spawn until every worker is ready (held workers: connected and
-waiting for the pipeline) and while it closes, by feedline's set-up in the consumer:
-the lazy imports of `feedline.__getattr__` and ``map()``, and building
-the running pipeline (`feedline.engine._runtime`), and by the consumer
-while it waits for batches from workers in other processes
+waiting for the pipeline) and while it closes, by feedline's set-up in
+the consumer (the lazy imports of `feedline.__getattr__` and ``map()``,
+building the running pipeline in `feedline.engine._runtime`), and by the
+consumer while it waits for batches from workers in other processes
 (`Executor.workers_elsewhere`; 4,096 tiny samples beside two spinning
 threads: 0.89 s an epoch instead of 1.52). Not while thread workers run:
-a 0.5 ms interval costs GIL-bound threads ~5 % more CPU a sample. One class for every holder, so the first hold saves the user's
-interval and only the last release puts it back, whatever the order.
+a 0.5 ms interval costs GIL-bound threads ~5 % more CPU a sample. One
+class for every holder, so the first hold saves the user's interval and
+only the last release puts it back, whatever the order.
 """
 
 from __future__ import annotations

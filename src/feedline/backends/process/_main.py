@@ -35,8 +35,8 @@ from .._base import loading_pipeline, mark_worker
 # N workers each starting N threads oversubscribe the cores (3-7x slower, measured on peers).
 BLAS_VARS = USER_BLAS_VARS + ("NUMEXPR_NUM_THREADS", "OPENCV_FOR_THREADS_NUM")
 # TensorFlow's intra-op pool (a thread per core, read when TensorFlow runs its first op) for ops a map function
-# runs, a Keras Sequence's on the TensorFlow backend too: tf.image ops per sample on 2 workers ran 1.2x faster
-# with one (benchmarks.blas_threads --workload tf). Its inter-op pool is left as it is: no faster with one.
+# runs, a Keras Sequence's on the TensorFlow backend too: tf.image ops per sample on 2 workers ran 425 samples/s
+# with one, 319 with a thread per core (benchmarks.blas_threads --workload tf). Its inter-op pool is left as it is: no faster with one.
 TF_POOL_VARS = ("TF_NUM_INTRAOP_THREADS",)
 
 
