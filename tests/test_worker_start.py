@@ -204,6 +204,45 @@ def test_held_process_workers_closed_unused_leave_nothing_behind(no_leaks):
     assert wait_for(lambda: not any(pid_alive(pid) for pid in pids), 15), "every held worker should be gone"
 
 
+class _SlowToLoad:
+    """Unpickles in a worker by writing ``path`` + its pid, then sleeping for a minute (an import that takes long)."""
+
+    def __init__(self, path: str):
+        self.path = path
+
+    def __reduce__(self):
+        code = f"import os, time; open({self.path!r} + str(os.getpid()), 'w').close(); time.sleep(60)"
+        return (exec, (code,))
+
+
+@pytest.mark.parametrize("forkserver", ["1", "0"], ids=["forked", "fresh-interpreters"])
+def test_close_does_not_wait_for_workers_still_loading_the_pipeline(forkserver, tmp_path, monkeypatch, no_leaks):
+    """A worker still unpickling the pipeline (a heavy import: torch takes 1-2 s) is terminated at once, not awaited.
+
+    It reads Stop only once its imports are done: close() waited up to a second for it (an automatic choice that
+    started processes and ended on threads paid that at the end of its epoch).
+    """
+    from feedline.backends.process import ProcessExecutor
+
+    monkeypatch.setenv("FEEDLINE_FORKSERVER", forkserver)
+    slow = _SlowToLoad(str(tmp_path / "loading-"))
+    part = fl.from_arrays(np.arange(8)).map(lambda s: (s, slow), backend="process").batch(4).plan.part
+    executor = ProcessExecutor(part, 2)
+    pids = executor.worker_pids()
+    assert wait_for(lambda: len(os.listdir(tmp_path)) == 2, 60), "both workers should be loading the pipeline"
+    assert wait_for(lambda: executor.wait(0.01) == [] and all(w.conn is not None for w in executor.pool), 30), (
+        "the consumer should have taken both connections")
+    calls = []
+    for proc in [w.proc for w in executor.pool]:
+        for name in ("wait", "terminate"):
+            method = getattr(proc, name)
+            setattr(proc, name, lambda *a, _m=method, _n=name, _p=proc, **k: (calls.append((_p.pid, _n)), _m(*a, **k))[1])
+    executor.close()
+    firsts = {pid: name for pid, name in reversed(calls)}
+    assert firsts == {pid: "terminate" for pid in pids}, f"each loading worker should be terminated before any wait: {calls}"
+    assert wait_for(lambda: not any(pid_alive(pid) for pid in pids), 15)
+
+
 def _printed(code: str, args: list[str] = (), **env) -> list[str]:
     """What ``code`` prints, run in a fresh interpreter; the fork server on (the default) unless ``env`` turns it off."""
     base = {k: v for k, v in os.environ.items() if k != "FEEDLINE_FORKSERVER"}

@@ -538,8 +538,10 @@ class ProcessExecutor(Executor):
                     pass
         deadline = time.monotonic() + 1.0
         for w in workers:
-            if w.conn is None:
-                w.proc.terminate()  # still starting: nothing to finish
+            if not w.ready:
+                # Still starting (forking, connecting, or unpickling the pipeline, whose imports can take seconds:
+                # torch ~1-2 s): nothing to finish, and Stop would be read only after the imports.
+                w.proc.terminate()
                 continue
             try:
                 w.proc.wait(timeout=max(0.0, deadline - time.monotonic()))
