@@ -214,3 +214,11 @@ def test_shm_spill_benchmark_runs_feedline_through_memory_files_and_the_spill_fo
         assert rows[name][2] == "0 of 1" and float(rows[name][1].replace(",", "")) > 0, rows
     assert rows["feedline process, small /dev/shm, nowhere"][2].startswith("1 of 1: SharedMemoryFull"), rows
     assert "files left in the spill folder: 0" in text
+
+
+def test_preload_benchmark_times_the_zygote_each_worker_and_torchs_dataloader():
+    pytest.importorskip("torch")
+    out = _run_script("preload", "--workers", "2", "--rounds", "1", "--samples", "128")
+    rows = [line.split("|")[1:-1] for line in out.splitlines() if line.startswith("| x2 |")]
+    assert [cells[1].strip() for cells in rows] == ["zygote", "each worker", "torch DataLoader"], out
+    assert all(float(cells[2]) > 0 and float(cells[3]) > 0 for cells in rows), out

@@ -52,6 +52,7 @@ from .._base import Event, Executor, PartNotPicklable
 from .._pool import MAX_ATTEMPTS, TaskPool
 from ._forkserver import forkserver
 from ._main import BLAS_VARS, STATUS_WORDS, TF_POOL_VARS, status_ring
+from ._preload import libraries_to_preload, preload_allowed
 
 __all__ = ["MAX_ATTEMPTS", "ProcessExecutor"]
 
@@ -154,9 +155,20 @@ class ProcessExecutor(Executor):
         self.acceptor = threading.Thread(target=self._accept_loop, name="feedline-accept", daemon=True)
         self.acceptor.start()
         self.shared = SharedArrays()
+        self.libraries: tuple[str, ...] = ()  # imported once by a zygote of the fork server, for every worker
+        forked = use_forkserver()
+        if forked:  # pipeline first: the fork server's zygote imports the libraries it names before any worker forks
+            self._pickle(part)
+            if preload_allowed():
+                self.libraries = libraries_to_preload(self._part_bytes)
         for position in range(workers):
             self._spawn(position)
-        # Pickling (and sharing large arrays) overlaps the interpreters' start-up.
+        if not forked:  # pickling (and sharing large arrays) overlaps the interpreters' start-up
+            self._pickle(part)
+        if not held:
+            self.release()
+
+    def _pickle(self, part) -> None:
         try:
             self._part_bytes = dumps_for_workers(part, self.shared)
         except SharedMemoryFull:  # a source array found no room in /dev/shm: not a pickling problem, and it says what to do
@@ -165,8 +177,6 @@ class ProcessExecutor(Executor):
         except Exception as e:
             self.close()
             raise PartNotPicklable(str(e)) from e
-        if not held:
-            self.release()
 
     def release(self) -> None:
         """The pipeline goes to every worker: those waiting for it now, the others as they say hello."""
@@ -223,7 +233,7 @@ class ProcessExecutor(Executor):
             server = forkserver(env, FIXED_VARS)
             boot.update(parent_pid=server.pid, consumer_pid=os.getpid(), cwd=os.getcwd(), env=env)
             try:
-                proc = server.start(boot)
+                proc = server.start(boot, self.libraries)
             except OSError:  # the server died or hangs: this worker starts the slow way
                 proc = _fresh_interpreter(env, {k: v for k, v in boot.items() if k not in ("cwd", "env", "consumer_pid")} | {"parent_pid": os.getpid()})
         else:

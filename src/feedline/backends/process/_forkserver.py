@@ -8,9 +8,13 @@ worker is still a clean interpreter with no user state, and a script needs
 no ``__main__`` guard. POSIX only: on Windows (no fork) every worker is a
 fresh interpreter, the path ``FEEDLINE_FORKSERVER=0`` also selects here.
 
-Protocol (length-prefixed pickles): the consumer writes ``("fork", boot)``
-to the server's stdin and reads ``("forked", pid)`` from a reply pipe; the
-server reaps its children and reports ``("exited", pid, returncode)``. The
+Protocol (`_pipe_messages`): the consumer writes ``("fork", boot,
+libraries)`` to the server's stdin and reads ``("forked", pid, parent)`` from a reply
+pipe, answers in the order of the requests; the server reaps its children
+and reports ``("exited", pid, returncode)``. Where ``libraries`` names
+installed packages the pipeline imports, the worker is forked by a zygote
+that imported them once (`_preload`), or by the server where it cannot be
+(the server then waits for the zygote's answer: replies stay in order). The
 server is single-threaded (safe to fork), ignores SIGINT like the workers,
 and exits when its stdin closes or its parent (the consumer) is gone; its
 workers then see their parent gone and exit too (see `_main`).
@@ -22,15 +26,16 @@ import collections
 import os
 import pickle
 import signal
-import struct
 import subprocess
 import sys
 import threading
 import time
 
+from . import _pipe_messages, _preload
+
 __all__ = ["ForkServer", "ForkedProcess", "forkserver", "ready", "server_pids", "starting"]
 
-_HEADER = struct.Struct("<I")
+_HEADER = _pipe_messages.HEADER
 _SERVER_CODE = "import sys; from feedline.backends.process._forkserver import serve; serve(int(sys.argv[1]))"
 START_TIMEOUT = 60.0  # seconds the server may take to answer a fork request (it is started on demand)
 _servers: list["ForkServer"] = []
@@ -40,8 +45,6 @@ _lock = threading.Lock()
 # ---------------------------------------------------------------- the server
 def serve(reply_fd: int) -> None:
     """The server's main loop (runs in its own interpreter)."""
-    import select
-
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the consumer decides when workers stop
     # What every worker imports anyway; importing it once here is the point. The
     # description modules come too: unpickling the pipeline imports them in every worker.
@@ -55,53 +58,93 @@ def serve(reply_fd: int) -> None:
     from . import _main  # noqa: F401
 
     try:
-        _send(reply_fd, ("ready",))  # imports done: this server no longer competes for a core
+        _pipe_messages.send(reply_fd, ("ready",))  # imports done: this server no longer competes for a core
     except BrokenPipeError:
         os._exit(0)  # the consumer ended while we imported: no traceback on its terminal
-    parent = os.getppid()
-    wake_r, wake_w = os.pipe()
-    os.set_blocking(wake_w, False)
-    signal.set_wakeup_fd(wake_w)
-    signal.signal(signal.SIGCHLD, lambda *_: None)  # wakes select() through the wakeup fd
-    pending = b""
-    while True:
-        try:
-            ready, _, _ = select.select([0, wake_r], [], [], 0.2)
-        except InterruptedError:
-            ready = []
-        if os.getppid() != parent:
-            os._exit(0)  # the consumer is gone: so are we (our children notice and exit)
-        if wake_r in ready:
-            os.read(wake_r, 4096)
-        _reap(reply_fd)
-        if 0 not in ready:
-            continue
-        data = os.read(0, 1 << 16)
-        if not data:
-            os._exit(0)  # the consumer closed us
-        pending += data
-        while len(pending) >= _HEADER.size:
-            (size,) = _HEADER.unpack_from(pending)
-            if len(pending) < _HEADER.size + size:
-                break
-            kind, boot = pickle.loads(pending[_HEADER.size : _HEADER.size + size])
-            pending = pending[_HEADER.size + size :]
-            if kind == "fork":
+    requests = _pipe_messages.Requests(0, reply_fd)
+    zygotes = _Zygotes(reply_fd)
+    for kind, boot, libraries in requests:
+        if kind == "fork":
+            own_fds = (0, reply_fd, *requests.fds, *zygotes.fds())
+            forked = zygotes.fork(libraries, boot, own_fds) if libraries else None
+            if forked is None:
                 pid = os.fork()
                 if pid == 0:
-                    _child(boot, (0, reply_fd, wake_r, wake_w))
-                _send(reply_fd, ("forked", pid))
+                    _child(boot, own_fds)
+                forked = pid, os.getpid()
+            _pipe_messages.send(reply_fd, ("forked", *forked))  # the pid, and its parent (this server or a zygote)
 
 
-def _reap(reply_fd: int) -> None:
-    while True:
+class _Zygote:
+    """The server's end of a zygote (`_preload`): its pid, the pipe for requests and the one for answers."""
+
+    def __init__(self, pid: int, requests: int, answers: int):
+        self.pid, self.requests, self.answers = pid, requests, answers
+
+
+class _Zygotes:
+    """The server's zygotes, one per set of libraries and the setting they are imported in (directory, path, environment)."""
+
+    def __init__(self, reply_fd: int):
+        self.reply_fd = reply_fd
+        self.by_key: dict[tuple, _Zygote | None] = {}  # None: it declined or died; the server forks for that key
+        self.declined: set[str] = set()  # packages whose import started a thread: never imported by a zygote again
+
+    def fds(self) -> list[int]:
+        return [fd for z in self.by_key.values() if z is not None for fd in (z.requests, z.answers)]
+
+    def fork(self, libraries: tuple, boot: dict, own_fds: tuple) -> tuple[int, int] | None:
+        """``(pid, zygote pid)`` of a worker forked by the zygote that has ``libraries`` (started on first use).
+
+        None where there is none: nothing left to import once the declined
+        packages are left out, or the zygote declined (an import started a
+        thread) or died; the server then forks the worker itself.
+        """
+        libraries = tuple(name for name in libraries if name.partition(".")[0] not in self.declined)
+        if not libraries:
+            return None
+        key = (libraries, boot["cwd"], tuple(boot["sys_path"]), tuple(sorted(boot["env"].items())))
+        if key not in self.by_key:
+            self.by_key[key] = self._start(libraries, boot, own_fds)
+        zygote = self.by_key[key]
+        if zygote is None:
+            return None
         try:
-            pid, status = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            return
+            _pipe_messages.send(zygote.requests, ("fork", boot))
+            answer = _pipe_messages.recv(zygote.answers)
+        except OSError:
+            answer = None
+        if answer and answer[0] == "forked":
+            return answer[1], zygote.pid
+        if answer and answer[0] == "declined":
+            self.declined.add(answer[1])
+        self.by_key[key] = None
+        for fd in (zygote.requests, zygote.answers):
+            os.close(fd)  # it exits (end of its requests)
+        return None
+
+    def _start(self, libraries: tuple, boot: dict, own_fds: tuple) -> _Zygote:
+        requests_r, requests_w = os.pipe()
+        answers_r, answers_w = os.pipe()
+        pid = os.fork()
         if pid == 0:
-            return
-        _send(reply_fd, ("exited", pid, os.waitstatus_to_exitcode(status)))
+            try:
+                for fd in own_fds:
+                    if fd not in (0, self.reply_fd):
+                        os.close(fd)
+                os.close(requests_w)
+                os.close(answers_r)
+                devnull = os.open(os.devnull, os.O_RDONLY)
+                os.dup2(devnull, 0)  # stdin is never the consumer's pipe
+                os.close(devnull)
+                signal.set_wakeup_fd(-1)
+                _preload.serve_zygote(libraries, boot, requests_r, answers_w, self.reply_fd, _child)
+            finally:
+                os._exit(1)
+        os.close(requests_r)
+        os.close(answers_w)
+        _pipe_messages.send(self.reply_fd, ("zygote", pid))  # a helper of the consumer's, like this server
+        return _Zygote(pid, requests_w, answers_r)
 
 
 def _child(boot: dict, server_fds) -> None:
@@ -130,11 +173,6 @@ def _child(boot: dict, server_fds) -> None:
         os._exit(code)
 
 
-def _send(fd: int, message) -> None:
-    data = pickle.dumps(message)
-    os.write(fd, _HEADER.pack(len(data)) + data)
-
-
 # ---------------------------------------------------------------- the consumer's side
 class ForkedProcess:
     """A worker forked by the server, with the part of `subprocess.Popen`'s interface the executor uses.
@@ -146,11 +184,12 @@ class ForkedProcess:
     def __init__(self, server: "ForkServer"):
         self._server = server
         self._pid = None
+        self.parent = None  # the fork server, or the zygote that forked it
         self.known = threading.Event()  # set once the server answered (pid, or failure: pid stays None)
         self.returncode = None
 
-    def _answer(self, pid: int | None) -> None:
-        self._pid = pid
+    def _answer(self, pid: int | None, parent: int | None = None) -> None:
+        self._pid, self.parent = pid, parent
         self.known.set()
 
     @property
@@ -161,7 +200,7 @@ class ForkedProcess:
 
     def poll(self) -> int | None:
         if self.returncode is None and self.known.is_set():
-            self.returncode = -signal.SIGKILL if self._pid is None else self._server.exit_code(self._pid)
+            self.returncode = -signal.SIGKILL if self._pid is None else self._server.exit_code(self._pid, self.parent)
         if self.returncode is None and not self.known.is_set() and not self._server.alive():
             self.returncode = -signal.SIGKILL  # the server died before forking it
         return self.returncode
@@ -205,6 +244,7 @@ class ForkServer:
         self._codes: dict[int, int] = {}
         self._request_lock = threading.Lock()
         self.ready = threading.Event()  # its imports are done (see `starting`)
+        self.zygotes: list[int] = []  # pids of its zygotes (`_preload`), each alive until it reports an exit
         self._reader = threading.Thread(target=self._read, name="feedline-forkserver", daemon=True)
         self._reader.start()
 
@@ -214,6 +254,12 @@ class ForkServer:
 
     def alive(self) -> bool:
         return self.proc.poll() is None
+
+    def helper_pids(self) -> list[int]:
+        """The server and its live zygotes: long-lived helpers, not workers."""
+        if not self.alive():
+            return []
+        return [self.pid, *(pid for pid in self.zygotes if pid not in self._codes)]
 
     def _read(self) -> None:
         while True:
@@ -228,16 +274,18 @@ class ForkServer:
             message = pickle.loads(self._replies.read(size))
             if message[0] == "ready":
                 self.ready.set()
+            elif message[0] == "zygote":
+                self.zygotes.append(message[1])
             elif message[0] == "forked":
                 with self._request_lock:
-                    self._pending.popleft()._answer(message[1])
+                    self._pending.popleft()._answer(message[1], message[2])
             else:
                 self._codes[message[1]] = message[2]
 
-    def exit_code(self, pid: int) -> int | None:
+    def exit_code(self, pid: int, parent: int | None = None) -> int | None:
         code = self._codes.get(pid)
-        if code is None and not self.alive():
-            return self._orphan_code(pid)
+        if code is None and (not self.alive() or parent in self._codes):
+            return self._orphan_code(pid)  # its parent is gone: the server, or the zygote that forked it
         return code
 
     @staticmethod
@@ -249,9 +297,13 @@ class ForkServer:
             return -signal.SIGKILL  # gone without a reported status
         return None
 
-    def start(self, boot: dict) -> ForkedProcess:
-        """Ask for a worker that runs `_main.run(boot)`; returns at once (see `ForkedProcess`)."""
-        data = pickle.dumps(("fork", boot))
+    def start(self, boot: dict, libraries: tuple[str, ...] = ()) -> ForkedProcess:
+        """Ask for a worker that runs `_main.run(boot)`; returns at once (see `ForkedProcess`).
+
+        ``libraries`` (`_preload.libraries_to_preload`): the worker forks from
+        a zygote that imported them once, where it can.
+        """
+        data = pickle.dumps(("fork", boot, tuple(libraries)))
         handle = ForkedProcess(self)
         with self._request_lock:
             self._pending.append(handle)
@@ -304,5 +356,5 @@ def ready() -> bool:
 
 
 def server_pids() -> list[int]:
-    """Process ids of this process's fork servers (long-lived helper processes, not workers)."""
-    return [s.pid for s in _servers if s.alive()]
+    """Process ids of this process's fork servers and their zygotes (long-lived helper processes, not workers)."""
+    return [pid for s in _servers for pid in s.helper_pids()]

@@ -1,0 +1,107 @@
+"""Length-prefixed pickles over a pipe: the fork server's and its zygotes' messages.
+
+Each message goes out in one ``os.write`` of a 4-byte length and the
+pickle; a message under ``PIPE_BUF`` (4 KiB on Linux) is written whole, so
+several writers (the server and its zygotes on the reply pipe) never
+interleave. Readers buffer partial messages (`Reader`).
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import select
+import signal
+import struct
+
+HEADER = struct.Struct("<I")
+
+
+def send(fd: int, message) -> None:
+    data = pickle.dumps(message)
+    os.write(fd, HEADER.pack(len(data)) + data)
+
+
+def recv(fd: int):
+    """One message, blocking until it is whole; None at end of file."""
+    reader = Reader(fd)
+    while True:
+        messages = reader.read()
+        if messages is None:
+            return None
+        if messages:
+            return messages[0]  # one request is answered by one message: nothing follows it yet
+
+
+class Reader:
+    """The whole messages that one read of ``fd`` completes (None at end of file)."""
+
+    def __init__(self, fd: int):
+        self.fd = fd
+        self.pending = b""
+
+    def read(self) -> list | None:
+        data = os.read(self.fd, 1 << 16)
+        if not data:
+            return None
+        self.pending += data
+        messages = []
+        while len(self.pending) >= HEADER.size:
+            (size,) = HEADER.unpack_from(self.pending)
+            if len(self.pending) < HEADER.size + size:
+                break
+            messages.append(pickle.loads(self.pending[HEADER.size : HEADER.size + size]))
+            self.pending = self.pending[HEADER.size + size :]
+        return messages
+
+
+def report_exits(reply_fd: int) -> None:
+    """Reap every child that has exited and send ``("exited", pid, code)`` for each (the fork server, a zygote)."""
+    while True:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        send(reply_fd, ("exited", pid, os.waitstatus_to_exitcode(status)))
+
+
+class Requests:
+    """The main loop of a process that forks workers on request (the fork server, a zygote).
+
+    Iterating yields each message read from ``fd``; meanwhile it reaps the
+    children that exit and reports them on ``reply_fd`` (`report_exits`).
+    The process exits when ``fd`` reaches end of file or its parent is gone
+    (its children then see theirs gone and exit). A child forked while a
+    message is handled must close `fds` (the loop's own).
+    """
+
+    def __init__(self, fd: int, reply_fd: int):
+        self.fd, self.reply_fd = fd, reply_fd
+        self.parent = os.getppid()
+        wake_r, wake_w = os.pipe()
+        os.set_blocking(wake_w, False)
+        signal.set_wakeup_fd(wake_w)
+        signal.signal(signal.SIGCHLD, lambda *_: None)  # wakes select() through the wakeup fd
+        self.fds = (wake_r, wake_w)
+
+    def __iter__(self):
+        reader = Reader(self.fd)
+        wake_r = self.fds[0]
+        while True:
+            try:
+                ready, _, _ = select.select([self.fd, wake_r], [], [], 0.2)
+            except InterruptedError:
+                ready = []
+            if os.getppid() != self.parent:
+                os._exit(0)  # our parent is gone: so are we (our children notice and exit)
+            if wake_r in ready:
+                os.read(wake_r, 4096)
+            report_exits(self.reply_fd)
+            if self.fd not in ready:
+                continue
+            messages = reader.read()
+            if messages is None:
+                os._exit(0)  # closed by the one that sends us requests
+            yield from messages

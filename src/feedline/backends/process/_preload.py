@@ -1,0 +1,119 @@
+"""Libraries imported once for every worker: the fork server's zygotes.
+
+A worker unpickles the pipeline, and that imports the libraries its
+functions use: torch took 1.5 s of a core and 132 MB of private memory in
+every worker here (albumentations 2.2 s and 168 MB, jax 0.5 s and 50 MB), so
+8 process workers on 2 cores started in 5-6 s, and 64 workers on a big host
+hold 64 copies. Here the libraries are imported once, in a *zygote*: a child
+of the fork server that imports them and then forks the pipeline's workers,
+which start with them loaded (shared, copy-on-write) in milliseconds.
+
+Which libraries (consumer side, `libraries_to_preload`): the modules the
+pickled pipeline names (a class or function by reference, a module a
+function uses) that the consumer has imported from an installed package
+(``site-packages``): never the user's own modules, whose import may open
+files or connections that forked workers must not share, never the standard
+library or what the server has already. Linux only (the thread check below
+reads ``/proc``); ``FEEDLINE_PRELOAD=0`` turns it off.
+
+Protocol (server side, `serve_zygote`): the server forks one zygote per set
+of libraries, on the first fork request that names them, and forwards each
+such request (``("fork", boot)``, length-prefixed pickles) on a pipe; the
+zygote answers ``("forked", pid)``, or ``("declined", package)`` when it
+must not fork, and the server then forks the worker itself (it imports the
+libraries on its own, as without a zygote). Forking is safe only from a
+single-threaded process: a zygote in which an import started a thread
+declines every request, and the server leaves that package out of the
+zygotes it starts later. Packages measured to start one when imported
+(`STARTS_THREADS`) are never sent to a zygote: TensorFlow's import alone
+took 4.4 s here, paid again by every worker after a decline. A zygote's
+key is its libraries and the directory, ``sys.path`` and environment they
+are imported in (the first request's): a library that reads a variable
+when imported (``KERAS_BACKEND``) gets a zygote per value.
+The zygote reaps its workers and reports ``("exited", pid, code)`` on the
+server's reply pipe, as the server does for its own (small writes to a pipe
+are atomic, so the two never interleave). It exits when the server does;
+its workers see their parent gone and exit too, as a server's do.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import re
+import sys
+
+from . import _pipe_messages
+
+__all__ = ["libraries_to_preload", "preload_allowed", "serve_zygote"]
+
+SERVER_HAS = ("numpy", "cloudpickle", "feedline")  # imported by the fork server itself
+# Importing these started a thread (Python 3.11, Linux; `python -m benchmarks.preload` lists why it matters):
+# a zygote would import them, decline, and every worker import them again.
+STARTS_THREADS = ("pandas", "pyarrow", "sklearn", "tensorflow")
+# A module name in a protocol-4/5 pickle: SHORT_BINUNICODE (0x8c), a length byte, the name.
+_SHORT_NAME = re.compile(rb"\x8c([\x01-\x7f])([A-Za-z_][A-Za-z0-9_.]{0,126})")
+
+
+def preload_allowed() -> bool:
+    """Whether workers may fork from zygotes: Linux (threads are counted in /proc), unless ``FEEDLINE_PRELOAD=0``."""
+    return sys.platform.startswith("linux") and os.environ.get("FEEDLINE_PRELOAD", "1") != "0"
+
+
+def libraries_to_preload(data: bytes) -> tuple[str, ...]:
+    """The installed libraries' modules that unpickling ``data`` (a pickled pipeline) imports, sorted.
+
+    Only modules this process has imported count (their files say where
+    they come from); strings that merely look like module names are never
+    imported on their account.
+    """
+    names = set()
+    for match in _SHORT_NAME.finditer(data):
+        size, name = match.group(1)[0], match.group(2)
+        if len(name) >= size:
+            names.add(name[:size].decode("ascii"))
+    return tuple(sorted(name for name in names if _installed_library(name)))
+
+
+def _installed_library(name: str) -> bool:
+    module = sys.modules.get(name)
+    top = name.partition(".")[0]
+    if module is None or top in sys.stdlib_module_names or top in SERVER_HAS or top in STARTS_THREADS:
+        return False
+    path = getattr(module, "__file__", None) or next(iter(getattr(module, "__path__", ())), None)
+    return isinstance(path, str) and any(part in ("site-packages", "dist-packages") for part in path.split(os.sep))
+
+
+def _threads() -> int:
+    return len(os.listdir("/proc/self/task"))
+
+
+def serve_zygote(modules: tuple[str, ...], boot: dict, requests: int, answers: int, reply_fd: int, child) -> None:
+    """A zygote's life (in a child of the fork server): import ``modules``, then fork workers on request.
+
+    ``child(boot, fds)`` becomes a worker (the server's `_child`), closing
+    ``fds``. Never returns.
+    """
+    os.chdir(boot["cwd"])  # the libraries import as in a worker: the consumer's directory, environment and path
+    os.environ.clear()
+    os.environ.update(boot["env"])
+    sys.path[:] = boot["sys_path"]
+    declined = None  # the package whose import started a thread: forking from this process is unsafe
+    for name in modules:
+        try:
+            importlib.import_module(name)
+        except Exception:  # noqa: S112 - the worker's own unpickling reports what is wrong with it
+            continue
+        if _threads() > 1:
+            declined = name.partition(".")[0]
+            break
+    requests_loop = _pipe_messages.Requests(requests, reply_fd)
+    for _, worker_boot in requests_loop:
+        if declined:
+            _pipe_messages.send(answers, ("declined", declined))
+            continue
+        worker_boot = dict(worker_boot, parent_pid=os.getpid())
+        pid = os.fork()
+        if pid == 0:
+            child(worker_boot, (requests, answers, reply_fd, *requests_loop.fds))
+        _pipe_messages.send(answers, ("forked", pid))

@@ -1,0 +1,180 @@
+"""Libraries a pipeline uses, imported once by a zygote of the fork server instead of once per worker (Linux)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+
+import cloudpickle
+import numpy as np
+import pytest
+from conftest import pid_alive, wait_for
+
+import feedline as fl
+from feedline import testing
+from feedline.backends.process._preload import libraries_to_preload
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="zygotes count threads in /proc (Linux)")
+
+LIBRARY = '''
+import os, threading, time
+with open(os.environ["FEEDLINE_TEST_IMPORT_LOG"], "a") as f:
+    f.write(f"{os.getpid()}\\n")
+if STARTS_THREAD:
+    threading.Thread(target=time.sleep, args=(3600,), daemon=True).start()
+def double(x):
+    return 2 * x
+'''
+
+
+@pytest.fixture
+def installed_library(tmp_path, monkeypatch):
+    """Make ``name`` an installed package (under a ``site-packages`` folder) that logs each import's pid; import it."""
+    log = tmp_path / "imports.log"
+    monkeypatch.setenv("FEEDLINE_TEST_IMPORT_LOG", str(log))
+    site = tmp_path / "site-packages"
+
+    def install(name: str, starts_thread: bool = False):
+        (site / name).mkdir(parents=True)
+        (site / name / "__init__.py").write_text(LIBRARY.replace("STARTS_THREAD", str(starts_thread)))
+        monkeypatch.syspath_prepend(str(site))
+        module = __import__(name)
+        monkeypatch.setitem(sys.modules, name, module)
+        return module, lambda: [int(pid) for pid in log.read_text().split() if int(pid) != os.getpid()]
+
+    yield install
+    for name in [n for n in sys.modules if n.startswith("feedline_test_lib")]:
+        del sys.modules[name]
+
+
+def _run(lib, workers=4):
+    pipe = fl.from_arrays(np.arange(16)).map(lambda s: (lib.double(s), os.getpid(), os.getppid()), backend="process",
+                                              workers=workers).batch(4)
+    with pipe:
+        rows = [tuple(int(v) for v in row) for batch in pipe for row in zip(*batch)]
+    assert sorted(r[0] for r in rows) == [2 * i for i in range(16)], "every sample once, computed by the library"
+    return {r[1] for r in rows}, {r[2] for r in rows}
+
+
+def _zygotes_started() -> int:
+    from feedline.backends.process import _forkserver
+
+    return sum(len(server.zygotes) for server in _forkserver._servers)
+
+
+def test_workers_fork_from_a_zygote_that_imported_the_installed_library_once(installed_library, monkeypatch, no_leaks):
+    monkeypatch.delenv("FEEDLINE_FORKSERVER", raising=False)
+    monkeypatch.delenv("FEEDLINE_PRELOAD", raising=False)
+    lib, importers = installed_library("feedline_test_lib_a")
+    workers, parents = _run(lib)
+    [zygote] = importers()
+    assert parents == {zygote}, "the workers should be the zygote's children"
+    assert zygote not in workers and zygote in testing.helper_pids(), "the zygote is a helper, like the fork server"
+    _run(lib)
+    assert importers() == [zygote], "a later pipeline with the same libraries forks from the same zygote"
+
+
+def test_a_library_that_starts_a_thread_when_imported_is_imported_by_each_worker(installed_library, monkeypatch, no_leaks):
+    """Forking from a process with threads is unsafe: the zygote declines, the server forks, each worker imports it."""
+    monkeypatch.delenv("FEEDLINE_FORKSERVER", raising=False)
+    monkeypatch.delenv("FEEDLINE_PRELOAD", raising=False)
+    lib, importers = installed_library("feedline_test_lib_b", starts_thread=True)
+    workers, parents = _run(lib)
+    assert set(importers()) - workers, "the zygote tried it first"
+    assert workers <= set(importers()), "then every worker imported it itself"
+    assert parents <= set(testing.helper_pids()) and not parents & set(importers()), "forked by the server"
+    started = _zygotes_started()
+    _run(lib)
+    assert _zygotes_started() == started, "no zygote tries that package again"
+
+
+def test_preloading_turned_off_leaves_each_worker_to_import_its_libraries(installed_library, monkeypatch, no_leaks):
+    monkeypatch.delenv("FEEDLINE_FORKSERVER", raising=False)
+    monkeypatch.setenv("FEEDLINE_PRELOAD", "0")
+    lib, importers = installed_library("feedline_test_lib_c")
+    workers, parents = _run(lib)
+    assert workers <= set(importers()), "each worker that ran a task imported it itself"
+    assert parents <= set(testing.helper_pids()) and not parents & set(importers()), "forked by the server, no zygote"
+
+
+def test_only_installed_libraries_are_preloaded_never_the_users_own_modules_or_the_standard_library(
+        installed_library, tmp_path, monkeypatch):
+    import json
+
+    lib, _ = installed_library("feedline_test_lib_d")
+    own = tmp_path / "project"
+    own.mkdir()
+    (own / "feedline_test_own_module.py").write_text("def triple(x):\n    return 3 * x\n")
+    monkeypatch.syspath_prepend(str(own))
+    import feedline_test_own_module as mine
+
+    monkeypatch.setitem(sys.modules, "feedline_test_own_module", mine)
+    data = cloudpickle.dumps((lambda s: (lib.double(s), mine.triple(s), json.dumps(s), np.zeros(1)), lib.double,
+                              mine.triple, "feedline_test_lib_d is also a string here"))
+    assert libraries_to_preload(data) == ("feedline_test_lib_d",)
+
+
+def test_a_worker_forked_by_a_zygote_that_dies_is_replaced_and_the_epoch_is_complete(installed_library, tmp_path,
+                                                                                       monkeypatch, no_leaks):
+    monkeypatch.delenv("FEEDLINE_FORKSERVER", raising=False)
+    monkeypatch.delenv("FEEDLINE_PRELOAD", raising=False)
+    lib, importers = installed_library("feedline_test_lib_e")
+    marker = str(tmp_path / "died")
+
+    def dies_once_on_5(s):
+        if s == 5 and not os.path.exists(marker):
+            open(marker, "w").close()
+            os.kill(os.getpid(), signal.SIGKILL)
+        return lib.double(s), os.getppid()
+
+    pipe = fl.from_arrays(np.arange(24)).map(dies_once_on_5, backend="process", workers=3).batch(4)
+    with pipe:
+        rows = [tuple(int(v) for v in row) for batch in pipe for row in zip(*batch)]
+        assert pipe.stats().worker_restarts == 1
+    assert sorted(r[0] for r in rows) == [2 * i for i in range(24)], "every sample once"
+    assert {r[1] for r in rows} == set(importers()), "the replacement came from the same zygote"
+
+
+KILLED_CONSUMER = """
+import os, sys, time
+import numpy as np
+import feedline as fl
+from feedline import testing
+sys.path.insert(0, sys.argv[1])
+import feedline_test_lib_f as lib
+
+def slow(s):
+    time.sleep(0.05)
+    return lib.double(s)
+
+pipe = fl.from_arrays(np.arange(10_000)).map(slow, backend="process", workers=3).batch(2)
+for k, batch in enumerate(pipe):
+    if k == 3:
+        print(" ".join(map(str, testing.helper_pids())), flush=True)
+"""
+
+
+def test_a_killed_consumer_leaves_no_zygote_worker_or_segment(installed_library, tmp_path, monkeypatch):
+    """The fork server sees its consumer gone, the zygote its server, the workers their zygote: all exit."""
+    monkeypatch.delenv("FEEDLINE_FORKSERVER", raising=False)
+    monkeypatch.delenv("FEEDLINE_PRELOAD", raising=False)
+    _, importers = installed_library("feedline_test_lib_f")
+    proc = subprocess.Popen([sys.executable, "-c", KILLED_CONSUMER, str(tmp_path / "site-packages")],
+                            stdout=subprocess.PIPE, text=True, env=os.environ)
+    try:
+        helpers = [int(pid) for pid in proc.stdout.readline().split()]
+        [zygote] = [pid for pid in importers() if pid != proc.pid]
+        assert zygote in helpers
+        with open(f"/proc/{zygote}/task/{zygote}/children") as f:
+            workers = [int(pid) for pid in f.read().split()]
+        assert workers, "the workers should be the zygote's children"
+        proc.kill()
+        proc.wait(timeout=10)
+        assert wait_for(lambda: not any(pid_alive(pid) for pid in helpers + workers), 15), "all should be gone"
+        assert wait_for(lambda: not [n for n in os.listdir("/dev/shm") if n.startswith(f"feedline_{proc.pid}_")], 5)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
