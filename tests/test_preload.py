@@ -114,6 +114,8 @@ def test_only_installed_libraries_are_preloaded_never_the_users_own_modules_or_t
     data = cloudpickle.dumps((lambda s: (lib.double(s), mine.triple(s), json.dumps(s), np.zeros(1)), lib.double,
                               mine.triple, "feedline_test_lib_d is also a string here"))
     assert libraries_to_preload(data) == ("feedline_test_lib_d",)
+    assert libraries_to_preload(cloudpickle.dumps(lambda: "feedline_test_lib_d" in sys.modules)) == (), (
+        "a string that names a module is not a use of it")
 
 
 def test_a_worker_forked_by_a_zygote_that_dies_is_replaced_and_the_epoch_is_complete(installed_library, tmp_path,

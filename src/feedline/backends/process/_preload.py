@@ -39,8 +39,9 @@ its workers see their parent gone and exit too, as a server's do.
 from __future__ import annotations
 
 import importlib
+import io
 import os
-import re
+import pickle
 import sys
 
 from . import _pipe_messages
@@ -51,8 +52,6 @@ SERVER_HAS = ("numpy", "cloudpickle", "feedline")  # imported by the fork server
 # Importing these started a thread (Python 3.11, Linux; `python -m benchmarks.preload` lists why it matters):
 # a zygote would import them, decline, and every worker import them again.
 STARTS_THREADS = ("pandas", "pyarrow", "sklearn", "tensorflow")
-# A module name in a protocol-4/5 pickle: SHORT_BINUNICODE (0x8c), a length byte, the name.
-_SHORT_NAME = re.compile(rb"\x8c([\x01-\x7f])([A-Za-z_][A-Za-z0-9_.]{0,126})")
 
 
 def preload_allowed() -> bool:
@@ -63,16 +62,66 @@ def preload_allowed() -> bool:
 def libraries_to_preload(data: bytes) -> tuple[str, ...]:
     """The installed libraries' modules that unpickling ``data`` (a pickled pipeline) imports, sorted.
 
-    Only modules this process has imported count (their files say where
-    they come from); strings that merely look like module names are never
-    imported on their account.
+    Read by a dry run of the unpickling (`_ModulesNamed`): the modules of the
+    classes and functions it names, and those a function by value uses
+    (cloudpickle's ``subimport``); nothing is imported or built. Only
+    modules this process has imported count (their files say where they
+    come from); a string that is only a name (``"torch" in sys.modules``)
+    does not.
     """
-    names = set()
-    for match in _SHORT_NAME.finditer(data):
-        size, name = match.group(1)[0], match.group(2)
-        if len(name) >= size:
-            names.add(name[:size].decode("ascii"))
+    names = _ModulesNamed(data).names()
     return tuple(sorted(name for name in names if _installed_library(name)))
+
+
+class _Anything:
+    """What the dry run builds in place of every object: it takes any arguments, state and items."""
+
+    def __init__(self, *args, **kwargs):
+        pass
+
+    def __call__(self, *args, **kwargs):
+        return _Anything()
+
+    def __setstate__(self, state):
+        pass
+
+    def __setitem__(self, key, value):
+        pass
+
+    def append(self, value):
+        pass
+
+    def extend(self, values):
+        pass
+
+
+class _ModulesNamed(pickle.Unpickler):
+    """Unpickles with every global replaced by `_Anything`, noting the modules named on the way."""
+
+    def __init__(self, data: bytes):
+        super().__init__(io.BytesIO(data))
+        self.modules: set[str] = set()
+
+    def find_class(self, module, name):
+        self.modules.add(module)
+        if module == "cloudpickle.cloudpickle" and name == "subimport":
+            return self._subimport
+        return _Anything
+
+    def persistent_load(self, pid):
+        return _Anything()
+
+    def _subimport(self, name, *args):
+        if isinstance(name, str):
+            self.modules.add(name)
+        return _Anything()
+
+    def names(self) -> set[str]:
+        try:
+            self.load()
+        except Exception:  # noqa: S110 - a dry run: what was noted before the pickle needed real objects is kept
+            pass
+        return self.modules
 
 
 def _installed_library(name: str) -> bool:
