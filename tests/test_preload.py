@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 
 import cloudpickle
 import numpy as np
@@ -24,6 +25,9 @@ with open(os.environ["FEEDLINE_TEST_IMPORT_LOG"], "a") as f:
     f.write(f"{os.getpid()}\\n")
 if STARTS_THREAD:
     threading.Thread(target=time.sleep, args=(3600,), daemon=True).start()
+if os.environ.get("FEEDLINE_TEST_SLOW_IMPORT") and os.getpid() != int(os.environ["FEEDLINE_TEST_CONSUMER"]):
+    time.sleep(float(os.environ["FEEDLINE_TEST_SLOW_IMPORT"]))  # a heavy library (torch: ~1.5 s), in the zygote
+    open(os.environ["FEEDLINE_TEST_IMPORT_LOG"] + ".done", "w").close()
 def double(x):
     return 2 * x
 '''
@@ -180,3 +184,53 @@ def test_a_killed_consumer_leaves_no_zygote_worker_or_segment(installed_library,
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_close_does_not_wait_for_workers_whose_zygote_still_imports(installed_library, monkeypatch, no_leaks):
+    """They are not forked yet: each is stopped as its fork is answered, and close() returns at once."""
+    from feedline.backends.process import ProcessExecutor
+
+    monkeypatch.delenv("FEEDLINE_FORKSERVER", raising=False)
+    monkeypatch.delenv("FEEDLINE_PRELOAD", raising=False)
+    monkeypatch.setenv("FEEDLINE_TEST_CONSUMER", str(os.getpid()))
+    monkeypatch.setenv("FEEDLINE_TEST_SLOW_IMPORT", "4")
+    lib, importers = installed_library("feedline_test_lib_g")
+    part = fl.from_arrays(np.arange(8)).map(lambda s: lib.double(s), backend="process").batch(4).plan.part
+    executor = ProcessExecutor(part, 2)
+    assert executor.libraries == ("feedline_test_lib_g",)
+    assert wait_for(lambda: importers(), 30), "the zygote should be importing"
+    procs = [w.proc for w in executor.pool]
+    executor.close()
+    done = os.environ["FEEDLINE_TEST_IMPORT_LOG"] + ".done"
+    assert not os.path.exists(done), "close() should not wait for the zygote's imports"
+    assert wait_for(lambda: all(proc.known.is_set() for proc in procs), 30), "forked once the imports are done"
+    assert wait_for(lambda: not any(pid_alive(proc.pid) for proc in procs), 15), "and stopped at once"
+
+
+def test_automatic_choice_keeps_its_threads_working_while_the_zygote_imports(installed_library, monkeypatch, no_leaks):
+    """Threads held back by the GIL were stopped for workers due in ~0.02 s; a zygote's imports take seconds."""
+    monkeypatch.delenv("FEEDLINE_FORKSERVER", raising=False)
+    monkeypatch.delenv("FEEDLINE_PRELOAD", raising=False)
+    monkeypatch.setenv("FEEDLINE_REMEMBER", "0")
+    monkeypatch.setenv("FEEDLINE_TEST_CONSUMER", str(os.getpid()))
+    monkeypatch.setenv("FEEDLINE_TEST_SLOW_IMPORT", "3")
+    lib, _ = installed_library("feedline_test_lib_h")
+
+    def held(s):  # pure Python: holds the GIL
+        total = 0
+        for k in range(4000):
+            total += k * k % 7
+        return lib.double(s) + 0 * total
+
+    zygotes = _zygotes_started()
+    pipe = fl.from_arrays(np.arange(1200)).map(held, workers=2).batch(8)
+    with pipe:
+        start = time.perf_counter()
+        rows = sorted(int(v) for batch in pipe for v in batch)
+        stats = pipe.stats()
+    assert rows == [2 * i for i in range(1200)], "every sample once"
+    if _zygotes_started() == zygotes:
+        pytest.skip(f"the trial started no process workers here: {stats.decision}")
+    ends = sorted(end - start for _, _, end, _, _ in stats.task_spans)
+    gaps = [b - a for a, b in zip(ends, ends[1:])]
+    assert max(gaps) < 1.5, f"no task ended for {max(gaps):.1f} s: the threads waited for the zygote's 3 s of imports"

@@ -176,5 +176,15 @@ class Executor:
         """
         return False
 
+    def workers_forked(self) -> bool:
+        """Whether every worker process exists yet (True for executors without processes).
+
+        A worker forked by a zygote of the fork server exists only once the
+        zygote has imported the pipeline's libraries (torch: ~1.5 s); the
+        automatic choice keeps its threads working until then
+        (`feedline.engine._trial`).
+        """
+        return True
+
     def close(self) -> None:
         """Stop the workers and release every resource; idempotent."""

@@ -339,6 +339,7 @@ class BackendTrial(Executor):
         self._sent: dict = {}  # key -> task, for tasks on process workers (`_rerun_without_shared_memory`)
         self._paused_at: float | None = None  # when threads were paused for the process workers' start
         self._pause_when_up = False  # ... to be paused once the fork server is up (it was importing: `_start_processes`)
+        self._drain_when_up = False  # ... and drained then (its workers waited for a zygote's imports)
         self._closed: set = set()
         self._started = time.perf_counter()
         self.decided_after: float | None = None  # seconds from the trial's start to its decision
@@ -544,8 +545,11 @@ class BackendTrial(Executor):
         self._judge_gil()
         if not self._processes_started or self.winner is not None:
             return
-        if self._pause_when_up and not warming_up():
-            self._pause_threads()  # the server is up: the workers fork now (`_start_processes`)
+        if self._pause_when_up and not warming_up() and self.processes.workers_forked():
+            self._pause_threads()  # the server is up and the workers forked (`_start_processes`)
+            if self._drain_when_up:
+                self._drain_when_up = False
+                self._drain_threads()
         try:
             self._ready = self.processes.wait_ready(0)
         except Exception as exc:  # the workers cannot start here: threads it is, and the report says why
@@ -1250,6 +1254,11 @@ class BackendTrial(Executor):
             self._settle("thread", f"process workers failed to start ({type(exc).__name__}: {exc}): threads", measured=False)
             return
         self._use_processes(fresh)
+        if self._cores_kept is not None and not fresh.workers_forked():
+            # They wait for a zygote's imports (torch: ~1.5 s), not ~0.02 s: the threads go on till they are forked.
+            self.threads.resume()
+            self._paused_at, self._pause_when_up, self._drain_when_up = None, True, soon
+            return
         if soon and self._cores_kept is not None:
             self._drain_threads()
 
@@ -1407,7 +1416,7 @@ class BackendTrial(Executor):
             note = f"tried again after {self._retry_reason}: {note}"
             self._retrial_after = self._retrial_after * 2 if confirmed else RETRIAL_AFTER
         self.winner, self.note = winner, note
-        self._pause_when_up = False
+        self._pause_when_up = self._drain_when_up = False
         self.threads.resume()
         for started in (self._early, self._parked):
             if started is not None:

@@ -50,7 +50,7 @@ from ...worker._protocol import Done, PartError, Ready, Release, RunTask, SendPa
 from ...worker._wire import decode, encode
 from .._base import Event, Executor, PartNotPicklable
 from .._pool import MAX_ATTEMPTS, TaskPool
-from ._forkserver import forkserver
+from ._forkserver import ForkedProcess, forkserver
 from ._main import BLAS_VARS, STATUS_WORDS, TF_POOL_VARS, status_ring
 from ._preload import libraries_to_preload, preload_allowed
 
@@ -518,6 +518,9 @@ class ProcessExecutor(Executor):
     def cancel(self, generation):
         self.tasks.cancel(generation)
 
+    def workers_forked(self) -> bool:
+        return all(w.proc.known.is_set() for w in self.pool if w is not None and isinstance(w.proc, ForkedProcess))
+
     def worker_pids(self) -> list[int]:
         return [w.proc.pid for w in self.pool if w is not None]
 
@@ -558,6 +561,8 @@ class ProcessExecutor(Executor):
             except subprocess.TimeoutExpired:
                 w.proc.terminate()
         for w in workers:
+            if isinstance(w.proc, ForkedProcess) and not w.proc.known.is_set():
+                continue  # not forked yet (its zygote imports): terminated as it is, its exit reaped by the zygote
             try:
                 w.proc.wait(timeout=1.0)
             except subprocess.TimeoutExpired:

@@ -185,12 +185,21 @@ class ForkedProcess:
         self._server = server
         self._pid = None
         self.parent = None  # the fork server, or the zygote that forked it
+        self._signal_lock = threading.Lock()
+        self._on_answer: int | None = None  # a signal asked for before the server answered: sent with the answer
         self.known = threading.Event()  # set once the server answered (pid, or failure: pid stays None)
         self.returncode = None
 
     def _answer(self, pid: int | None, parent: int | None = None) -> None:
-        self._pid, self.parent = pid, parent
-        self.known.set()
+        with self._signal_lock:
+            self._pid, self.parent = pid, parent
+            self.known.set()
+            sig = self._on_answer
+        if sig is not None and pid is not None:
+            try:
+                os.kill(pid, sig)  # stopped before it was forked (a zygote still importing): it goes at once
+            except ProcessLookupError:
+                pass
 
     @property
     def pid(self) -> int:
@@ -214,8 +223,10 @@ class ForkedProcess:
         return self.returncode
 
     def _signal(self, sig: int) -> None:
-        if not self.known.wait(START_TIMEOUT):
-            return
+        with self._signal_lock:
+            if not self.known.is_set():
+                self._on_answer = sig  # not forked yet: signalled when it is, without waiting for it here
+                return
         if self.poll() is None:
             try:
                 os.kill(self.pid, sig)
