@@ -177,12 +177,12 @@ class Executor:
         return False
 
     def workers_forked(self) -> bool:
-        """Whether every worker process exists yet (True for executors without processes).
+        """Whether every worker process exists yet: its fork was answered (True for executors without processes).
 
-        A worker forked by a zygote of the fork server exists only once the
-        zygote has imported the pipeline's libraries (torch: ~1.5 s); the
-        automatic choice keeps its threads working until then
-        (`feedline.engine._trial`).
+        From the fork server alone that takes milliseconds; a worker forked by
+        a zygote exists only once the zygote has imported the pipeline's
+        libraries (torch: ~1.5 s). The automatic choice keeps its threads
+        working until then (`feedline.engine._trial`).
         """
         return True
 
