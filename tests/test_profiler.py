@@ -17,6 +17,7 @@ import pytest
 import feedline as fl
 from feedline import testing
 from feedline.engine._autotune import MEMORY_BUDGET, DepthTuner
+from feedline.engine._state import MAX_TASK_BYTES, measured_chunk
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
@@ -388,6 +389,29 @@ def test_depth_tuner_keeps_batches_in_flight_within_a_bounded_dev_shm():
     assert bounded.depth == 4, "half of 12 MiB, less two spare slots a worker, holds no more than it started with"
     assert roomy.depth == 28  # (32 MiB - 4 spare) / 1 MiB
     assert unbounded.depth == 4 + 20 * 2  # + the workers each window, as before
+
+
+def test_tasks_of_several_batches_keep_the_window_within_a_bounded_dev_shm():
+    # From the second epoch a cheap map's tasks hold several batches; the depth counts tasks, so 12 MiB of /dev/shm,
+    # 1 MiB batches and four batches a task needed 16 slots where 11 fit (SharedMemoryFull in one CI run in ~20).
+    batch = np.zeros((256, 4096), np.uint8)
+    bounded = DepthTuner(depth=4, workers=2, enabled=True, room=lambda: 12 << 20)
+    roomy = DepthTuner(depth=4, workers=2, enabled=True, room=lambda: 64 << 20)
+    unbounded = DepthTuner(depth=4, workers=2, enabled=True, room=lambda: None)
+    assert unbounded.task_room() is None
+
+    def chunk(tuner):  # 2 us a sample, 20,000 samples: as many batches a task as the bytes allow
+        room = tuner.task_room()
+        return measured_chunk(0.04, 20_000, 20_000, 2, batch=256, batch_bytes=batch.nbytes,
+                              max_bytes=MAX_TASK_BYTES if room is None else min(MAX_TASK_BYTES, room))
+
+    assert chunk(unbounded) == 4 * 256  # MAX_TASK_BYTES: four 1 MiB batches
+    assert chunk(bounded) == 256, "6 MiB over 4 tasks and 2 spare slots a worker: one batch a task"
+    assert chunk(roomy) == 4 * 256  # 32 MiB over 8: four
+    roomy.task_batches = 4
+    for _ in range(20 * DepthTuner.WINDOW):
+        roomy.observe(waited=True, blocked=True, batch=batch)
+    assert roomy.depth == 7, "tasks of four batches: a quarter of the 28 single batches that fit"
 
 
 def test_bench_command_reports_a_pipeline_from_a_file(tmp_path):

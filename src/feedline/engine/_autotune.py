@@ -81,6 +81,7 @@ class DepthTuner:
         self._messages = messages  # () -> whether a task is a message to another process now (None: always)
         self._room = room  # () -> bytes batches in flight must fit in (`Executor.batch_room`), or None
         self.batch_bytes = None
+        self.task_batches = 1  # whole batches one task holds (several from the second epoch: `Plan.groups_batches`)
         self._waited = 0
         self._blocked = 0
         self._seen = 0
@@ -162,7 +163,23 @@ class DepthTuner:
         room = self._room() if self._room is not None else None
         if room is not None:
             budget = min(budget, int(ROOM_SHARE * room) - SPARE_SLOTS * self.workers * batch)
-        return max(self.depth, budget // batch)
+        return max(self.depth, budget // (batch * self.task_batches))
+
+    def task_room(self) -> int | None:
+        """Bytes the batches of one task may take so that the window fits a bounded medium (`ROOM_SHARE`); None: unbounded.
+
+        The depth counts tasks, so a task of several batches multiplies what
+        the window holds: 12 MiB of ``/dev/shm``, 1 MiB batches, two
+        workers, four batches a task from the second epoch (the grid learned
+        from a map of a few us a sample) needed 16 slots where 11 fit, and
+        one run in ~20 ended in `SharedMemoryFull` with a worker waiting for
+        its own slots (a CI run). Each worker's `SPARE_SLOTS` count at a
+        task's size too.
+        """
+        room = self._room() if self._room is not None else None
+        if room is None:
+            return None
+        return int(ROOM_SHARE * room) // (self.depth + SPARE_SLOTS * self.workers)
 
 
 class WorkerTuner:

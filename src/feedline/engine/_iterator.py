@@ -108,6 +108,7 @@ class EpochIterator:
             elif self._unbatched or plan.groups_batches:
                 chunk = runtime.learned_chunk  # measured on the last epoch (None on the first)
             self._step, self._num_tasks, self._covered = task_grid(plan, count, chunk)
+            runtime.tuner.task_batches = max(1, self._step // self._size) if plan.groups_batches else 1
             plan.part.source.read_ahead(self._order[start_task * self._step:])  # e.g. a remote store fetches these files, in order
         self._next_submit = self._next_take = start_task
 
@@ -453,9 +454,11 @@ class EpochIterator:
         bulk = plan.part.bulk_read and plan.groups_batches and backend in ("thread", "serial")  # one gather for several batches
         settled = self._runtime.executor.settled  # an automatic choice's trial measures on its grid: learn after it
         if (self._unbatched or plan.groups_batches) and not plan.streaming and (messages or bulk) and settled:
+            max_bytes = MAX_TASK_BYTES if messages else cache_share(workers)
+            room = self._runtime.tuner.task_room() if messages else None  # a small /dev/shm holds the whole window
             learned = measured_chunk(self.stats_.task_seconds, self.stats_.samples, len(self._order), workers,
                                      batch=self._size, batch_bytes=self._batch_bytes or 0,
-                                     max_bytes=MAX_TASK_BYTES if messages else cache_share(workers))
+                                     max_bytes=max_bytes if room is None else min(max_bytes, room))
             self._runtime.learned_chunk = learned or self._runtime.learned_chunk
         self._runtime.publish(self.stats_)
 
