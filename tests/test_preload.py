@@ -186,6 +186,41 @@ def test_a_killed_consumer_leaves_no_zygote_worker_or_segment(installed_library,
             proc.wait()
 
 
+QUICK_CONSUMER = """
+import os, sys, time
+import numpy as np
+import feedline as fl
+sys.path.insert(0, sys.argv[1])
+import feedline_test_lib_i as lib
+
+from feedline.backends.process import ProcessExecutor
+
+part = fl.from_arrays(np.arange(8)).map(lambda s: lib.double(s), backend="process").batch(4).plan.part
+executor = ProcessExecutor(part, 2)
+log = os.environ["FEEDLINE_TEST_IMPORT_LOG"]
+while len(open(log).read().split()) < 3:  # the test, this consumer, then the zygote: it imports
+    time.sleep(0.01)
+executor.close()  # before the zygote's imports end: the consumer exits while the server waits for its answer
+print("done", flush=True)
+"""
+
+
+def test_a_consumer_that_exits_while_its_zygote_imports_leaves_no_traceback_on_its_terminal(installed_library, tmp_path,
+                                                                                            monkeypatch):
+    """The server's answer to a consumer gone was a BrokenPipeError traceback (an automatic choice on a torch map)."""
+    monkeypatch.delenv("FEEDLINE_FORKSERVER", raising=False)
+    monkeypatch.delenv("FEEDLINE_PRELOAD", raising=False)
+    monkeypatch.setenv("FEEDLINE_TEST_CONSUMER", "0")  # every process imports slowly, the zygote too
+    monkeypatch.setenv("FEEDLINE_TEST_SLOW_IMPORT", "2")
+    _, importers = installed_library("feedline_test_lib_i")
+    # stderr is shared with the server, its zygote and the workers: run() returns once the last of them exits
+    done = subprocess.run([sys.executable, "-c", QUICK_CONSUMER, str(tmp_path / "site-packages")], capture_output=True,
+                          text=True, env=os.environ, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == "done", done.stderr[-3000:]
+    assert os.path.exists(os.environ["FEEDLINE_TEST_IMPORT_LOG"] + ".done"), "the zygote's import should have ended"
+    assert "Traceback" not in done.stderr and "Error" not in done.stderr, done.stderr[-3000:]
+
+
 def test_close_does_not_wait_for_workers_whose_zygote_still_imports(installed_library, monkeypatch, no_leaks):
     """They are not forked yet: each is stopped as its fork is answered, and close() returns at once."""
     from feedline.backends.process import ProcessExecutor

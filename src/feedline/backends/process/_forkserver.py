@@ -57,10 +57,7 @@ def serve(reply_fd: int) -> None:
     from ...worker import _kernel, _protocol  # noqa: F401
     from . import _main  # noqa: F401
 
-    try:
-        _pipe_messages.send(reply_fd, ("ready",))  # imports done: this server no longer competes for a core
-    except BrokenPipeError:
-        os._exit(0)  # the consumer ended while we imported: no traceback on its terminal
+    _pipe_messages.answer(reply_fd, ("ready",))  # imports done: this server no longer competes for a core
     requests = _pipe_messages.Requests(0, reply_fd)
     zygotes = _Zygotes(reply_fd)
     for kind, boot, libraries in requests:
@@ -72,7 +69,7 @@ def serve(reply_fd: int) -> None:
                 if pid == 0:
                     _child(boot, own_fds)
                 forked = pid, os.getpid()
-            _pipe_messages.send(reply_fd, ("forked", *forked))  # the pid, and its parent (this server or a zygote)
+            _pipe_messages.answer(reply_fd, ("forked", *forked))  # the pid, and its parent (this server or a zygote)
 
 
 class _Zygote:
@@ -143,7 +140,7 @@ class _Zygotes:
                 os._exit(1)
         os.close(requests_r)
         os.close(answers_w)
-        _pipe_messages.send(self.reply_fd, ("zygote", pid))  # a helper of the consumer's, like this server
+        _pipe_messages.answer(self.reply_fd, ("zygote", pid))  # a helper of the consumer's, like this server
         return _Zygote(pid, requests_w, answers_r)
 
 

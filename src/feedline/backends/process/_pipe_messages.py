@@ -22,6 +22,21 @@ def send(fd: int, message) -> None:
     os.write(fd, HEADER.pack(len(data)) + data)
 
 
+def answer(fd: int, message) -> None:
+    """`send` to the process this one serves; where it is gone (a broken pipe), exit at once, quietly.
+
+    The fork server and its zygotes answer the consumer (and the server);
+    a consumer that finished its epoch exits while a zygote may still be
+    importing torch, and the answer that follows then raised
+    ``BrokenPipeError`` with a traceback on the terminal the consumer had
+    left (the automatic choice's trial on a torch map, every run).
+    """
+    try:
+        send(fd, message)
+    except BrokenPipeError:
+        os._exit(0)  # nobody reads us any more: our children see their parent gone and exit too
+
+
 def recv(fd: int):
     """One message, blocking until it is whole; None at end of file."""
     reader = Reader(fd)
@@ -64,7 +79,7 @@ def report_exits(reply_fd: int) -> None:
             return
         if pid == 0:
             return
-        send(reply_fd, ("exited", pid, os.waitstatus_to_exitcode(status)))
+        answer(reply_fd, ("exited", pid, os.waitstatus_to_exitcode(status)))
 
 
 class Requests:

@@ -159,10 +159,10 @@ def serve_zygote(modules: tuple[str, ...], boot: dict, requests: int, answers: i
     requests_loop = _pipe_messages.Requests(requests, reply_fd)
     for _, worker_boot in requests_loop:
         if declined:
-            _pipe_messages.send(answers, ("declined", declined))
+            _pipe_messages.answer(answers, ("declined", declined))
             continue
         worker_boot = dict(worker_boot, parent_pid=os.getpid())
         pid = os.fork()
         if pid == 0:
             child(worker_boot, (requests, answers, reply_fd, *requests_loop.fds))
-        _pipe_messages.send(answers, ("forked", pid))
+        _pipe_messages.answer(answers, ("forked", pid))
