@@ -4,6 +4,7 @@ Run (from the repository root, in the project's virtualenv with ``.[test]``):
 
     python -m benchmarks.preload                  # workers 2, 8, 16; 3 rounds; ~3 minutes on 2 cores
     python -m benchmarks.preload --workers 16 --rounds 5
+    python -m benchmarks.preload --setup 3        # 3 s between describing and iterating (a model built), untimed
 
 Each run is a fresh interpreter with torch, NumPy and feedline imported
 before the clock: ``map(fn, backend="process", workers=W)`` over 2,048 small
@@ -14,12 +15,14 @@ forks the workers, `feedline.backends.process._preload`), ``each worker``
 pipeline, as before), and torch's own ``DataLoader`` (fork context, the
 same function, ``batch_size=32``: its workers are forks of this process,
 torch already in them). Reported: seconds to the first batch, samples/s of
-the epoch (start-up included), and the private memory of the workers (the
+the epoch (start-up included; with ``--setup S``, the clock starts after S
+seconds of sleep between describing the loader and iterating it, during
+which a zygote started at the description imports), and the private memory of the workers (the
 sum of their PSS, read from ``/proc/PID/smaps_rollup`` mid-epoch: pages a
 zygote or the parent shares with them count once across all, and the
 zygote itself, a helper like the fork server, is not counted).
 
-Last run: benchmarks/RESULTS.md, section "Thirty-second session".
+Last run: benchmarks/RESULTS.md, sections "Thirty-third session" (--setup 3) and "Thirty-second session".
 """
 
 from __future__ import annotations
@@ -42,7 +45,7 @@ import numpy as np
 import torch
 import feedline as fl
 
-workers, setting, n = int(sys.argv[1]), sys.argv[2], int(sys.argv[3])
+workers, setting, n, setup = int(sys.argv[1]), sys.argv[2], int(sys.argv[3]), float(sys.argv[4])
 
 
 def augment(i):
@@ -90,10 +93,12 @@ if setting == "torch DataLoader":
             return augment(i)
 
     loader = tud.DataLoader(Rows(), batch_size=32, num_workers=workers, multiprocessing_context="fork")
-    batches = iter(loader)
 else:
     pipe = fl.from_sequence(range(n)).map(augment, backend="process", workers=workers).batch(32)
-    batches = iter(pipe)
+if setup:  # the user builds a model between describing the loader and iterating it: the clock starts after
+    time.sleep(setup)
+    start = time.perf_counter()
+batches = iter(loader if setting == "torch DataLoader" else pipe)
 from feedline import testing
 
 rows, pss = 0, None
@@ -118,6 +123,8 @@ def main(argv=None) -> None:
     parser.add_argument("--workers", type=int, action="append", help="worker counts (default 2, 8, 16)")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--samples", type=int, default=2048, help="samples in the epoch (default 2048)")
+    parser.add_argument("--setup", type=float, default=0.0,
+                        help="seconds between describing the loader and iterating it (a model being built), not timed")
     args = parser.parse_args(argv)
     counts = args.workers or [2, 8, 16]
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -129,7 +136,7 @@ def main(argv=None) -> None:
         for r in range(args.rounds):
             for setting in random.Random(r).sample(SETTINGS, len(SETTINGS)):
                 run_env = dict(env, FEEDLINE_PRELOAD="0" if setting == "each worker" else "1")
-                done = subprocess.run([sys.executable, "-c", RUN, str(workers), setting, str(args.samples)], env=run_env, cwd=root,
+                done = subprocess.run([sys.executable, "-c", RUN, str(workers), setting, str(args.samples), str(args.setup)], env=run_env, cwd=root,
                                       capture_output=True, text=True, timeout=600)
                 if done.returncode != 0:
                     raise SystemExit(f"benchmarks.preload: {setting} x{workers} failed:\n{done.stderr[-3000:]}")

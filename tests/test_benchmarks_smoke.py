@@ -218,7 +218,7 @@ def test_shm_spill_benchmark_runs_feedline_through_memory_files_and_the_spill_fo
 
 def test_preload_benchmark_times_the_zygote_each_worker_and_torchs_dataloader():
     pytest.importorskip("torch")
-    out = _run_script("preload", "--workers", "2", "--rounds", "1", "--samples", "128")
+    out = _run_script("preload", "--workers", "2", "--rounds", "1", "--samples", "128", "--setup", "0.2")
     rows = [line.split("|")[1:-1] for line in out.splitlines() if line.startswith("| x2 |")]
     assert [cells[1].strip() for cells in rows] == ["zygote", "each worker", "torch DataLoader"], out
     assert all(float(cells[2]) > 0 and float(cells[3]) > 0 for cells in rows), out

@@ -80,6 +80,23 @@ def test_workers_fork_from_a_zygote_that_imported_the_installed_library_once(ins
     assert importers() == [zygote], "a later pipeline with the same libraries forks from the same zygote"
 
 
+def test_describing_a_process_map_starts_its_libraries_importing_before_the_first_epoch(installed_library, monkeypatch,
+                                                                                       no_leaks):
+    """The zygote imports while the user builds a model: torch's 1.5 s were paid after iteration began."""
+    monkeypatch.delenv("FEEDLINE_FORKSERVER", raising=False)
+    monkeypatch.delenv("FEEDLINE_PRELOAD", raising=False)
+    lib, importers = installed_library("feedline_test_lib_j")
+    table = np.arange(1 << 20)  # a source's column: left out of what is read ahead (`libraries_of`)
+    pipe = fl.from_arrays(table).map(lambda s: (lib.double(s), os.getppid()), backend="process", workers=3).batch(4096)
+    assert wait_for(lambda: importers(), 30), "describing the map should start its zygote importing the library"
+    [zygote] = importers()
+    with pipe:
+        rows = [tuple(int(v) for v in row) for batch in pipe for row in zip(*batch)]
+    assert sorted(r[0] for r in rows) == [2 * int(i) for i in table], "every sample once, computed by the library"
+    assert {r[1] for r in rows} == {zygote}, "the workers fork from the zygote started when the map was described"
+    assert importers() == [zygote], "and nothing else imported the library"
+
+
 def test_a_library_that_starts_a_thread_when_imported_is_imported_by_each_worker(installed_library, monkeypatch, no_leaks):
     """Forking from a process with threads is unsafe: the zygote declines, the server forks, each worker imports it."""
     monkeypatch.delenv("FEEDLINE_FORKSERVER", raising=False)

@@ -17,7 +17,7 @@ def check_sendable(part) -> None:
         raise PartNotPicklable(str(e)) from e
 
 
-def warm_up(backend: str | None) -> None:
+def warm_up(backend: str | None, described: tuple = ()) -> None:
     """Start, ahead of time, what an executor of ``backend="process"`` will need.
 
     The process backend's fork server imports NumPy and feedline once
@@ -30,14 +30,22 @@ def warm_up(backend: str | None) -> None:
     ran 0.76-0.90 of threads set by hand with it, 0.98-1.04 without); on
     8 cores or more, `feedline.engine._runtime.start_early` starts it for
     the automatic choice too, when its map is described.
+
+    ``described``: the source and steps of a map being described. The
+    installed libraries they use (torch: ~1.5 s) are then imported by the
+    server's zygote in the background (`process._executor.prepare_zygote`),
+    while the user builds a model, as a DataLoader's workers fork from a
+    process that has them already.
     """
     if backend != "process":
         return
-    from .process._executor import FIXED_VARS, use_forkserver, worker_env
+    from .process._executor import FIXED_VARS, prepare_zygote, use_forkserver, worker_env
     from .process._forkserver import forkserver
 
     if use_forkserver():
         forkserver(worker_env(), FIXED_VARS)
+        if described:
+            prepare_zygote(described)
 
 
 def load_process_backend() -> None:

@@ -285,7 +285,7 @@ class _StartAfterSetUp:
 _start_after_set_up = _StartAfterSetUp()
 
 
-def start_early(backend, workers: int | None = None) -> None:
+def start_early(backend, workers: int | None = None, described: tuple = ()) -> None:
     """Start, when a map is described, what running it will need: the fork server (POSIX).
 
     Its ~0.1-0.2 s of importing NumPy and feedline then overlaps the user's
@@ -301,9 +301,16 @@ def start_early(backend, workers: int | None = None) -> None:
     that won ran 10-25 % slower), so there it starts only if nothing
     iterates for `START_AFTER_IDLE` seconds (`_StartAfterSetUp`), else when
     the trial needs processes (`warm_up`).
+
+    ``described`` (the map's source and steps): for ``backend="process"``,
+    the zygote that imports the libraries they use starts too (`warm_up`);
+    not for the automatic choice, whose threads may keep the work, while a
+    zygote holds its libraries' memory (torch: ~135 MB) as long as the server.
     """
     if in_worker():
         return  # in a worker: a user module that builds a pipeline at import must not start a server per worker
+    if backend != "process":
+        described = ()
     if backend is None and (workers is None or workers > 1) and default_workers() > 1:
         if default_workers() < START_AHEAD_CORES:
             _start_after_set_up.schedule()
@@ -312,7 +319,7 @@ def start_early(backend, workers: int | None = None) -> None:
     if backend != "process":
         return
     try:
-        warm_up(backend)
+        warm_up(backend, described)
     except Exception:  # the executor's own start reports what is wrong, with context
         pass
 

@@ -162,7 +162,7 @@ class Pipeline:
         with short_switch_interval():  # ~80 modules imported the first time: reads that wait for the GIL beside busy threads
             from ..engine._runtime import start_early  # start-up cost, as in _ensure_runtime
 
-            start_early(step.backend, workers)
+            start_early(step.backend, workers, (self._source, *self._steps, step))
         return self._with(step)
 
     def filter(self, pred) -> "Pipeline":

@@ -52,7 +52,7 @@ from .._base import Event, Executor, PartNotPicklable
 from .._pool import MAX_ATTEMPTS, TaskPool
 from ._forkserver import ForkedProcess, forkserver
 from ._main import BLAS_VARS, STATUS_WORDS, TF_POOL_VARS, status_ring
-from ._preload import libraries_to_preload, preload_allowed
+from ._preload import libraries_of, libraries_to_preload, preload_allowed
 
 __all__ = ["MAX_ATTEMPTS", "ProcessExecutor"]
 
@@ -606,6 +606,32 @@ def worker_env() -> dict:
         for var, value in MALLOC_VARS.items():
             env.setdefault(var, value)
     return env
+
+
+def prepare_zygote(described: tuple) -> None:
+    """Start, in a background thread, the fork server's zygote for the libraries ``described`` uses (a map's source and steps).
+
+    Reading them pickles the functions and the source (arrays left out,
+    `_preload.libraries_of`), which can take a while for a large list of
+    paths: not in the thread that describes the pipeline. The key is this
+    process's directory, path and environment now; a pipeline run after
+    they changed gets a zygote of its own. Errors are left for the
+    executor, whose pickling reports them with context.
+    """
+    if not preload_allowed():
+        return
+
+    def prepare():
+        try:
+            libraries = libraries_of(*described)
+            if libraries:
+                env = worker_env()
+                setting = {"cwd": os.getcwd(), "sys_path": list(sys.path), "env": env}
+                forkserver(env, FIXED_VARS).prepare(setting, libraries)
+        except Exception:  # noqa: S110 - a head start only: the executor's own start reports what is wrong
+            pass
+
+    threading.Thread(target=prepare, name="feedline-preload", daemon=True).start()
 
 
 def use_forkserver() -> bool:

@@ -61,7 +61,9 @@ def serve(reply_fd: int) -> None:
     requests = _pipe_messages.Requests(0, reply_fd)
     zygotes = _Zygotes(reply_fd)
     for kind, boot, libraries in requests:
-        if kind == "fork":
+        if kind == "zygote":  # a map described: its zygote imports while the consumer sets up (`ForkServer.prepare`)
+            zygotes.get(libraries, boot, (0, reply_fd, *requests.fds, *zygotes.fds()))
+        elif kind == "fork":
             own_fds = (0, reply_fd, *requests.fds, *zygotes.fds())
             forked = zygotes.fork(libraries, boot, own_fds) if libraries else None
             if forked is None:
@@ -97,13 +99,8 @@ class _Zygotes:
         packages are left out, or the zygote declined (an import started a
         thread) or died; the server then forks the worker itself.
         """
-        libraries = tuple(name for name in libraries if name.partition(".")[0] not in self.declined)
-        if not libraries:
-            return None
-        key = (libraries, boot["cwd"], tuple(boot["sys_path"]), tuple(sorted(boot["env"].items())))
-        if key not in self.by_key:
-            self.by_key[key] = self._start(libraries, boot, own_fds)
-        zygote = self.by_key[key]
+        key = self._key(libraries, boot)
+        zygote = self.get(libraries, boot, own_fds)
         if zygote is None:
             return None
         try:
@@ -119,6 +116,23 @@ class _Zygotes:
         for fd in (zygote.requests, zygote.answers):
             os.close(fd)  # it exits (end of its requests)
         return None
+
+    def get(self, libraries: tuple, boot: dict, own_fds: tuple) -> _Zygote | None:
+        """The zygote for ``libraries`` in ``boot``'s setting (``cwd``, ``sys_path``, ``env``), started if there is none yet.
+
+        None where there is none to use: nothing left to import once the
+        declined packages are left out, or it declined or died.
+        """
+        key = self._key(libraries, boot)
+        if not key[0]:
+            return None
+        if key not in self.by_key:
+            self.by_key[key] = self._start(key[0], boot, own_fds)
+        return self.by_key[key]
+
+    def _key(self, libraries: tuple, boot: dict) -> tuple:
+        libraries = tuple(name for name in libraries if name.partition(".")[0] not in self.declined)
+        return libraries, boot["cwd"], tuple(boot["sys_path"]), tuple(sorted(boot["env"].items()))
 
     def _start(self, libraries: tuple, boot: dict, own_fds: tuple) -> _Zygote:
         requests_r, requests_w = os.pipe()
@@ -322,6 +336,20 @@ class ForkServer:
                 self._pending.remove(handle)
                 raise
         return handle
+
+    def prepare(self, setting: dict, libraries: tuple[str, ...]) -> None:
+        """Have the zygote for ``libraries`` start importing now (no answer): workers asked for later fork from it.
+
+        ``setting``: the ``cwd``, ``sys_path`` and ``env`` the workers' boot
+        records will carry (part of the zygote's key).
+        """
+        data = pickle.dumps(("zygote", setting, tuple(libraries)))
+        with self._request_lock:
+            try:
+                self.proc.stdin.write(_HEADER.pack(len(data)) + data)
+                self.proc.stdin.flush()
+            except OSError:  # the server is gone: the workers' start reports it
+                pass
 
     def close(self) -> None:
         try:

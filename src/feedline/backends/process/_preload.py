@@ -44,9 +44,12 @@ import os
 import pickle
 import sys
 
+import cloudpickle
+import numpy as np
+
 from . import _pipe_messages
 
-__all__ = ["libraries_to_preload", "preload_allowed", "serve_zygote"]
+__all__ = ["libraries_of", "libraries_to_preload", "preload_allowed", "serve_zygote"]
 
 SERVER_HAS = ("numpy", "cloudpickle", "feedline")  # imported by the fork server itself
 # Importing these started a thread (Python 3.11, Linux; `python -m benchmarks.preload` lists why it matters):
@@ -71,6 +74,28 @@ def libraries_to_preload(data: bytes) -> tuple[str, ...]:
     """
     names = _ModulesNamed(data).names()
     return tuple(sorted(name for name in names if _installed_library(name)))
+
+
+def libraries_of(*objects) -> tuple[str, ...]:
+    """`libraries_to_preload` of ``objects`` pickled as a pipeline is, with the data of their NumPy arrays left out.
+
+    For a map described ahead of its run (`feedline.backends.warm_up`): its
+    source and steps name the same libraries as the pipeline the executor
+    pickles later, and a source's columns or a closure's tables, which name
+    none, cost nothing here.
+    """
+    buffer = io.BytesIO()
+    _WithoutArrays(buffer).dump(objects)
+    return libraries_to_preload(buffer.getvalue())
+
+
+class _WithoutArrays(cloudpickle.CloudPickler):
+    """Pickles every NumPy array as None: only the modules a pickle names matter to `libraries_to_preload`."""
+
+    def reducer_override(self, obj):
+        if isinstance(obj, np.ndarray):
+            return type(None), ()
+        return super().reducer_override(obj)
 
 
 class _Anything:
