@@ -44,6 +44,8 @@ _SAMPLED_FILES = 256  # files whose size enters the fingerprint of a from_files 
 class CacheSource(Source):
     """The samples of ``upstream``, read from the store at ``path`` (written on first use)."""
 
+    prepared_when_pickled = True  # `__reduce__` sends the opened store: the store is written first
+
     def __init__(self, upstream, path, encodings=None, on_change: str = "rebuild", variable_shape=()):
         if on_change not in ON_CHANGE:
             raise ValueError(f"cache(on_change={on_change!r}): use one of {', '.join(ON_CHANGE)}")

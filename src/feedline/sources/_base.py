@@ -25,6 +25,9 @@ class Source:
         parallel_gather: True when ``gather`` spends its time in copies that
             release the GIL (a store), so the backend choice also tries a
             thread pool on bulk reads.
+        prepared_when_pickled: True when pickling the source first runs
+            `prepare` (a cache writes its store), so that nothing but the
+            run itself may pickle it (not a look ahead at a map's libraries).
     """
 
     streaming = False
@@ -32,6 +35,7 @@ class Source:
     user_code = False
     needs_ray = False
     parallel_gather = False
+    prepared_when_pickled = False
 
     def prepare(self) -> None:
         """Get ready to be read, in the consumer, before any worker starts (e.g. write a cache)."""

@@ -79,6 +79,7 @@ class _Zygote:
 
     def __init__(self, pid: int, requests: int, answers: int):
         self.pid, self.requests, self.answers = pid, requests, answers
+        self.reader = _pipe_messages.Reader(answers)  # one answer per request, in order
 
 
 class _Zygotes:
@@ -105,7 +106,7 @@ class _Zygotes:
             return None
         try:
             _pipe_messages.send(zygote.requests, ("fork", boot))
-            answer = _pipe_messages.recv(zygote.answers)
+            answer = zygote.reader.next()
         except OSError:
             answer = None
         if answer and answer[0] == "forked":

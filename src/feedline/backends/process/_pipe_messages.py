@@ -8,6 +8,7 @@ interleave. Readers buffer partial messages (`Reader`).
 
 from __future__ import annotations
 
+import collections
 import os
 import pickle
 import select
@@ -37,23 +38,30 @@ def answer(fd: int, message) -> None:
         os._exit(0)  # nobody reads us any more: our children see their parent gone and exit too
 
 
-def recv(fd: int):
-    """One message, blocking until it is whole; None at end of file."""
-    reader = Reader(fd)
-    while True:
-        messages = reader.read()
-        if messages is None:
-            return None
-        if messages:
-            return messages[0]  # one request is answered by one message: nothing follows it yet
-
-
 class Reader:
-    """The whole messages that one read of ``fd`` completes (None at end of file)."""
+    """The whole messages read from ``fd``: those one read completes (`read`), or the next one (`next`).
+
+    >>> r, w = os.pipe()
+    >>> send(w, ("forked", 41)); send(w, ("forked", 42)); os.close(w)
+    >>> reader = Reader(r)
+    >>> reader.next(), reader.next(), reader.next()
+    (('forked', 41), ('forked', 42), None)
+    >>> os.close(r)
+    """
 
     def __init__(self, fd: int):
         self.fd = fd
         self.pending = b""
+        self._whole: collections.deque = collections.deque()  # complete messages `next` has not returned yet
+
+    def next(self):
+        """The next message, blocking until it is whole; None at end of file. (Not mixed with `read` on one reader.)"""
+        while not self._whole:
+            messages = self.read()
+            if messages is None:
+                return None
+            self._whole.extend(messages)
+        return self._whole.popleft()
 
     def read(self) -> list | None:
         data = os.read(self.fd, 1 << 16)

@@ -47,6 +47,7 @@ import sys
 import cloudpickle
 import numpy as np
 
+from ...sources._base import Source
 from . import _pipe_messages
 
 __all__ = ["libraries_of", "libraries_to_preload", "preload_allowed", "serve_zygote"]
@@ -90,10 +91,15 @@ def libraries_of(*objects) -> tuple[str, ...]:
 
 
 class _WithoutArrays(cloudpickle.CloudPickler):
-    """Pickles every NumPy array as None: only the modules a pickle names matter to `libraries_to_preload`."""
+    """Pickles every NumPy array as None: only the modules a pickle names matter to `libraries_to_preload`.
+
+    So is a source that pickling would prepare (`Source.prepared_when_pickled`:
+    a ``.cache()`` wrote its whole store here, in this look-ahead thread,
+    beside the run's own first pass: every sample decoded twice).
+    """
 
     def reducer_override(self, obj):
-        if isinstance(obj, np.ndarray):
+        if isinstance(obj, np.ndarray) or isinstance(obj, Source) and obj.prepared_when_pickled:
             return type(None), ()
         return super().reducer_override(obj)
 
