@@ -97,6 +97,34 @@ def test_describing_a_process_map_starts_its_libraries_importing_before_the_firs
     assert importers() == [zygote], "and nothing else imported the library"
 
 
+def test_a_zygote_whose_setting_changed_serves_its_live_workers_then_exits(installed_library, monkeypatch, no_leaks):
+    """A changed environment gets a zygote of its own; the old one forks no more and exits after its last worker."""
+    monkeypatch.delenv("FEEDLINE_FORKSERVER", raising=False)
+    monkeypatch.delenv("FEEDLINE_PRELOAD", raising=False)
+    lib, importers = installed_library("feedline_test_lib_k")
+
+    def pipeline():
+        return fl.from_arrays(np.arange(64)).map(lambda s: (lib.double(s), os.getppid()), backend="process",
+                                                 workers=2).batch(4)
+
+    first = pipeline()
+    assert wait_for(lambda: importers(), 30), "the zygote of the map described"
+    [old] = importers()
+    running = iter(first)
+    rows = [tuple(int(v) for v in row) for row in zip(*next(running))]  # its workers are up, forked by `old`
+    monkeypatch.setenv("FEEDLINE_TEST_SETTING", "changed")  # e.g. a seed or device variable set after describing
+    with pipeline() as second:
+        later = [tuple(int(v) for v in row) for batch in second for row in zip(*batch)]
+    new = [pid for pid in importers() if pid != old]
+    assert len(new) == 1 and {r[1] for r in later} == set(new), "the new setting's workers fork from a new zygote"
+    assert pid_alive(old), "the old zygote waits for its workers, which still serve the first pipeline"
+    rows += [tuple(int(v) for v in row) for batch in running for row in zip(*batch)]
+    assert sorted(r[0] for r in rows) == [2 * i for i in range(64)] and {r[1] for r in rows} == {old}
+    first.close()
+    assert wait_for(lambda: not pid_alive(old), 15), "retired, it exits once its last worker has"
+    assert new[0] in testing.helper_pids() and old not in testing.helper_pids()
+
+
 def test_a_library_that_starts_a_thread_when_imported_is_imported_by_each_worker(installed_library, monkeypatch, no_leaks):
     """Forking from a process with threads is unsafe: the zygote declines, the server forks, each worker imports it."""
     monkeypatch.delenv("FEEDLINE_FORKSERVER", raising=False)

@@ -60,16 +60,19 @@ def serve(reply_fd: int) -> None:
     _pipe_messages.answer(reply_fd, ("ready",))  # imports done: this server no longer competes for a core
     requests = _pipe_messages.Requests(0, reply_fd)
     zygotes = _Zygotes(reply_fd)
+
+    def own_fds() -> tuple:  # what a child must close; read at each fork: zygotes retire and close theirs
+        return (0, reply_fd, *requests.fds, *zygotes.fds())
+
     for kind, boot, libraries in requests:
         if kind == "zygote":  # a map described: its zygote imports while the consumer sets up (`ForkServer.prepare`)
-            zygotes.get(libraries, boot, (0, reply_fd, *requests.fds, *zygotes.fds()))
+            zygotes.get(libraries, boot, own_fds)
         elif kind == "fork":
-            own_fds = (0, reply_fd, *requests.fds, *zygotes.fds())
             forked = zygotes.fork(libraries, boot, own_fds) if libraries else None
-            if forked is None:
+            if forked is None:  # (a zygote that declined just now closed its pipes: own_fds() no longer has them)
                 pid = os.fork()
                 if pid == 0:
-                    _child(boot, own_fds)
+                    _child(boot, own_fds())
                 forked = pid, os.getpid()
             _pipe_messages.answer(reply_fd, ("forked", *forked))  # the pid, and its parent (this server or a zygote)
 
@@ -93,7 +96,7 @@ class _Zygotes:
     def fds(self) -> list[int]:
         return [fd for z in self.by_key.values() if z is not None for fd in (z.requests, z.answers)]
 
-    def fork(self, libraries: tuple, boot: dict, own_fds: tuple) -> tuple[int, int] | None:
+    def fork(self, libraries: tuple, boot: dict, own_fds) -> tuple[int, int] | None:
         """``(pid, zygote pid)`` of a worker forked by the zygote that has ``libraries`` (started on first use).
 
         None where there is none: nothing left to import once the declined
@@ -118,18 +121,35 @@ class _Zygotes:
             os.close(fd)  # it exits (end of its requests)
         return None
 
-    def get(self, libraries: tuple, boot: dict, own_fds: tuple) -> _Zygote | None:
+    def get(self, libraries: tuple, boot: dict, own_fds) -> _Zygote | None:
         """The zygote for ``libraries`` in ``boot``'s setting (``cwd``, ``sys_path``, ``env``), started if there is none yet.
 
         None where there is none to use: nothing left to import once the
         declined packages are left out, or it declined or died.
+        ``own_fds()``: the server's descriptors, which a new zygote closes.
         """
         key = self._key(libraries, boot)
         if not key[0]:
             return None
         if key not in self.by_key:
-            self.by_key[key] = self._start(key[0], boot, own_fds)
+            self.by_key[key] = self._start(key[0], boot, own_fds())
+            self._retire_others_of(key)  # (after the fork: the new zygote closed their pipes' ends as they were)
         return self.by_key[key]
+
+    def _retire_others_of(self, key: tuple) -> None:
+        """Retire the zygotes of the same libraries in another setting: each exits once its workers have.
+
+        A zygote started when a map was described (`ForkServer.prepare`)
+        and a run after the environment changed (Lightning's
+        ``seed_everything`` sets a variable) have different keys: the first
+        would hold torch's ~135 MB unused as long as the server. Its request
+        pipe is closed; it forks nothing more and lingers only while a
+        worker of its lives (`_pipe_messages.Requests`, ``linger``).
+        """
+        for other in [k for k, z in self.by_key.items() if k[0] == key[0] and k != key and z is not None]:
+            zygote = self.by_key.pop(other)
+            for fd in (zygote.requests, zygote.answers):
+                os.close(fd)
 
     def _key(self, libraries: tuple, boot: dict) -> tuple:
         libraries = tuple(name for name in libraries if name.partition(".")[0] not in self.declined)
@@ -326,17 +346,21 @@ class ForkServer:
         ``libraries`` (`_preload.libraries_to_preload`): the worker forks from
         a zygote that imported them once, where it can.
         """
-        data = pickle.dumps(("fork", boot, tuple(libraries)))
         handle = ForkedProcess(self)
         with self._request_lock:
             self._pending.append(handle)
             try:
-                self.proc.stdin.write(_HEADER.pack(len(data)) + data)
-                self.proc.stdin.flush()
+                self._request(("fork", boot, tuple(libraries)))
             except OSError:  # the server is gone
                 self._pending.remove(handle)
                 raise
         return handle
+
+    def _request(self, message) -> None:
+        """Write one framed request to the server's stdin (under ``_request_lock``)."""
+        data = pickle.dumps(message)
+        self.proc.stdin.write(_HEADER.pack(len(data)) + data)
+        self.proc.stdin.flush()
 
     def prepare(self, setting: dict, libraries: tuple[str, ...]) -> None:
         """Have the zygote for ``libraries`` start importing now (no answer): workers asked for later fork from it.
@@ -344,11 +368,9 @@ class ForkServer:
         ``setting``: the ``cwd``, ``sys_path`` and ``env`` the workers' boot
         records will carry (part of the zygote's key).
         """
-        data = pickle.dumps(("zygote", setting, tuple(libraries)))
         with self._request_lock:
             try:
-                self.proc.stdin.write(_HEADER.pack(len(data)) + data)
-                self.proc.stdin.flush()
+                self._request(("zygote", setting, tuple(libraries)))
             except OSError:  # the server is gone: the workers' start reports it
                 pass
 

@@ -96,12 +96,15 @@ class Requests:
     Iterating yields each message read from ``fd``; meanwhile it reaps the
     children that exit and reports them on ``reply_fd`` (`report_exits`).
     The process exits when ``fd`` reaches end of file or its parent is gone
-    (its children then see theirs gone and exit). A child forked while a
-    message is handled must close `fds` (the loop's own).
+    (its children then see theirs gone and exit); with ``linger`` (a
+    zygote), end of file means retired: it exits once its children have.
+    A child forked while a message is handled must close `fds` (the loop's
+    own).
     """
 
-    def __init__(self, fd: int, reply_fd: int):
+    def __init__(self, fd: int, reply_fd: int, linger: bool = False):
         self.fd, self.reply_fd = fd, reply_fd
+        self.linger = linger  # at end of file, wait for the children to exit first (a zygote retired by the server)
         self.parent = os.getppid()
         wake_r, wake_w = os.pipe()
         os.set_blocking(wake_w, False)
@@ -112,9 +115,10 @@ class Requests:
     def __iter__(self):
         reader = Reader(self.fd)
         wake_r = self.fds[0]
+        watched = [self.fd, wake_r]
         while True:
             try:
-                ready, _, _ = select.select([self.fd, wake_r], [], [], 0.2)
+                ready, _, _ = select.select(watched, [], [], 0.2)
             except InterruptedError:
                 ready = []
             if os.getppid() != self.parent:
@@ -122,9 +126,22 @@ class Requests:
             if wake_r in ready:
                 os.read(wake_r, 4096)
             report_exits(self.reply_fd)
+            if len(watched) == 1 and not _children_left():
+                os._exit(0)  # retired, and the last of our children is gone
             if self.fd not in ready:
                 continue
             messages = reader.read()
-            if messages is None:
+            if messages is None and not self.linger:
                 os._exit(0)  # closed by the one that sends us requests
+            if messages is None:
+                watched = [wake_r]  # retired: no more requests; our children finish their pipelines first
+                continue
             yield from messages
+
+
+def _children_left() -> bool:
+    try:
+        os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+    except ChildProcessError:
+        return False
+    return True

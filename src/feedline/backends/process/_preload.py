@@ -33,7 +33,9 @@ when imported (``KERAS_BACKEND``) gets a zygote per value.
 The zygote reaps its workers and reports ``("exited", pid, code)`` on the
 server's reply pipe, as the server does for its own (small writes to a pipe
 are atomic, so the two never interleave). It exits when the server does;
-its workers see their parent gone and exit too, as a server's do.
+its workers see their parent gone and exit too, as a server's do. A
+zygote whose libraries get a zygote in another setting is retired: its
+request pipe closes, and it exits once its last worker has.
 """
 
 from __future__ import annotations
@@ -187,7 +189,7 @@ def serve_zygote(modules: tuple[str, ...], boot: dict, requests: int, answers: i
         if _threads() > 1:
             declined = name.partition(".")[0]
             break
-    requests_loop = _pipe_messages.Requests(requests, reply_fd)
+    requests_loop = _pipe_messages.Requests(requests, reply_fd, linger=True)
     for _, worker_boot in requests_loop:
         if declined:
             _pipe_messages.answer(answers, ("declined", declined))
