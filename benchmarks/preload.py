@@ -5,6 +5,7 @@ Run (from the repository root, in the project's virtualenv with ``.[test]``):
     python -m benchmarks.preload                  # workers 2, 8, 16; 3 rounds; ~3 minutes on 2 cores
     python -m benchmarks.preload --workers 16 --rounds 5
     python -m benchmarks.preload --setup 3        # 3 s between describing and iterating (a model built), untimed
+    python -m benchmarks.preload --setup 3 --settings zygote,automatic   # and the automatic choice (no backend=)
 
 Each run is a fresh interpreter with torch, NumPy and feedline imported
 before the clock: ``map(fn, backend="process", workers=W)`` over 2,048 small
@@ -14,7 +15,9 @@ forks the workers, `feedline.backends.process._preload`), ``each worker``
 (``FEEDLINE_PRELOAD=0``: every worker imports torch while unpickling the
 pipeline, as before), and torch's own ``DataLoader`` (fork context, the
 same function, ``batch_size=32``: its workers are forks of this process,
-torch already in them). Reported: seconds to the first batch, samples/s of
+torch already in them); with ``--settings``, also ``automatic`` (``map(fn,
+workers=W)`` with no backend: threads first, process workers from the
+zygote if the trial finds the GIL holds them back). Reported: seconds to the first batch, samples/s of
 the epoch (start-up included; with ``--setup S``, the clock starts after S
 seconds of sleep between describing the loader and iterating it, during
 which a zygote started at the description imports), and the private memory of the workers (the
@@ -38,6 +41,7 @@ import sys
 from .tables import markdown_table
 
 SETTINGS = ("zygote", "each worker", "torch DataLoader")
+ALL_SETTINGS = (*SETTINGS, "automatic")
 
 RUN = r'''
 import json, os, sys, time
@@ -94,7 +98,8 @@ if setting == "torch DataLoader":
 
     loader = tud.DataLoader(Rows(), batch_size=32, num_workers=workers, multiprocessing_context="fork")
 else:
-    pipe = fl.from_sequence(range(n)).map(augment, backend="process", workers=workers).batch(32)
+    backend = None if setting == "automatic" else "process"
+    pipe = fl.from_sequence(range(n)).map(augment, backend=backend, workers=workers).batch(32)
 if setup:  # the user builds a model between describing the loader and iterating it: the clock starts after
     time.sleep(setup)
     start = time.perf_counter()
@@ -110,11 +115,14 @@ for k, batch in enumerate(batches):
         pss = tree_pss([pid for pid in descendants() if pid not in helpers])
     rows += len(batch)
 seconds = time.perf_counter() - start
+if setting == "torch DataLoader":
+    del batches
+stats = None if setting == "torch DataLoader" else pipe.stats()
+ran = "" if stats is None else f"{stats.backend} x{stats.workers}"
+decision = "" if stats is None else stats.decision
 if setting != "torch DataLoader":
     pipe.close()
-else:
-    del batches
-print(json.dumps({"rows": rows, "first": first, "rate": rows / seconds, "pss": pss}))
+print(json.dumps({"rows": rows, "first": first, "rate": rows / seconds, "pss": pss, "ran": ran, "decision": decision}))
 '''
 
 
@@ -125,16 +133,21 @@ def main(argv=None) -> None:
     parser.add_argument("--samples", type=int, default=2048, help="samples in the epoch (default 2048)")
     parser.add_argument("--setup", type=float, default=0.0,
                         help="seconds between describing the loader and iterating it (a model being built), not timed")
+    parser.add_argument("--settings", default=",".join(SETTINGS),
+                        help=f"which of {','.join(ALL_SETTINGS)} to run (default: {','.join(SETTINGS)})")
     args = parser.parse_args(argv)
+    settings = tuple(s for s in ALL_SETTINGS if s in args.settings.split(","))
+    if not settings or set(args.settings.split(",")) - set(ALL_SETTINGS):
+        parser.error(f"--settings takes some of {','.join(ALL_SETTINGS)}; got {args.settings}")
     counts = args.workers or [2, 8, 16]
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([os.path.join(root, "src"), os.environ.get("PYTHONPATH", "")]),
            "FEEDLINE_REMEMBER": "0", "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
     rows = []
     for workers in counts:
-        runs = {s: [] for s in SETTINGS}
+        runs = {s: [] for s in settings}
         for r in range(args.rounds):
-            for setting in random.Random(r).sample(SETTINGS, len(SETTINGS)):
+            for setting in random.Random(r).sample(settings, len(settings)):
                 run_env = dict(env, FEEDLINE_PRELOAD="0" if setting == "each worker" else "1")
                 done = subprocess.run([sys.executable, "-c", RUN, str(workers), setting, str(args.samples), str(args.setup)], env=run_env, cwd=root,
                                       capture_output=True, text=True, timeout=600)
@@ -145,8 +158,8 @@ def main(argv=None) -> None:
                     raise SystemExit(f"benchmarks.preload: {setting} x{workers} delivered {m['rows']} rows, not {args.samples}")
                 runs[setting].append(m)
                 print(f"  x{workers} {setting:16s} round {r}: first batch {m['first']:.2f} s, {m['rate']:.0f} samples/s, "
-                      f"workers' PSS {m['pss']:.0f} MiB", flush=True)
-        for setting in SETTINGS:
+                      f"workers' PSS {m['pss']:.0f} MiB{' (' + m['ran'] + ')' if setting == 'automatic' else ''}", flush=True)
+        for setting in settings:
             med = {k: statistics.median(m[k] for m in runs[setting]) for k in ("first", "rate", "pss")}
             rows.append([f"x{workers}", setting, f"{med['first']:.2f}", f"{med['rate']:.0f}", f"{med['pss']:.0f}"])
     print("\nmedians over the rounds:\n")

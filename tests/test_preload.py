@@ -97,6 +97,52 @@ def test_describing_a_process_map_starts_its_libraries_importing_before_the_firs
     assert importers() == [zygote], "and nothing else imported the library"
 
 
+def test_an_automatic_map_left_a_moment_before_iterating_starts_its_zygote_on_few_cores(installed_library, monkeypatch,
+                                                                                        no_leaks):
+    """The user's set-up (a model built) holds the import, so GIL-bound work forks its workers at the verdict."""
+    from feedline.engine import _runtime
+
+    monkeypatch.delenv("FEEDLINE_FORKSERVER", raising=False)
+    monkeypatch.delenv("FEEDLINE_PRELOAD", raising=False)
+    monkeypatch.setattr(_runtime, "default_workers", lambda: 4)  # under `START_AHEAD_CORES`: only after a pause
+    lib, importers = installed_library("feedline_test_lib_m")
+    pipe = fl.from_arrays(np.arange(64)).map(lambda s: lib.double(s)).batch(8)
+    assert wait_for(lambda: importers(), 15), "a pause after describing should start the map's zygote importing"
+    with pipe:
+        assert sorted(int(v) for batch in pipe for v in batch) == [2 * i for i in range(64)]
+
+
+def test_describing_an_automatic_map_on_many_cores_starts_its_zygote_at_once(installed_library, monkeypatch, no_leaks):
+    """On `START_AHEAD_CORES` cores or more the import takes one core of many: it starts as the map is described."""
+    from feedline.engine import _runtime
+
+    monkeypatch.delenv("FEEDLINE_FORKSERVER", raising=False)
+    monkeypatch.delenv("FEEDLINE_PRELOAD", raising=False)
+    monkeypatch.setattr(_runtime, "default_workers", lambda: 16)
+    monkeypatch.setattr(_runtime, "START_AFTER_IDLE", 3600.0)  # so that only the describe-time start can import it
+    lib, importers = installed_library("feedline_test_lib_n")
+    fl.from_arrays(np.arange(64)).map(lambda s: lib.double(s)).batch(8)
+    assert wait_for(lambda: importers(), 15), "describing the map should start its zygote importing the library"
+
+
+def test_the_variable_threadpoolctl_sets_when_imported_keeps_the_zygote_started_when_the_map_was_described(
+        installed_library, monkeypatch, no_leaks):
+    """Thread workers import threadpoolctl, which sets KMP_DUPLICATE_LIB_OK: no second zygote importing torch again."""
+    monkeypatch.delenv("FEEDLINE_FORKSERVER", raising=False)
+    monkeypatch.delenv("FEEDLINE_PRELOAD", raising=False)
+    monkeypatch.delenv("KMP_DUPLICATE_LIB_OK", raising=False)
+    lib, importers = installed_library("feedline_test_lib_o")
+    pipe = fl.from_arrays(np.arange(64)).map(lambda s: (lib.double(s), os.getppid()), backend="process",
+                                             workers=2).batch(8)
+    assert wait_for(lambda: importers(), 30), "the zygote of the map described"
+    [zygote] = importers()
+    monkeypatch.setenv("KMP_DUPLICATE_LIB_OK", "True")  # as `import threadpoolctl` does when thread workers start
+    with pipe:
+        rows = [tuple(int(v) for v in row) for batch in pipe for row in zip(*batch)]
+    assert sorted(r[0] for r in rows) == [2 * i for i in range(64)]
+    assert {r[1] for r in rows} == {zygote} and importers() == [zygote], "the workers fork from the zygote already up"
+
+
 def test_a_zygote_whose_setting_changed_serves_its_live_workers_then_exits(installed_library, monkeypatch, no_leaks):
     """A changed environment gets a zygote of its own; the old one forks no more and exits after its last worker."""
     monkeypatch.delenv("FEEDLINE_FORKSERVER", raising=False)

@@ -241,15 +241,21 @@ class _StartAfterSetUp:
     only if it needs processes, since its imports would take a core from
     threads that may win. A pipeline built (iterated) meanwhile anywhere in
     this process cancels the start; so does one iterating when it is due.
+    The maps described before it is due get their zygotes too (`warm_up`):
+    their libraries (torch: ~1.5 s) import in the same gap, so GIL-bound
+    work forks its workers at the verdict instead of after the import.
     """
 
     def __init__(self):
         self._lock = threading.Lock()
         self._timer: threading.Timer | None = None
         self._built = 0  # runtimes built so far: one built after the start was scheduled cancels it
+        self._described: list[tuple] = []  # the maps described since the start was scheduled: their zygotes start with it
 
-    def schedule(self) -> None:
+    def schedule(self, described: tuple = ()) -> None:
         with self._lock:
+            if described:
+                self._described.append(described)
             if self._timer is not None:
                 return
             self._timer = threading.Timer(START_AFTER_IDLE, self._start, args=(self._built,))
@@ -262,12 +268,14 @@ class _StartAfterSetUp:
         with self._lock:
             self._built += 1
             timer, self._timer = self._timer, None
+            self._described = []
         if timer is not None:
             timer.cancel()
 
     def _start(self, built: int) -> None:
         with self._lock:
             self._timer = None
+            described, self._described = self._described, []
             if self._built != built:
                 return
         try:
@@ -278,6 +286,8 @@ class _StartAfterSetUp:
             return  # its threads may be the ones that need the cores
         try:
             warm_up("process")
+            for map_described in described:
+                warm_up("process", map_described)
         except Exception:  # the executor's own start reports what is wrong, with context
             pass
 
@@ -302,18 +312,17 @@ def start_early(backend, workers: int | None = None, described: tuple = ()) -> N
     iterates for `START_AFTER_IDLE` seconds (`_StartAfterSetUp`), else when
     the trial needs processes (`warm_up`).
 
-    ``described`` (the map's source and steps): for ``backend="process"``,
-    the zygote that imports the libraries they use starts too (`warm_up`);
-    not for the automatic choice, whose threads may keep the work, while a
-    zygote holds its libraries' memory (torch: ~135 MB) as long as the server.
+    ``described`` (the map's source and steps): the zygote that imports
+    the libraries they use starts with the server (`warm_up`), for the
+    automatic choice too, whose threads may then keep the work: its
+    zygote imported on a core of many, or in the user's set-up, and holds
+    those libraries' memory (torch: ~135 MB) as long as the server.
     """
     if in_worker():
         return  # in a worker: a user module that builds a pipeline at import must not start a server per worker
-    if backend != "process":
-        described = ()
     if backend is None and (workers is None or workers > 1) and default_workers() > 1:
         if default_workers() < START_AHEAD_CORES:
-            _start_after_set_up.schedule()
+            _start_after_set_up.schedule(described)
             return
         backend = "process"
     if backend != "process":

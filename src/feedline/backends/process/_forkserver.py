@@ -85,6 +85,11 @@ class _Zygote:
         self.reader = _pipe_messages.Reader(answers)  # one answer per request, in order
 
 
+KEY_IGNORED_VARS = frozenset({  # set in the consumer behind the user's back, read by no library as it is imported:
+    "KMP_DUPLICATE_LIB_OK",  # threadpoolctl's import sets it (thread workers' BLAS limit): every automatic map's
+})  # zygote, started when the map was described, was replaced by a second one importing torch again (1.6 s)
+
+
 class _Zygotes:
     """The server's zygotes, one per set of libraries and the setting they are imported in (directory, path, environment)."""
 
@@ -153,7 +158,8 @@ class _Zygotes:
 
     def _key(self, libraries: tuple, boot: dict) -> tuple:
         libraries = tuple(name for name in libraries if name.partition(".")[0] not in self.declined)
-        return libraries, boot["cwd"], tuple(boot["sys_path"]), tuple(sorted(boot["env"].items()))
+        env = tuple(sorted(item for item in boot["env"].items() if item[0] not in KEY_IGNORED_VARS))
+        return libraries, boot["cwd"], tuple(boot["sys_path"]), env
 
     def _start(self, libraries: tuple, boot: dict, own_fds: tuple) -> _Zygote:
         requests_r, requests_w = os.pipe()
