@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import time
+import weakref
 
 import cloudpickle
 import numpy as np
@@ -105,6 +106,8 @@ def test_an_automatic_map_left_a_moment_before_iterating_starts_its_zygote_on_fe
     monkeypatch.delenv("FEEDLINE_FORKSERVER", raising=False)
     monkeypatch.delenv("FEEDLINE_PRELOAD", raising=False)
     monkeypatch.setattr(_runtime, "default_workers", lambda: 4)  # under `START_AHEAD_CORES`: only after a pause
+    monkeypatch.setattr(_runtime, "_live", weakref.WeakSet())  # a pipeline another test left iterating cancels it
+    monkeypatch.setattr(_runtime, "_start_after_set_up", _runtime._StartAfterSetUp())  # (in CI: the zygote never came)
     lib, importers = installed_library("feedline_test_lib_m")
     pipe = fl.from_arrays(np.arange(64)).map(lambda s: lib.double(s)).batch(8)
     assert wait_for(lambda: importers(), 15), "a pause after describing should start the map's zygote importing"
