@@ -285,8 +285,7 @@ class _StartAfterSetUp:
         if busy:
             return  # its threads may be the ones that need the cores
         try:
-            warm_up("process")
-            for map_described in described:
+            for map_described in described or [()]:  # the server, and the zygote of each map described
                 warm_up("process", map_described)
         except Exception:  # the executor's own start reports what is wrong, with context
             pass

@@ -108,8 +108,8 @@ class _Zygotes:
         packages are left out, or the zygote declined (an import started a
         thread) or died; the server then forks the worker itself.
         """
-        key = self._key(libraries, boot)
-        zygote = self.get(libraries, boot, own_fds)
+        key = self._key(libraries, boot)  # before any decline below changes what it leaves out
+        zygote = self._get(key, boot, own_fds)
         if zygote is None:
             return None
         try:
@@ -133,7 +133,9 @@ class _Zygotes:
         declined packages are left out, or it declined or died.
         ``own_fds()``: the server's descriptors, which a new zygote closes.
         """
-        key = self._key(libraries, boot)
+        return self._get(self._key(libraries, boot), boot, own_fds)
+
+    def _get(self, key: tuple, boot: dict, own_fds) -> _Zygote | None:
         if not key[0]:
             return None
         if key not in self.by_key:
