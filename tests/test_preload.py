@@ -216,6 +216,22 @@ def test_only_installed_libraries_are_preloaded_never_the_users_own_modules_or_t
         "a string that names a module is not a use of it")
 
 
+def test_libraries_named_after_an_instance_of_a_class_defined_in_the_script_are_preloaded_too(installed_library):
+    lib, _ = installed_library("feedline_test_lib_k")
+
+    class Dataset:  # defined here, so cloudpickle sends the class by value, as a user's Dataset in a script
+        def __init__(self, transform):
+            self.transform = transform  # the instance's state names the library
+
+        def __getitem__(self, i):
+            return self.transform(i)
+
+    data = cloudpickle.dumps((Dataset(lib.double), lambda s: s))
+    assert libraries_to_preload(data) == ("feedline_test_lib_k",), "named in the state of the instance"
+    data = cloudpickle.dumps((Dataset(abs), lambda s: lib.double(s)))
+    assert libraries_to_preload(data) == ("feedline_test_lib_k",), "named by a map after the instance"
+
+
 def test_a_worker_forked_by_a_zygote_that_dies_is_replaced_and_the_epoch_is_complete(installed_library, tmp_path,
                                                                                        monkeypatch, no_leaks):
     monkeypatch.delenv("FEEDLINE_FORKSERVER", raising=False)

@@ -106,26 +106,33 @@ class _WithoutArrays(cloudpickle.CloudPickler):
         return super().reducer_override(obj)
 
 
-class _Anything:
-    """What the dry run builds in place of every object: it takes any arguments, state and items."""
+class _AnythingType(type):
+    """`_Anything`'s metaclass: calling the class, or storing an item in it, gives the class again."""
 
-    def __init__(self, *args, **kwargs):
+    def __call__(cls, *args, **kwargs):
+        return cls
+
+    def __setitem__(cls, key, value):
         pass
 
-    def __call__(self, *args, **kwargs):
-        return _Anything()
 
-    def __setstate__(self, state):
-        pass
+class _Anything(metaclass=_AnythingType):
+    """What the dry run builds in place of every object: this one class, which takes any arguments, state and items.
 
-    def __setitem__(self, key, value):
-        pass
+    A class (not an instance), because the pickle may build an instance of
+    what it built before (``NEWOBJ``: an instance of a class that cloudpickle
+    sends by value, a user's ``Dataset`` defined in the script), which the
+    unpickler allows only from a type; the dry run must read on past it, or
+    every module named after the first such instance is missed.
+    """
 
-    def append(self, value):
-        pass
+    def __new__(cls, *args, **kwargs):
+        return cls
 
-    def extend(self, values):
-        pass
+    __setstate__ = staticmethod(lambda *state: None)
+    append = staticmethod(lambda *values: None)
+    extend = staticmethod(lambda *values: None)
+    add = staticmethod(lambda *values: None)  # a set's items
 
 
 class _ModulesNamed(pickle.Unpickler):
@@ -142,12 +149,12 @@ class _ModulesNamed(pickle.Unpickler):
         return _Anything
 
     def persistent_load(self, pid):
-        return _Anything()
+        return _Anything
 
     def _subimport(self, name, *args):
         if isinstance(name, str):
             self.modules.add(name)
-        return _Anything()
+        return _Anything
 
     def names(self) -> set[str]:
         try:
