@@ -98,19 +98,70 @@ def test_describing_a_process_map_starts_its_libraries_importing_before_the_firs
     assert importers() == [zygote], "and nothing else imported the library"
 
 
-def test_an_automatic_map_left_a_moment_before_iterating_starts_its_zygote_on_few_cores(installed_library, monkeypatch,
-                                                                                        no_leaks):
-    """The user's set-up (a model built) holds the import, so GIL-bound work forks its workers at the verdict."""
+def _few_cores_and_no_other_pipelines(monkeypatch):
+    """Under `START_AHEAD_CORES` (the zygote starts only after a pause), with no pipeline another test left iterating."""
     from feedline.engine import _runtime
 
     monkeypatch.delenv("FEEDLINE_FORKSERVER", raising=False)
     monkeypatch.delenv("FEEDLINE_PRELOAD", raising=False)
-    monkeypatch.setattr(_runtime, "default_workers", lambda: 4)  # under `START_AHEAD_CORES`: only after a pause
-    monkeypatch.setattr(_runtime, "_live", weakref.WeakSet())  # a pipeline another test left iterating cancels it
-    monkeypatch.setattr(_runtime, "_start_after_set_up", _runtime._StartAfterSetUp())  # (in CI: the zygote never came)
+    monkeypatch.setattr(_runtime, "default_workers", lambda: 4)
+    monkeypatch.setattr(_runtime, "_live", weakref.WeakSet())
+    monkeypatch.setattr(_runtime, "_start_after_set_up", _runtime._StartAfterSetUp())
+
+
+def test_an_automatic_map_left_a_moment_before_iterating_starts_its_zygote_on_few_cores(installed_library, monkeypatch,
+                                                                                        no_leaks):
+    """The user's set-up (a model built) holds the import, so GIL-bound work forks its workers at the verdict."""
+    _few_cores_and_no_other_pipelines(monkeypatch)  # (in CI, pipelines left iterating by other tests held it back)
     lib, importers = installed_library("feedline_test_lib_m")
     pipe = fl.from_arrays(np.arange(64)).map(lambda s: lib.double(s)).batch(8)
     assert wait_for(lambda: importers(), 15), "a pause after describing should start the map's zygote importing"
+    with pipe:
+        assert sorted(int(v) for batch in pipe for v in batch) == [2 * i for i in range(64)]
+
+
+@pytest.mark.parametrize("backend", ["serial", "thread", "process"])
+def test_a_pipeline_looked_at_and_kept_does_not_hold_back_the_zygote_of_a_map_described_after_it(
+        backend, installed_library, monkeypatch, no_leaks):
+    """One batch looked at before training: its workers hold finished batches and take no core (serial: none run)."""
+    _few_cores_and_no_other_pipelines(monkeypatch)
+    lib, importers = installed_library(f"feedline_test_lib_p_{backend}")
+    with fl.from_arrays(np.arange(256)).map(lambda s: s + 1, backend=backend, workers=2).batch(4) as looked_at:
+        first = next(iter(looked_at))  # the window behind it fills, and nobody takes it
+        assert list(first) == [1, 2, 3, 4]
+        pipe = fl.from_arrays(np.arange(64)).map(lambda s: lib.double(s)).batch(8)
+        assert wait_for(lambda: importers(), 15), "a pause after describing should start the map's zygote importing"
+        with pipe:
+            assert sorted(int(v) for batch in pipe for v in batch) == [2 * i for i in range(64)]
+
+
+def test_a_pipeline_a_consumer_is_taking_batches_from_holds_back_the_zygote_while_it_does(
+        installed_library, monkeypatch, no_leaks):
+    """Its threads may be the ones that need the cores: nothing starts until the consumer has stopped taking."""
+    import threading
+
+    _few_cores_and_no_other_pipelines(monkeypatch)
+    lib, importers = installed_library("feedline_test_lib_q")
+    stop, taken = threading.Event(), []
+    busy = fl.from_arrays(np.arange(1 << 20)).map(lambda s: time.sleep(0.002) or s, backend="thread", workers=2)
+
+    def consume():
+        with busy.batch(2) as batches:
+            for batch in batches:
+                taken.append(len(batch))
+                if stop.is_set():
+                    break
+
+    consumer = threading.Thread(target=consume)
+    consumer.start()
+    try:
+        assert wait_for(lambda: taken, 15)
+        pipe = fl.from_arrays(np.arange(64)).map(lambda s: lib.double(s)).batch(8)
+        time.sleep(1.5)  # six times the pause the start waits for
+        assert not importers(), "a pipeline whose consumer takes batches should hold the zygote back"
+    finally:
+        stop.set()
+        consumer.join(30)
     with pipe:
         assert sorted(int(v) for batch in pipe for v in batch) == [2 * i for i in range(64)]
 

@@ -369,6 +369,7 @@ class EpochIterator:
         self.stats_.inflight_total += self._in_flight
         blocked = self._window_full() and self._in_flight < self._runtime.workers
         self._waited = False
+        self._runtime.consumer_inside = True
         try:
             item = self._next_item()
         except StopIteration:
@@ -382,6 +383,9 @@ class EpochIterator:
         except BaseException:
             self._abort()
             raise
+        finally:
+            self._runtime.consumer_inside = False
+            self._runtime.consumer_left = time.perf_counter()
         after = time.perf_counter()
         stats = self.stats_
         stats.wait_seconds += after - now

@@ -15,6 +15,7 @@ from __future__ import annotations
 import atexit
 import itertools
 import threading
+import time
 import weakref
 from typing import Callable
 
@@ -70,6 +71,8 @@ class Runtime:
         self._depth_before_growth: int | None = None  # the prefetch depth before the worker tuner's last growth
         self.learned_chunk: int | None = None  # samples per task of the next epoch, measured (see _state.measured_chunk)
         self.row_seconds: float | None = None  # task seconds per row on the last epoch: which of the next's last batches to cut (_tail)
+        self.consumer_inside = False  # a consumer waits in next() for a batch now (`iterating`)
+        self.consumer_left = 0.0  # when a consumer last came back from next() (perf_counter)
         self.closed = False
         _live.add(self)
 
@@ -191,9 +194,17 @@ class Runtime:
         self._supersede = weakref.WeakMethod(on_superseded)  # never keeps an abandoned iterator alive
         return next(self._generations)
 
-    def iterating(self) -> bool:
-        """Whether its workers hold tasks now (an epoch under way); read from other threads too."""
-        return not self.closed and self.executor.outstanding() > 0
+    def iterating(self, within: float | None = None) -> bool:
+        """Whether a consumer iterates it: an epoch under way, and the consumer in ``next()`` now or back within ``within`` seconds.
+
+        ``within`` defaults to `START_AFTER_IDLE`. Read from other threads
+        (`_StartAfterSetUp`). A pipeline partly consumed and kept (a batch
+        looked at before training) does not count: its workers hold finished
+        batches and take no core, and a serial one runs only inside ``next()``.
+        """
+        within = START_AFTER_IDLE if within is None else within
+        recent = self.consumer_inside or time.perf_counter() - self.consumer_left < within
+        return recent and not self.closed and self.executor.outstanding() > 0
 
     def publish(self, stats) -> None:
         """The stats of the most recent epoch (``pipe.stats()`` reads them, even mid-way)."""
@@ -240,7 +251,8 @@ class _StartAfterSetUp:
     the rule of fewer than `START_AHEAD_CORES` cores: the trial starts it
     only if it needs processes, since its imports would take a core from
     threads that may win. A pipeline built (iterated) meanwhile anywhere in
-    this process cancels the start; so does one iterating when it is due.
+    this process cancels the start; so does one iterating when it is due
+    (`Runtime.iterating`: a consumer taking batches; one looked at and kept does not).
     The maps described before it is due get their zygotes too (`warm_up`):
     their libraries (torch: ~1.5 s) import in the same gap, so GIL-bound
     work forks its workers at the verdict instead of after the import.
