@@ -17,7 +17,9 @@ pipeline, as before), and torch's own ``DataLoader`` (fork context, the
 same function, ``batch_size=32``: its workers are forks of this process,
 torch already in them); with ``--settings``, also ``automatic`` (``map(fn,
 workers=W)`` with no backend: threads first, process workers from the
-zygote if the trial finds the GIL holds them back). Reported: seconds to the first batch, samples/s of
+zygote if the trial finds the GIL holds them back), ``threads`` and ``serial``
+(``backend="thread"`` / ``"serial"``: is the automatic choice ever slower
+than the best of them, or than the plain loop?). Reported: seconds to the first batch, samples/s of
 the epoch (start-up included; with ``--setup S``, the clock starts after S
 seconds of sleep between describing the loader and iterating it, during
 which a zygote started at the description imports), and the private memory of the workers (the
@@ -41,7 +43,7 @@ import sys
 from .tables import markdown_table
 
 SETTINGS = ("zygote", "each worker", "torch DataLoader")
-ALL_SETTINGS = (*SETTINGS, "automatic")
+ALL_SETTINGS = (*SETTINGS, "automatic", "threads", "serial")
 
 RUN = r'''
 import json, os, sys, time
@@ -98,7 +100,7 @@ if setting == "torch DataLoader":
 
     loader = tud.DataLoader(Rows(), batch_size=32, num_workers=workers, multiprocessing_context="fork")
 else:
-    backend = None if setting == "automatic" else "process"
+    backend = {"automatic": None, "threads": "thread", "serial": "serial"}.get(setting, "process")
     pipe = fl.from_sequence(range(n)).map(augment, backend=backend, workers=workers).batch(32)
 if setup:  # the user builds a model between describing the loader and iterating it: the clock starts after
     time.sleep(setup)

@@ -142,6 +142,31 @@ def test_paused_threads_wait_between_samples_and_give_their_tasks_back_whole():
         executor.close()
 
 
+def test_narrowed_threads_finish_what_they_run_and_their_queued_tasks_and_new_ones_go_to_the_threads_kept():
+    executor = ThreadExecutor(_thread_part(slow_identity, n=80, batch=8), workers=2)
+    task = lambda n: Task(epoch=0, number=n, indices=np.arange(8 * n, 8 * n + 8))  # noqa: E731 - ~80 ms each
+    try:
+        for n in range(4):
+            executor.submit((0, n), task(n))  # threads 0 and 1 each run one and hold one queued
+        time.sleep(0.02)
+        executor.narrow(1)
+        for n in range(4, 6):
+            executor.submit((0, n), task(n))
+        events = _collect(executor, 6)
+        by_key = {e.key[1]: e.result for e in events}
+        assert sorted(by_key) == list(range(6)), "every task once"
+        assert all(by_key[n].payload.tolist() == list(range(8 * n, 8 * n + 8)) for n in by_key)
+        assert by_key[1].worker == 1, "the task thread 1 was running when narrowed runs to its end there"
+        assert {by_key[n].worker for n in (3, 4, 5)} == {0}, "its queued task and the new ones go to thread 0"
+        executor.resume()
+        for n in range(6, 10):
+            executor.submit((0, n), task(n))
+        assert {e.result.worker for e in _collect(executor, 4)} == {0, 1}, "resumed: both threads take tasks again"
+        assert executor.outstanding() == 0
+    finally:
+        executor.close()
+
+
 def test_tasks_given_back_by_paused_threads_go_to_the_process_workers_before_the_queued_ones(no_leaks):
     # While process workers start beside GIL-bound threads, all but two threads pause mid-task and give
     # their tasks back once the workers are up. Those are the earliest tasks (the next batches): sent after
@@ -338,6 +363,7 @@ class _ScriptedThreads:
     def __init__(self, cores_kept: float, samples_per_second: float, begun: int, cores: int = 2):
         self.cores_kept, self.rate, self.begun, self.now, self.cores = cores_kept, samples_per_second, begun, 0.0, cores
         self.kept_running: int | None = None  # what the trial asked `pause_beyond` for
+        self.narrowed_to: int | None = None  # ... and `narrow` (None once resumed)
         self.runnable = 0.0  # cores' worth of time they are runnable but kept off the cores by other programs
 
     def advance(self, seconds: float) -> None:
@@ -356,7 +382,11 @@ class _ScriptedThreads:
     def pause_beyond(self, keep: int) -> None:
         self.kept_running = keep
 
+    def narrow(self, keep: int) -> None:
+        self.narrowed_to = keep
+
     def resume(self, give_back: bool = False) -> bool:
+        self.narrowed_to = None
         return False
 
     def take_queued(self) -> list:
@@ -1022,6 +1052,20 @@ def test_gil_bound_threads_pause_while_process_workers_start_all_of_them_on_many
     threads = _ScriptedThreads(1.0, 400, begun=2, cores=cores)
     assert _verdict_after(monkeypatch, threads, 0.1) == "process"
     assert threads.kept_running == kept_running
+
+
+class _ForkingFromAnImportingZygote(_Started):  # workers asked for, waiting for a zygote to import torch (~1.5 s)
+    def workers_forked(self) -> bool:
+        return False
+
+
+@pytest.mark.parametrize("cores, taking_tasks", [(2, 1), (16, 2)])  # 16 cores: all go on (not measured there)
+def test_gil_bound_threads_narrow_to_one_taking_tasks_while_the_workers_wait_for_a_zygotes_imports(monkeypatch, cores,
+                                                                                                  taking_tasks):
+    # two threads of torch ops on 2 cores delivered less than one, and the import needs a core of its own
+    threads = _ScriptedThreads(1.0, 400, begun=2, cores=cores)
+    assert _verdict_after(monkeypatch, threads, 0.1, make_processes=_ForkingFromAnImportingZygote) == "process"
+    assert threads.narrowed_to == taking_tasks
 
 
 def test_with_the_fork_server_up_nothing_is_left_behind_whichever_backend_wins(no_leaks):

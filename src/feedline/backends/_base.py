@@ -181,8 +181,8 @@ class Executor:
 
         From the fork server alone that takes milliseconds; a worker forked by
         a zygote exists only once the zygote has imported the pipeline's
-        libraries (torch: ~1.5 s). The automatic choice keeps its threads
-        working until then (`feedline.engine._trial`).
+        libraries (torch: ~1.5 s). The automatic choice keeps threads
+        working until then, on few cores one (`feedline.engine._trial`).
         """
         return True
 

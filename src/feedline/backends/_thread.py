@@ -80,6 +80,7 @@ class ThreadExecutor(Executor):
         self.returned: list = []  # (key, _Returned): abandoned tasks, for `take_returned`
         self._watched = False  # count each task's samples (for `running_rates`, `abandon_running`)
         self._keep = workers  # threads from this index on wait between samples until `resume` (see `pause_beyond`)
+        self._route = workers  # new tasks go to the threads below this index (see `narrow`)
         self._resumed = threading.Event()
         self._resumed.set()
         self._give_back_paused = False  # paused tasks are given back when resumed (`resume(give_back=True)`)
@@ -109,6 +110,8 @@ class ThreadExecutor(Executor):
         """Add threads up to ``workers`` (tasks pinned to a stream shard keep their thread: affinity is modulo the count)."""
         if workers <= self.workers or self._pinned or self._shrunk:
             return False
+        if self._route == self.workers:
+            self._route = workers
         for n in range(self.workers, workers):
             self.inboxes.append(queue.SimpleQueue())
             self.load.append(0)
@@ -128,6 +131,7 @@ class ThreadExecutor(Executor):
         """
         if not 1 <= workers < self.workers or self._pinned:
             return False
+        self._route = min(self._route, workers)
         for inbox in self.inboxes[workers : self.workers]:
             inbox.put(_STOP)  # after the tasks already queued there
         self.workers = workers
@@ -194,7 +198,7 @@ class ThreadExecutor(Executor):
         if affinity is not None:
             n = affinity % self.workers
         else:
-            n = min(range(self.workers), key=self.load.__getitem__)
+            n = min(range(self._route), key=self.load.__getitem__)
         self.load[n] += 1
         self.pending += 1
         self.inboxes[n].put((key, task))
@@ -207,7 +211,7 @@ class ThreadExecutor(Executor):
         consumer hands them out as threads come free (`submit`, `wait`).
         """
         while self._pieces:
-            free = [n for n in range(self.workers) if self.load[n] == 0]
+            free = [n for n in range(self._route) if self.load[n] == 0]
             if not free:
                 return
             key, task = self._pieces.popleft()
@@ -295,8 +299,35 @@ class ThreadExecutor(Executor):
             self._give_back_paused = False
             self._resumed.clear()
 
+    def narrow(self, keep: int) -> None:
+        """Threads ``keep`` and up begin no new task until `resume`: their queued tasks move to the first ``keep``.
+
+        For the automatic choice while process workers wait for a zygote's
+        imports (torch: ~1.5 s, a core of its own) beside threads that hold
+        the GIL: such threads deliver about one core's worth however many
+        run, and one delivers more than two when its work takes and drops
+        the GIL many times a sample (a torch map of small tensors on 2 cores:
+        0.42-0.46 s for one thread, 0.49-0.55 s for two, with 1.3-1.4 cores
+        of CPU between them). Unlike `pause_beyond`, no task stops half-way:
+        with nothing to take over yet, the consumer may be waiting for it.
+        Tasks pinned to a stream shard never move (nothing narrows then).
+        """
+        if not 1 <= keep < self.workers or self._pinned or self._shrunk:
+            return
+        self._route = keep
+        for n in range(keep, self.workers):
+            while True:
+                try:
+                    item = self.inboxes[n].get_nowait()
+                except queue.Empty:
+                    break
+                self.load[n] -= 1
+                to = min(range(keep), key=self.load.__getitem__)
+                self.load[to] += 1
+                self.inboxes[to].put(item)
+
     def resume(self, give_back: bool = False) -> list:
-        """Let threads paused by `pause_beyond` go on, or (``give_back``) give their tasks back (`take_returned`).
+        """Let threads paused by `pause_beyond` or narrowed by `narrow` go on, or (``give_back``) give their tasks back.
 
         Returns the keys of the tasks whose threads were paused (with ``give_back``, those tasks come back).
         """
@@ -304,6 +335,8 @@ class ThreadExecutor(Executor):
             paused = list(self._paused)
         self._give_back_paused = give_back
         self._keep = self.workers
+        if not self._shrunk:
+            self._route = self.workers
         self._resumed.set()
         return paused
 
