@@ -1059,12 +1059,17 @@ class _ForkingFromAnImportingZygote(_Started):  # workers asked for, waiting for
         return False
 
 
-@pytest.mark.parametrize("cores, taking_tasks", [(2, 1), (16, 2)])  # 16 cores: all go on (not measured there)
-def test_gil_bound_threads_narrow_to_one_taking_tasks_while_the_workers_wait_for_a_zygotes_imports(monkeypatch, cores,
-                                                                                                  taking_tasks):
-    # two threads of torch ops on 2 cores delivered less than one, and the import needs a core of its own
-    threads = _ScriptedThreads(1.0, 400, begun=2, cores=cores)
-    assert _verdict_after(monkeypatch, threads, 0.1, make_processes=_ForkingFromAnImportingZygote) == "process"
+@pytest.mark.parametrize("cores, workers, kept, taking_tasks", [
+    (2, 2, 1.0, 1), (2, 2, 1.4, 1),  # two threads of torch ops on 2 cores delivered less than one
+    (4, 4, 1.0, 1), (4, 4, 2.6, 3),  # the import takes one core of those the threads kept busy
+    (16, 2, 1.0, 2),  # on many cores all go on (not measured there)
+])
+def test_gil_bound_threads_narrow_to_the_cores_they_kept_less_one_while_the_workers_wait_for_a_zygotes_imports(
+        monkeypatch, cores, workers, kept, taking_tasks):
+    threads = _ScriptedThreads(kept, 400, begun=2, cores=cores)
+    threads.workers = workers
+    assert _verdict_after(monkeypatch, threads, 0.1, make_processes=_ForkingFromAnImportingZygote,
+                          workers=workers) == "process"
     assert threads.narrowed_to == taking_tasks
 
 

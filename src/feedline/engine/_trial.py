@@ -1331,15 +1331,17 @@ class BackendTrial(Executor):
     def _kept_importing(self) -> int:
         """Threads held back by the GIL that take tasks while the process workers wait for a zygote's imports.
 
-        On fewer than `PAUSE_ALL_CORES` cores, `KEEP_RUNNING`: the import
-        takes a core for a second or more (torch: ~1.5 s), and the threads
-        deliver about one core's worth however many run. A torch map of
-        small tensors (2,048 samples, 2 cores) with two threads going on
-        used 1.3-1.4 cores between them and ran its epoch in 0.47-0.49 s,
+        On fewer than `PAUSE_ALL_CORES` cores, as many as the cores they
+        kept busy, less the one the import takes for a second or more
+        (torch: ~1.5 s), and at least `KEEP_RUNNING`: one on 2 cores. There a
+        torch map of small tensors (2,048 samples) with two threads going
+        on used 1.3-1.4 cores between them and ran its epoch in 0.47-0.49 s,
         against 0.41-0.44 s for the serial loop; one thread alone ran
         0.42-0.46 s. On more cores all go on: not measured there.
         """
-        return KEEP_RUNNING if self.cores < PAUSE_ALL_CORES else self.threads.workers
+        if self.cores >= PAUSE_ALL_CORES:
+            return self.threads.workers
+        return max(KEEP_RUNNING, min(math.ceil(self._cores_kept), self._usable - 1))
 
     def _keep_share(self) -> float:
         """The share of their cores the threads judged must keep busy: `KEEP_CORES`, more for scouts.
