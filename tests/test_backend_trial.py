@@ -167,6 +167,22 @@ def test_narrowed_threads_finish_what_they_run_and_their_queued_tasks_and_new_on
         executor.close()
 
 
+def test_threads_narrowed_then_let_go_by_the_worker_tuner_take_tasks_on_every_thread_kept_once_resumed():
+    executor = ThreadExecutor(_thread_part(slow_identity, n=80, batch=8), workers=4)
+    task = lambda n: Task(epoch=0, number=n, indices=np.arange(8 * n, 8 * n + 8))  # noqa: E731 - ~80 ms each
+    try:
+        executor.narrow(1)
+        assert executor.shrink(3)
+        executor.resume()
+        for n in range(6):
+            executor.submit((0, n), task(n))
+        events = _collect(executor, 6)
+        assert sorted(e.key[1] for e in events) == list(range(6))
+        assert {e.result.worker for e in events} == {0, 1, 2}, "every thread kept takes tasks, not the one narrowed to"
+    finally:
+        executor.close()
+
+
 def test_tasks_given_back_by_paused_threads_go_to_the_process_workers_before_the_queued_ones(no_leaks):
     # While process workers start beside GIL-bound threads, all but two threads pause mid-task and give
     # their tasks back once the workers are up. Those are the earliest tasks (the next batches): sent after

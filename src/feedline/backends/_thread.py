@@ -334,9 +334,7 @@ class ThreadExecutor(Executor):
         with self._paused_lock:
             paused = list(self._paused)
         self._give_back_paused = give_back
-        self._keep = self.workers
-        if not self._shrunk:
-            self._route = self.workers
+        self._keep = self._route = self.workers
         self._resumed.set()
         return paused
 

@@ -194,16 +194,15 @@ class Runtime:
         self._supersede = weakref.WeakMethod(on_superseded)  # never keeps an abandoned iterator alive
         return next(self._generations)
 
-    def iterating(self, within: float | None = None) -> bool:
-        """Whether a consumer iterates it: an epoch under way, and the consumer in ``next()`` now or back within ``within`` seconds.
+    def iterating(self) -> bool:
+        """Whether a consumer iterates it: an epoch under way, the consumer in ``next()`` now or back within `START_AFTER_IDLE`.
 
-        ``within`` defaults to `START_AFTER_IDLE`. Read from other threads
-        (`_StartAfterSetUp`). A pipeline partly consumed and kept (a batch
-        looked at before training) does not count: its workers hold finished
-        batches and take no core, and a serial one runs only inside ``next()``.
+        Read from other threads (`_StartAfterSetUp`). A pipeline partly
+        consumed and kept (a batch looked at before training) does not
+        count: its workers hold finished batches and take no core, and a
+        serial one runs only inside ``next()``.
         """
-        within = START_AFTER_IDLE if within is None else within
-        recent = self.consumer_inside or time.perf_counter() - self.consumer_left < within
+        recent = self.consumer_inside or time.perf_counter() - self.consumer_left < START_AFTER_IDLE
         return recent and not self.closed and self.executor.outstanding() > 0
 
     def publish(self, stats) -> None:
