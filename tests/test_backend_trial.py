@@ -142,16 +142,20 @@ def test_paused_threads_wait_between_samples_and_give_their_tasks_back_whole():
         executor.close()
 
 
+def _eight_rows(n: int) -> Task:
+    """Task ``n`` of an epoch in batches of 8 rows: ~80 ms of `slow_identity` on one thread."""
+    return Task(epoch=0, number=n, indices=np.arange(8 * n, 8 * n + 8))
+
+
 def test_narrowed_threads_finish_what_they_run_and_their_queued_tasks_and_new_ones_go_to_the_threads_kept():
     executor = ThreadExecutor(_thread_part(slow_identity, n=80, batch=8), workers=2)
-    task = lambda n: Task(epoch=0, number=n, indices=np.arange(8 * n, 8 * n + 8))  # noqa: E731 - ~80 ms each
     try:
         for n in range(4):
-            executor.submit((0, n), task(n))  # threads 0 and 1 each run one and hold one queued
+            executor.submit((0, n), _eight_rows(n))  # threads 0 and 1 each run one and hold one queued
         time.sleep(0.02)
         executor.narrow(1)
         for n in range(4, 6):
-            executor.submit((0, n), task(n))
+            executor.submit((0, n), _eight_rows(n))
         events = _collect(executor, 6)
         by_key = {e.key[1]: e.result for e in events}
         assert sorted(by_key) == list(range(6)), "every task once"
@@ -160,7 +164,7 @@ def test_narrowed_threads_finish_what_they_run_and_their_queued_tasks_and_new_on
         assert {by_key[n].worker for n in (3, 4, 5)} == {0}, "its queued task and the new ones go to thread 0"
         executor.resume()
         for n in range(6, 10):
-            executor.submit((0, n), task(n))
+            executor.submit((0, n), _eight_rows(n))
         assert {e.result.worker for e in _collect(executor, 4)} == {0, 1}, "resumed: both threads take tasks again"
         assert executor.outstanding() == 0
     finally:
@@ -169,13 +173,12 @@ def test_narrowed_threads_finish_what_they_run_and_their_queued_tasks_and_new_on
 
 def test_threads_narrowed_then_let_go_by_the_worker_tuner_take_tasks_on_every_thread_kept_once_resumed():
     executor = ThreadExecutor(_thread_part(slow_identity, n=80, batch=8), workers=4)
-    task = lambda n: Task(epoch=0, number=n, indices=np.arange(8 * n, 8 * n + 8))  # noqa: E731 - ~80 ms each
     try:
         executor.narrow(1)
         assert executor.shrink(3)
         executor.resume()
         for n in range(6):
-            executor.submit((0, n), task(n))
+            executor.submit((0, n), _eight_rows(n))
         events = _collect(executor, 6)
         assert sorted(e.key[1] for e in events) == list(range(6))
         assert {e.result.worker for e in events} == {0, 1, 2}, "every thread kept takes tasks, not the one narrowed to"
