@@ -68,6 +68,7 @@ ROOM_BESIDE_SERVER = 2  # cores beyond the threads judged (the fork server's imp
 CONNECTING_SKIPPED = 0.08  # seconds after the server is up that held workers connecting leave only the plain verdict, at most
 IMPORTS_SKIPPED = 0.15  # seconds of first-sample imports left out of the stretches judged, at most (`import cv2`: ~0.1 s; `_judge_gil`)
 SCOUT_THREADS = 4  # on `PAUSE_ALL_CORES` cores or more, or of more threads, the trial judges this many first (`first_threads`)
+CLOSE_CALL_SPAN = 0.15  # seconds a stretch must last to start processes where the threads kept `EARLY_WORKERS_SHARE` or more (`_close_call`)
 
 
 def first_threads(workers: int, cores: int) -> int:
@@ -1021,7 +1022,10 @@ class BackendTrial(Executor):
             return
         if importing and kept >= EARLY_SHARE * usable:
             return  # beside the server's imports only the plain GIL verdict (`_start_server_if_held`)
-        self._cores_kept, self._cores_others, self._judged = kept, others, self.threads.workers
+        self._judged = self.threads.workers
+        if self._close_call(kept, usable, span):
+            return  # within reach of keeping the work: a longer stretch decides
+        self._cores_kept, self._cores_others = kept, others
         if kept < self._keep_share() * usable:
             self._start_processes()
             return
@@ -1031,6 +1035,25 @@ class BackendTrial(Executor):
         self.rates = {"thread": begun / span}  # samples begun
         self.decided_after = now - self._started
         self._settle("thread", f"{self._cores_note()[:-2]}: the work releases the GIL, so processes could add little: threads")
+
+    def _close_call(self, kept: float, usable: float, span: float) -> bool:
+        """The whole pool kept just under `_keep_share` of its cores busy (from `EARLY_WORKERS_SHARE`), over under `CLOSE_CALL_SPAN`.
+
+        Two threads over 50 ms are few samples of a busy share: the
+        suite's store reads (crop from a memory map, PIL resize, NumPy
+        normalise), the same work every epoch, read 1.70-1.91 of 1.92
+        usable cores, and 2-3 first epochs in 30 went to processes on a
+        reading under 0.9 (an epoch 0.90-0.95 of threads by hand: the
+        workers' start took the cores on an 8-task epoch, for no steady
+        gain: 671-837 samples/s on processes, 671-802 on threads). Threads
+        in that band deliver most of what processes could meanwhile, so a
+        stretch three times longer decides there; below it, workers start
+        as before (and early: `_start_workers_if_held`). Scouts are judged
+        as before: their share is `_keep_share`'s own, not measured here.
+        """
+        if self._scouting or span >= CLOSE_CALL_SPAN:
+            return False
+        return EARLY_WORKERS_SHARE * usable <= kept < self._keep_share() * usable
 
     def _runnable_share(self, baseline: tuple, span: float) -> float:
         """Cores' worth of time the threads were runnable but waiting for a CPU since ``baseline`` (Linux; else 0).
