@@ -702,7 +702,7 @@ def test_threads_just_short_of_keeping_their_cores_busy_are_judged_over_a_longer
     close = (EARLY_WORKERS_SHARE + KEEP_CORES) / 2 * 2
     assert _verdict_after(monkeypatch, _ScriptedThreads(close, 400, begun=2), EVIDENCE_SPAN + 0.01) is None
     assert _verdict_after(monkeypatch, _ScriptedThreads(close, 400, begun=2), CLOSE_CALL_SPAN + 0.01) == "process"
-    # a reading under the band starts them as before, and threads busy over the first 50 ms keep the work then
+    # a reading under the band starts them after 50 ms, as before
     below = EARLY_WORKERS_SHARE * 2 - 0.1
     assert _verdict_after(monkeypatch, _ScriptedThreads(below, 400, begun=2), EVIDENCE_SPAN + 0.01) == "process"
     # a short low reading that the longer stretch does not bear out leaves the work with the threads

@@ -1042,8 +1042,9 @@ class BackendTrial(Executor):
         Two threads over 50 ms are few samples of a busy share: the
         suite's store reads (crop from a memory map, PIL resize, NumPy
         normalise), the same work every epoch, read 1.70-1.91 of 1.92
-        usable cores, and 2-3 first epochs in 30 went to processes on a
-        reading under 0.9 (an epoch 0.90-0.95 of threads by hand: the
+        usable cores, and 2 first epochs in one series of 30 (0 in
+        another) went to processes on a reading of 1.70-1.71 (498 and 573
+        samples/s against ~690 for the epochs that stayed on threads: the
         workers' start took the cores on an 8-task epoch, for no steady
         gain: 671-837 samples/s on processes, 671-802 on threads). Threads
         in that band deliver most of what processes could meanwhile, so a
