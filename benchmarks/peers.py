@@ -45,7 +45,8 @@ PEERS = ("feedline-hand", "torch-fork", "keras-thread", "keras-process", "tf-dat
 
 
 def paired_ratios(auto_rates: list[float], peer_rates: list[float]) -> list[float]:
-    """Each round's ``auto / peer`` (rounds where either failed are absent from both lists' ends, not matched)."""
+    """Each round's ``auto / peer``, round by round: a loader that fails is not run again, so its rates are a prefix of
+    the rounds and only the rounds both ran are paired."""
     return [a / p for a, p in zip(auto_rates, peer_rates, strict=False) if p > 0]
 
 
