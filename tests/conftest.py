@@ -134,7 +134,8 @@ def switch_interval_holds() -> int:
     """Holds on feedline's shorter GIL switch interval (`feedline._switch_interval`): each is released by its owner."""
     from feedline._switch_interval import ShortSwitchInterval
 
-    return ShortSwitchInterval._holders
+    with ShortSwitchInterval._lock:  # a release in progress has undone the setting by the time it reads 0
+        return ShortSwitchInterval._holders
 
 
 def switch_intervals_while_iterating(batches) -> tuple[list, list[float]]:

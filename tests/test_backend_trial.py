@@ -18,7 +18,7 @@ import types
 
 import numpy as np
 import pytest
-from conftest import switch_intervals_while_iterating
+from conftest import switch_interval_holds, switch_intervals_while_iterating
 
 import feedline as fl
 from feedline import testing
@@ -245,11 +245,10 @@ def test_gil_switch_interval_is_restored_after_the_trial(no_leaks):
 def _interval_once_workers_are_up(limit: float = 10.0) -> float:
     """The switch interval once no process worker is starting (or ``limit`` seconds passed: a hang guard).
 
-    On a slow machine the threads' first sign of the GIL parks process workers before the epoch ends; their
-    executor holds the short interval until they say hello, a few hundred milliseconds, from its accept thread.
+    On a slow machine the threads' first sign of the GIL starts process workers before the epoch ends; their
+    executor holds the short interval until each has said hello and been sent the pipeline (or, parked, waits for
+    it), a few hundred milliseconds later, from its accept thread: nobody polls them once the epoch is over.
     """
-    from conftest import switch_interval_holds
-
     deadline = time.monotonic() + limit
     while switch_interval_holds() and time.monotonic() < deadline:
         time.sleep(0.01)
@@ -260,7 +259,8 @@ def test_gil_switch_interval_is_the_users_again_after_an_epoch_too_short_for_a_v
     pipe = fl.from_arrays(np.arange(10)).map(pure_python).batch(2)
     with pipe:
         out = [int(v) for b in pipe for v in b]
-        # the pipeline lives on (its trial carried into the next epoch): nothing in flight, so nothing held
+        # the pipeline lives on (its trial carried into the next epoch): nothing in flight, so nothing held once
+        # the workers it started have the pipeline
         assert _interval_once_workers_are_up() == switch_interval, pipe.stats().decision
         again = [int(v) for b in pipe for v in b]
         assert _interval_once_workers_are_up() == switch_interval, pipe.stats().decision

@@ -13,7 +13,7 @@ import time
 
 import numpy as np
 import pytest
-from conftest import pid_alive, wait_for
+from conftest import pid_alive, switch_interval_holds, wait_for
 
 import feedline as fl
 from feedline import testing
@@ -213,6 +213,28 @@ class _SlowToLoad:
     def __reduce__(self):
         code = f"import os, time; open({self.path!r} + str(os.getpid()), 'w').close(); time.sleep(60)"
         return (exec, (code,))
+
+
+def test_workers_still_loading_the_pipeline_give_the_users_switch_interval_back_without_the_consumer_polling(
+        tmp_path, switch_interval, no_leaks):
+    """An epoch that ends while its process workers still load the pipeline leaves nobody polling them for `Ready`.
+
+    The executor held feedline's short GIL switch interval until it read every `Ready`, so the user's threads ran
+    at 0.5 ms from the end of such an epoch to the start of the next (a 10-sample epoch on a loaded 2-core VM).
+    """
+    from feedline.backends.process import ProcessExecutor
+
+    slow = _SlowToLoad(str(tmp_path / "loading-"))
+    part = fl.from_arrays(np.arange(8)).map(lambda s: (s, slow), backend="process").batch(4).plan.part
+    executor = ProcessExecutor(part, 2)
+    try:
+        assert sys.getswitchinterval() < switch_interval, "held while the workers start"
+        assert wait_for(lambda: len(os.listdir(tmp_path)) == 2, 60), "both workers should be loading the pipeline"
+        assert wait_for(lambda: switch_interval_holds() == 0, 10), "no worker starts any more: nothing should hold it"
+        assert sys.getswitchinterval() == switch_interval
+        assert not any(w.ready for w in executor.pool), "the workers are still loading, and nobody polled them"
+    finally:
+        executor.close()
 
 
 @pytest.mark.parametrize("forkserver", ["1", "0"], ids=["forked", "fresh-interpreters"])

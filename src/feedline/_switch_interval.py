@@ -14,8 +14,8 @@ nothing waits, and the shorter interval changes nothing.
 
 Held by the automatic choice's trial (`feedline.engine._trial`) from its
 start while it has tasks in flight, by every `ProcessExecutor` from its
-first spawn until every worker is ready (held workers: connected and
-waiting for the pipeline) and while it closes, by feedline's set-up in
+first spawn until every worker has the pipeline (held workers: until
+they are connected and waiting for it) and while it closes, by feedline's set-up in
 the consumer (the lazy imports of `feedline.__getattr__` and ``map()``,
 building the running pipeline in `feedline.engine._runtime`), and by the
 consumer while it waits for batches from workers in other processes

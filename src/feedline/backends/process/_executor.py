@@ -83,12 +83,14 @@ def describe_exit(code: int | None) -> str:
 
 
 class _Worker:
-    __slots__ = ("id", "position", "proc", "conn", "ready", "outstanding", "reader", "status", "ring", "started")
+    __slots__ = ("id", "position", "proc", "conn", "ready", "has_part", "outstanding", "reader", "status", "ring",
+                 "started")
 
     def __init__(self, wid, position, proc, reader):
         self.id, self.position, self.proc, self.reader = wid, position, proc, reader
         self.conn = None
         self.ready = False
+        self.has_part = False  # the accept thread sent it the pipeline: starting is up to the worker from then on
         self.outstanding: collections.OrderedDict = collections.OrderedDict()
         self.status = None
         self.ring = None  # its `ReleaseRing`, in the status segment: freed slots go back without a message
@@ -270,6 +272,7 @@ class ProcessExecutor(Executor):
                 self._release_switch_if_up()  # held workers may wait long for the pipeline: nothing starts meanwhile
                 continue
             self._send_part(conn, hello)
+            self._release_switch_if_up()  # here too: the consumer may not poll again for long (an epoch ended)
 
     def _send_part(self, conn, hello) -> None:
         """Send a worker that said hello the pipeline; it is the consumer's from then on (`_take_accepted`)."""
@@ -281,6 +284,9 @@ class ProcessExecutor(Executor):
         except (EOFError, OSError):
             conn.close()  # it died meanwhile; the start-up check sees its exit
             return
+        worker = self.by_id.get(hello.worker_id)
+        if worker is not None:
+            worker.has_part = True
         self.accepted.put((conn, hello))
         self.wake_w.send_bytes(b"w")
 
@@ -413,10 +419,17 @@ class ProcessExecutor(Executor):
                 return events
 
     def _release_switch_if_up(self) -> None:
-        """Give the shorter switch interval back once every worker is ready, or held and waiting for the pipeline."""
+        """Give the shorter switch interval back once every worker has the pipeline, or is held and waiting for it.
+
+        From then on the consumer's part of starting is reading each worker's `Ready` while it waits for work, and
+        whoever waits holds the interval for that (the trial with tasks in flight, `Executor.workers_elsewhere`).
+        Waiting for `Ready` here kept the interval short past the end of an epoch whose process workers were still
+        loading the pipeline when it ended: nothing polled them until the next epoch, and the user's own threads
+        ran at the short interval meanwhile.
+        """
         with self._waiting_lock:  # (waiting while the pipeline is pickled is still starting: it is sent at once after)
             waiting = {hello.worker_id for _, hello in self._waiting} if self._held else set()
-        if all(w is None or w.ready or w.id in waiting for w in list(self.pool)):
+        if all(w is None or w.ready or w.has_part or w.id in waiting for w in list(self.pool)):
             self._switch.give_back()
 
     def _on_message(self, worker: _Worker, message) -> list:
