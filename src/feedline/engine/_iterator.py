@@ -462,7 +462,8 @@ class EpochIterator:
             room = self._runtime.tuner.task_room() if messages else None  # a small /dev/shm holds the whole window
             learned = measured_chunk(self.stats_.task_seconds, self.stats_.samples, len(self._order), workers,
                                      batch=self._size, batch_bytes=self._batch_bytes or 0,
-                                     max_bytes=max_bytes if room is None else min(max_bytes, room))
+                                     max_bytes=max_bytes if room is None else min(max_bytes, room),
+                                     previous=self._runtime.learned_chunk)
             self._runtime.learned_chunk = learned or self._runtime.learned_chunk
         self._runtime.publish(self.stats_)
 

@@ -80,7 +80,7 @@ TASKS_PER_WORKER = 8  # an unbatched epoch keeps at least this many tasks per wo
 
 
 def measured_chunk(task_seconds: float, rows: int, count: int, workers: int, batch: int | None = None,
-                   batch_bytes: int = 0, max_bytes: int = MAX_TASK_BYTES) -> int | None:
+                   batch_bytes: int = 0, max_bytes: int = MAX_TASK_BYTES, previous: int | None = None) -> int | None:
     """Samples per task for the next epoch, from the last one's work per sample (None: nothing measured).
 
     Used where a task is a message to another process (process and Ray
@@ -95,15 +95,25 @@ def measured_chunk(task_seconds: float, rows: int, count: int, workers: int, bat
     grid is recorded in every checkpoint (``chunk``), so a resumed epoch
     runs on the grid it was cut with.
 
+    Against the ``previous`` epoch's chunk it at most halves: the work per
+    sample is a sum over the epoch's tasks, which a stall inflates: on a
+    loaded 2-core VM bulk store reads that measure 1-7 us a sample read as
+    over 200 us in one epoch of a CI run (a stalled task, likely; not
+    shown) and cut the next epoch's tasks from ~20 batches to 2. Work that
+    really got dearer gets there in a few epochs.
+    The bounds (tasks per worker, bytes) hold whatever ``previous`` was.
+
     >>> measured_chunk(0.5, 50_000, 50_000, 2, batch=256, batch_bytes=786_432)  # 2.6 ms a batch: 3 a task
     768
     >>> measured_chunk(2.0, 1_000, 1_000, 2, batch=32)  # 64 ms a batch: one
     32
+    >>> measured_chunk(2.0, 1_000, 50_000, 2, batch=32, previous=320)  # ... but half the last epoch's 10 at least
+    160
     """
     if rows <= 0 or task_seconds <= 0:
         return None
     per_sample = task_seconds / rows
-    chunk = min(int(TARGET_TASK_SECONDS / per_sample), MAX_CHUNK)
+    chunk = min(max(int(TARGET_TASK_SECONDS / per_sample), (previous or 0) // 2), MAX_CHUNK)
     tasks = TASKS_PER_WORKER * max(1, workers)
     if batch is None:
         return max(1, min(chunk, count // tasks))
