@@ -191,6 +191,23 @@ def test_held_process_workers_connect_but_run_nothing_until_given_the_pipeline(n
         held.close()
 
 
+def test_waiting_for_the_workers_to_be_ready_reads_their_ready_behind_a_finished_task(no_leaks):
+    # a task finished while the consumer waited for the last worker's `Ready` was held, came back from the next look
+    # in place of the workers' messages, was held again, and so on: the `Ready` was never read (a 60 s wait_ready
+    # failed, about 1 run in 10 without the fork server)
+    from feedline.backends.process import ProcessExecutor
+
+    part = fl.from_arrays(np.arange(16)).map(where_am_i, backend="process").batch(4).plan.part
+    executor = ProcessExecutor(part, 2)
+    try:
+        finished = object()  # a finished task collected outside `wait`
+        executor.tasks.hold([finished])
+        assert executor.wait_ready(30), "the workers' Ready messages should be read with a finished task kept"
+        assert executor.wait(0) == [finished], "... and the finished task should come back from the next wait"
+    finally:
+        executor.close()
+
+
 def test_held_process_workers_closed_unused_leave_nothing_behind(no_leaks):
     from feedline.backends.process import ProcessExecutor
 
