@@ -29,7 +29,8 @@ def test_stories_benchmark_runs_every_example_with_every_setting(tmp_path):
         rates = [float(v) for v in cells[:5]]  # auto, remembered, thread, process, serial: each ran a whole epoch (checked inside)
         assert all(rate > 0 for rate in rates), (case, cells)
         assert cells[5] in ("thread", "process", "serial"), (case, cells)
-        assert float(cells[9]) == pytest.approx(rates[0] / rates[4], rel=0.02), "auto / serial is the two rates' ratio"
+        # (the cell has two decimals: 0.19 for 0.186 is within its rounding, not 2 % of it)
+        assert float(cells[9]) == pytest.approx(rates[0] / rates[4], rel=0.02, abs=0.006), "auto / serial is the two rates' ratio"
     lines = []
     for case in CASES:  # the automatic choice explains itself for every story
         lines += [line for line in done.stdout.splitlines() if line.strip().startswith(f"{case}: automatic choice, each round:")]
