@@ -3,7 +3,7 @@
 Run (from the repository root, in the project's virtualenv with ``.[test]``):
 
     python -m benchmarks.stories             # ~8 minutes on a 2-core host
-    python -m benchmarks.stories --quick     # smoke test: smaller data, one round
+    python -m benchmarks.stories --quick     # smoke test: smaller data, one round, no untimed runs first
     python -m benchmarks.stories --scale 8   # on 16 cores or more: epochs 8x longer (a few tasks per worker)
     python -m benchmarks.stories --only story1 --spans /tmp/spans.jsonl   # and each run's task spans
     python -m benchmarks.stories --settings auto,thread,process              # no serial loop, nothing remembered
@@ -220,7 +220,7 @@ def run_once(argv) -> None:
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.stories", description=__doc__.splitlines()[0])
     parser.add_argument("--reps", type=int, default=3, help="rounds (each setting once per round, seeded shuffled order)")
-    parser.add_argument("--quick", action="store_true", help="small data and one round: a smoke test")
+    parser.add_argument("--quick", action="store_true", help="small data, one round and no untimed runs: a smoke test")
     parser.add_argument("--only", action="append", help="run only these stories (e.g. --only story4)")
     parser.add_argument("--scale", type=int, default=1, help="each example's epoch this many times as long (default 1)")
     parser.add_argument("--spans", metavar="FILE",
@@ -264,8 +264,9 @@ def main(argv=None) -> None:
             memory = {**env, "FEEDLINE_REMEMBER": os.path.join(folder, f"choices-{variant}.json")}
             forget = {**env, "FEEDLINE_REMEMBER": "0"}
             untimed = [("process", forget)] if not args.quick else []  # the benchmark's first run was its slowest (see the docstring)
-            agree = [("auto", memory)] * AGREE if "remembered" in settings else []  # ... the trials whose verdict
-            # the remembered runs start on
+            agree = [("auto", memory)] * AGREE if "remembered" in settings and not args.quick else []  # ... the
+            # trials whose verdict the remembered runs start on (not in --quick: its epochs are too short for a
+            # verdict to remember, and the smoke test ran 10 more Keras-importing interpreters for them)
             for setting, setting_env in untimed + agree:
                 subprocess.run([sys.executable, "-m", "benchmarks.stories", "--one", story, variant, setting,
                                 size, data_file, "0"], cwd=ROOT, env=dict(setting_env, **{SPANS_VAR: ""}),
