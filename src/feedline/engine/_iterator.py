@@ -31,6 +31,7 @@ from .._switch_interval import short_switch_interval
 from .._tree import BatchGroup, flatten, slice_rows
 from ..worker import Task
 from ._buckets import Buckets
+from ._packer import Packer
 from ._recut import Recut
 from ._state import MAX_TASK_BYTES, OLD_CHUNK, STATE_VERSION, cache_share, measured_chunk, seal, task_grid
 from ._stats import Stats
@@ -92,8 +93,9 @@ class EpochIterator:
         self._point = {"task": start_task, "offset": self._skip_rows}
         if state is not None and plan.streaming:
             self._point["streams"] = state["streams"]
-        if state is not None and "buckets" in state:
-            self._point["buckets"] = state["buckets"]
+        for name in ("buckets", "pack"):  # bucket_by_length's and pack()'s held rows, until the first batch
+            if state is not None and name in state:
+                self._point[name] = state[name]
         if plan.window is not None:  # shuffle(window=N): rows delivered and the oldest row held (none yet at the start)
             self._point["window"] = state["window"] if state is not None else {"delivered": 0, "first": 0}
         if plan.streaming:
@@ -521,6 +523,8 @@ class EpochIterator:
                 state["chunk"] = self._step  # samples per task: the grid "task" counts in
         if "buckets" in self._point:
             state["buckets"] = self._point["buckets"]  # bucket_by_length: rows of each bucket handed out since "task"
+        if "pack" in self._point:
+            state["pack"] = self._point["pack"]  # pack(): which items the rows held, and the next one to place
         if "window" in self._point:
             state["window"] = self._point["window"]  # shuffle(window=N): rows delivered, and the oldest row held
         return seal(state)
@@ -537,6 +541,9 @@ class EpochIterator:
         stats.backend, stats.decision, stats.trial = runtime.backend, runtime.decision, runtime.trial
         if self._shuffler is not None:
             stats.window_peak = self._shuffler.peak
+        if isinstance(self._recut, Packer):
+            stats.packed = True
+            stats.items, stats.item_slots = self._recut.fill.items, self._recut.fill.slots
 
 
 _ERROR = object()
@@ -551,6 +558,10 @@ def _batch_bytes(batch, rows: int, size: int) -> int:
 def _recut_for(plan, state):
     """The re-cut of a plan whose tasks may not be whole batches: one carry of rows, or buckets."""
     padder = plan.padder
+    if plan.pack is not None:
+        pack = plan.pack
+        return Packer(pack.max_length, pack.fit, pack.buffer, pack.pad_value, plan.rows_per_batch, plan.drop_remainder,
+                      (state or {}).get("pack"), plan.part.source.where)
     if padder is None:
         return Recut(plan.part.batch_size, plan.drop_remainder, plan.part.source.where)
     if padder.buckets is None:

@@ -157,6 +157,9 @@ def render(stats) -> str:
         lines.append(f"  {stage:<28} {seconds:9.3f}  {100 * seconds / total:5.1f}%")
     for stage, seconds in stats.consumer_seconds.most_common():
         lines.append(f"  {stage + ' (consumer)':<28} {seconds:9.3f}")
+    if d["padding_share"] is not None:
+        packed = f"; packing efficiency {d['packing_efficiency']:.1%}" if d["packing_efficiency"] is not None else ""
+        lines.append(f"  padding {d['padding_share']:.1%} of {stats.item_slots:,} item slots{packed}")
     if stats.skipped:
         shown = ", ".join(str(i) for i, _ in stats.skipped[:10])
         lines.append(f"  skipped {len(stats.skipped)} samples: {shown}{' ...' if len(stats.skipped) > 10 else ''}")

@@ -30,7 +30,7 @@ __all__ = ["STATE_VERSION", "StateRefused", "check", "check_fields", "digest", "
 STATE_VERSION = 1
 OLD_CHUNK = 64  # samples per task of an unbatched epoch in states that do not name their grid
 FIELDS = ("version", "epoch", "batches", "skipped", "fingerprint", "task", "offset", "chunk", "streams", "seeds", "digest",
-          "buckets", "window")
+          "buckets", "window", "pack")
 _ADVICE = ("use the state it.state() returned, unchanged (json.dump and json.load keep it), "
            "or start the epoch over with pipe.epoch(k)")
 
@@ -268,6 +268,7 @@ def check(state, plan, fingerprint: str) -> dict:
         raise StateRefused("fingerprint", "does not match this pipeline", "resume with the pipeline that saved it")
     try:
         _check_buckets(state, out, plan)
+        _check_pack(state, out, plan)
         _check_window(state, out, plan)
         if plan.streaming:
             _check_streams(state, out, plan)
@@ -313,7 +314,43 @@ def _check_window(state: dict, out: dict, plan) -> None:
 
 
 def _bucketed(plan) -> bool:
-    return plan.padder is not None and plan.padder.buckets is not None
+    """Batches may run ahead of the state's task (rows held in buckets or in packed rows since an older task)."""
+    return (plan.padder is not None and plan.padder.buckets is not None) or plan.pack is not None
+
+
+def _ordinals(value) -> bool:
+    return isinstance(value, list) and all(isinstance(g, numbers.Integral) and not isinstance(g, bool) for g in value)
+
+
+def _check_pack(state: dict, out: dict, plan) -> None:
+    """pack(): the held rows' items (ordinals from the epoch's start), each in [first, next), each once."""
+    if plan.pack is None:
+        if "pack" in state:
+            raise StateRefused("pack", "is written only for pipelines with pack(); this one has none",
+                               "resume with the pipeline that saved it")
+        return
+    pack = state.get("pack")
+    if pack is None:
+        raise StateRefused("pack", f"is missing: this pipeline has {plan.pack.describe()}, whose resume needs it")
+    shape = "a dict of 'first', 'next' (integers >= 0), 'open' and 'pending' (lists of rows, each a list of item numbers)"
+    if not isinstance(pack, dict) or set(pack) != {"first", "next", "open", "pending"}:
+        raise StateRefused("pack", f"must be {shape}, got {pack!r:.100}")
+    first, upto = pack["first"], pack["next"]
+    lists = isinstance(pack["open"], list) and isinstance(pack["pending"], list)
+    rows = pack["open"] + pack["pending"] if lists else []
+    if not lists or not _ordinals([first, upto]) or first < 0 or upto < first or not all(_ordinals(r) and r for r in rows):
+        raise StateRefused("pack", f"must be {shape}, got {pack!r:.100}")
+    held = [g for r in rows for g in r]
+    if len(pack["open"]) > plan.pack.buffer or len(pack["pending"]) >= (plan.rows_per_batch or 1):
+        raise StateRefused("pack", f"holds {len(pack['open'])} open and {len(pack['pending'])} unbatched rows, more than "
+                           f"{plan.pack.describe()} with {plan.rows_per_batch or 1} rows a batch ever holds")
+    if len(set(held)) != len(held) or any(not first <= g < upto for g in held) or any(r != sorted(r) for r in rows):
+        raise StateRefused("pack", f"must name each held item once, in order, between 'first' ({first}) and 'next' ({upto})")
+    if out["offset"]:
+        raise StateRefused("offset", f"is {out['offset']}, but a state of pack() always has offset 0 (state['pack'] "
+                           "names the items held)")
+    out["pack"] = {"first": int(first), "next": int(upto), "open": [[int(g) for g in r] for r in pack["open"]],
+                   "pending": [[int(g) for g in r] for r in pack["pending"]]}
 
 
 def _check_buckets(state: dict, out: dict, plan) -> None:

@@ -52,6 +52,9 @@ class Stats:
         self.decisions: list[str] = []  # autotuning changes made during the epoch, with reasons
         self.trial: dict = {}  # samples/s each backend delivered when feedline chose between them (see engine/_trial.py)
         self.window_peak = 0  # the most rows shuffle(seed, window=N) held at once (never above N; 0 without a window)
+        self.items = 0  # pack() / batch_by_budget(): real items (tokens, frames) in the batches cut so far ...
+        self.item_slots = 0  # ... and the slots they took (rows x width); the rest is padding
+        self.packed = False  # the items are packed (pack()), so their share of the slots is the packing efficiency
         self.started_at = None  # perf_counter of the first next()
         self.task_spans: collections.deque = collections.deque(maxlen=TIMELINE)  # (worker, start, end, number, rows)
         self.waits: collections.deque = collections.deque(maxlen=TIMELINE)  # (start, end, rows)
@@ -104,6 +107,16 @@ class Stats:
         """Share of the consumer's time spent waiting for data."""
         return self.wait_seconds / self.wall_seconds if self.wall_seconds else None
 
+    @property
+    def padding_share(self) -> float | None:
+        """Share of the slots of packed (``pack``) or budgeted (``batch_by_budget``) batches that hold padding."""
+        return 1.0 - self.items / self.item_slots if self.item_slots else None
+
+    @property
+    def packing_efficiency(self) -> float | None:
+        """Share of the packed rows' slots that hold real items (``pack`` only; 1 - `padding_share`)."""
+        return self.items / self.item_slots if (self.packed and self.item_slots) else None
+
     def verdict(self):
         """The analysis of these numbers (see `feedline.engine._report.Verdict`)."""
         from ._report import analyse
@@ -123,6 +136,8 @@ class Stats:
             "decisions": list(self.decisions),
             "trial": dict(self.trial),
             "window_peak": self.window_peak,
+            "padding_share": self.padding_share,
+            "packing_efficiency": self.packing_efficiency,
             "batches": self.batches,
             "samples": self.samples,
             "samples_per_second": self.samples / wall if wall > 0 else None,

@@ -23,7 +23,7 @@ from ._cache import CacheSource
 from ._environment import rank_from_environment
 from ._plan import OrderedSource, compile_plan, new_seed
 from ._settings import Ray
-from ._steps import Batch, Filter, Map, MapBatch, PaddedBatch, Prefetch, Shard, Shuffle, Skip, Take
+from ._steps import Batch, Filter, Map, MapBatch, Pack, PaddedBatch, Prefetch, Shard, Shuffle, Skip, Take
 
 if TYPE_CHECKING:
     from ..engine import EpochIterator
@@ -248,6 +248,49 @@ class Pipeline:
                         tuple(batch_sizes), pad_to_boundary)
         return self._with(PaddedBatch(max(padder.batch_sizes), drop_remainder, None, padder))
 
+    def pack(self, max_length: int, *, fit: str = "best", buffer: int = 32, too_long: str = "raise", pad_value=0) -> "Pipeline":
+        """Concatenate whole samples into rows of ``max_length`` items, with segment ids and positions: no compute on padding.
+
+        Grain's ``FirstFitPackIterDataset`` / ``BestFitPackIterDataset``
+        (``buffer`` is their ``num_packing_bins``); tf.data has no built-in
+        packing (T5/seqio's ``pack_dataset``). Every field of a sample (a
+        dict's values, a tuple's items, or the sample itself) is an array
+        whose first axis is the sample's length; all are packed together,
+        so tokens and their targets stay aligned. Each row holds up to
+        ``max_length`` items along that axis, then ``pad_value``; a dict
+        sample gains ``"segment_ids"`` (1, 2, ... per sample in the row, 0
+        on padding) and ``"positions"`` (0, 1, ... within each sample, 0 on
+        padding), int32; a tuple gets them appended, a bare array comes out
+        as ``(row, segment_ids, positions)``. Rows come one at a time:
+        follow with ``batch(n)`` for batches of ``n`` rows, as in Grain.
+
+        A sample goes into the first of the ``buffer`` open rows it fits
+        (``fit="first"``) or the one it leaves least room in (``"best"``,
+        the default: less padding at the same cost); when none has room
+        and ``buffer`` rows are open, the fullest is handed out. Which rows
+        come out is a function of the epoch's order only (the same on every
+        backend and worker count), and ``it.state()`` holds the open rows,
+        so ``resume`` is exact. See docs/variable_length.md.
+
+        Args:
+            max_length: items per row.
+            fit: ``"first"`` or ``"best"``.
+            buffer: rows held open at once (memory: ``buffer`` rows).
+            too_long: ``"raise"`` (a sample longer than ``max_length`` is an
+                error naming it) or ``"split"`` (cut into pieces of at most
+                ``max_length``, each its own segment). Never cut silently.
+            pad_value: fills each row past its last sample.
+
+        Raises:
+            ValueError: a bad argument, or pack() in a place it cannot run.
+
+        >>> import numpy as np, feedline as fl
+        >>> pipe = fl.from_sequence([np.array([1, 2, 3]), np.array([4, 5]), np.array([6])]).pack(4, fit="first")
+        >>> [(row.tolist(), ids.tolist(), pos.tolist()) for row, ids, pos in pipe]
+        [([1, 2, 3, 6], [1, 1, 1, 2], [0, 1, 2, 0]), ([4, 5, 0, 0], [1, 1, 0, 0], [0, 1, 0, 0])]
+        """
+        return self._with(Pack(max_length, fit, buffer, too_long, pad_value))
+
     def take(self, n: int) -> "Pipeline":
         """Keep the first ``n`` samples of every epoch (``n`` batches, when placed after ``batch()``).
 
@@ -309,8 +352,9 @@ class Pipeline:
         # per-sample steps run after the repeat, with each pass's own rng.
         kept, moved = [], []
         for step in self._steps:
-            if isinstance(step, (Batch, MapBatch)):
-                raise ValueError(f"repeat() after {step.describe()}: repeat the samples, then batch; put repeat() before batch()")
+            if isinstance(step, (Batch, MapBatch, Pack)):
+                raise ValueError(f"repeat() after {step.describe()}: repeat the samples, then batch; put repeat() before "
+                                 f"{step.describe().split('(')[0]}()")
             (moved if isinstance(step, (Map, Filter, Prefetch)) else kept).append(step)
         if self._endless():
             raise ValueError("repeat() of a pipeline that already repeats without end; give the first repeat() a count")

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .._packing import RaggedCollate
 from .._padding import Finish
 from ._settings import Ray
 
@@ -26,6 +27,7 @@ __all__ = ["OrderedSource", "Plan", "WorkerPart", "compile_plan", "new_seed"]
 
 CHUNK_UNBATCHED = 64  # most samples per task of an unbatched pipeline: amortises messaging for cheap samples
 TASKS_UNBATCHED = 256  # an unbatched epoch is cut into at least this many tasks: work for 128 workers x 2
+SAMPLES_PER_PACK_TASK = 64  # samples per task before pack(): amortises messaging; the packed rows do not depend on it
 
 
 @dataclass
@@ -78,6 +80,8 @@ class Plan:
     padder: object = None  # padded_batch / bucket_by_length (`feedline._padding.Padder`): how re-cut pieces join
     window: object = None  # the Shuffle step with window=N: a stream's rows shuffled in the consumer (engine/_window.py)
     backend_for_timeout: bool = False  # "process" was chosen because map(timeout=) needs it (no backend= given)
+    pack: object = None  # the Pack step: rows packed in the consumer (engine/_packer.py)
+    rows_per_batch: int | None = None  # pack() then batch(n): n rows a batch (None: rows one at a time)
 
     @property
     def streaming(self) -> bool:
@@ -153,6 +157,8 @@ class Plan:
             raise TypeError("len() is unknown for a generator source: the number of samples is not known in advance")
         if self.padder is not None and self.padder.buckets is not None:
             raise TypeError("len() is unknown after bucket_by_length(): how many batches each bucket fills depends on the data")
+        if self.pack is not None:
+            raise TypeError("len() is unknown after pack(): how many rows the samples fill depends on their lengths")
         if self.filtered:
             raise TypeError("len() is unknown after filter(): the number of samples kept is not known in advance")
         n = len(self.epoch_indices(0))
@@ -172,10 +178,14 @@ class PlanBuilder:
         self.filtered = False
         self.positional = []  # take()/skip(): they count samples, which a generator's shards are not
         self.window = None  # shuffle(window=N)
+        self.pack = None  # pack(max_length)
 
     def add_positions(self, step, verb: str) -> None:
         """take()/skip(): an index step; after batch() it counts batches, when every batch is full."""
         self.positional.append(verb)
+        if self.pack is not None:
+            raise ValueError(f"{verb}() after pack() would count packed rows, whose number depends on the lengths; put "
+                             f"{verb}() before pack() to count samples")
         if self.batch is None:
             self.index_steps.append(step)
             return
@@ -194,12 +204,25 @@ class PlanBuilder:
                              "one window shuffles the stream, give it the window you want")
         self.window = step
 
+    def add_pack(self, step) -> None:
+        """pack(): after the per-sample steps, before batch() (which then batches rows)."""
+        if self.batch is not None:
+            raise ValueError(f"{step.describe()} after batch(): pack the samples, then batch the rows; put pack() before batch()")
+        if self.pack is not None:
+            raise ValueError(f"pack() appears twice ({self.pack.describe()} and {step.describe()}); a pipeline packs once")
+        self.pack = step
+
     def add_index_step(self, step, verb: str) -> None:
+        if self.pack is not None:
+            raise ValueError(f"{verb}() must come before pack(): it works on sample indices")
         if self.batch is not None:
             raise ValueError(f"{verb}() must come before batch(): it works on sample indices")
         self.index_steps.append(step)
 
     def add_sample_step(self, step, verb: str) -> None:
+        if self.pack is not None and self.batch is None:
+            raise ValueError(f"{verb}() after pack() would see packed rows; put it before pack(), or use map_batch() after "
+                             "pack().batch(n) for work on batches of rows")
         if self.batch is not None:
             raise ValueError(f"{verb}() after batch() would see whole batches; put it before batch(), or use map_batch() for work on batches")
         self.ops.append(step)
@@ -232,7 +255,8 @@ def compile_plan(source, steps, seed: int) -> Plan:
         step = builder.index_steps[0].describe()
         raise ValueError(f"{step} after repeat() without a count would need the whole endless stream; put it before "
                          "repeat() (every pass gets its own order), or give repeat(count)")
-    _check_window(source, builder.window, builder.batch)
+    _check_window(source, builder.window, builder.batch, builder.pack)
+    _check_pack(builder.pack, builder.batch)
     maps = builder.maps
     backend, workers, ray = _executor_settings(maps)
     timeout, timeout_stage = _timeout_settings(builder.ops, maps, source, backend, workers)
@@ -249,10 +273,14 @@ def compile_plan(source, steps, seed: int) -> Plan:
         aligned = False  # buckets gather rows from many tasks
     collate = padder.collate(aligned) if padder is not None else (batch.collate if batch else None)
     finish = [Finish(padder)] if padder is not None and not aligned else []  # the consumer fits re-cut pieces
+    pack = builder.pack
+    task_samples = batch.size if batch else None
+    if pack is not None:  # workers send ragged pieces of samples; the consumer packs them into rows
+        aligned, collate, task_samples = False, RaggedCollate(pack.max_length, pack.too_long == "split"), SAMPLES_PER_PACK_TASK
     part = WorkerPart(
         source=source,
         ops=builder.ops,
-        batch_size=batch.size if batch else None,
+        batch_size=task_samples,
         collate=collate,
         batch_ops=builder.batch_ops if aligned else [],
         seed=seed,
@@ -275,13 +303,27 @@ def compile_plan(source, steps, seed: int) -> Plan:
         padder=padder,
         window=builder.window,
         backend_for_timeout=backend_for_timeout,
+        pack=pack,
+        rows_per_batch=batch.size if (pack is not None and batch is not None) else None,
     )
 
 
-def _check_window(source, window, batch) -> None:
+def _check_pack(pack, batch) -> None:
+    """pack().batch(n): rows are stacked; padding and bucketing rows of one length would do nothing."""
+    if pack is None or batch is None:
+        return
+    if batch.padder is not None or batch.collate is not None:
+        raise ValueError(f"{pack.describe()} then {batch.describe()}: packed rows all have max_length items, so batch them "
+                         "with batch(n) (no collate=, no padding)")
+
+
+def _check_window(source, window, batch, pack=None) -> None:
     """shuffle(window=N) shuffles a stream's rows: refused where it cannot, or need not, work."""
     if window is None:
         return
+    if pack is not None:
+        raise ValueError(f"{window.describe()} with pack() is not supported yet; shuffle the shards (shuffle(seed)) and "
+                         "pack without a window")
     if not source.streaming:
         raise ValueError(f"{window.describe()}: window= is for generator sources, which stream; this source is read by "
                          f"index, so shuffle(seed={window.seed}) already permutes the whole epoch (any sample can land "

@@ -21,7 +21,8 @@ import numpy as np
 
 from ._settings import BACKENDS, Ray
 
-__all__ = ["Batch", "Filter", "Map", "MapBatch", "PaddedBatch", "Prefetch", "Shard", "Shuffle", "Skip", "Step", "Take", "fn_name", "takes_rng"]
+__all__ = ["Batch", "Filter", "Map", "MapBatch", "Pack", "PaddedBatch", "Prefetch", "Shard", "Shuffle", "Skip", "Step", "Take", "fn_name",
+           "takes_rng"]
 
 ON_ERROR = ("raise", "skip")
 
@@ -366,6 +367,51 @@ class PaddedBatch(Batch):
 
     def fingerprint(self) -> str:
         return repr((_index_fingerprint(self, size=self.size, drop_remainder=self.drop_remainder), self.padding.identity()))
+
+
+PACK_FITS = ("first", "best")
+TOO_LONG = ("raise", "split")
+
+
+@dataclass(frozen=True)
+class Pack(Step):
+    """``pack(max_length)``: whole samples concatenated into rows of at most ``max_length`` (see `engine._packer`)."""
+
+    max_length: int
+    fit: str = "best"
+    buffer: int = 32
+    too_long: str = "raise"
+    pad_value: Any = 0
+
+    def __post_init__(self):
+        _check_count(self.max_length, "pack(max_length=...)", 1)
+        if self.max_length is None:
+            raise ValueError("pack(max_length=...) must be an integer >= 1 (the length of a packed row), got None")
+        _check_count(self.buffer, "pack(buffer=...) (rows held open at once)", 1)
+        if self.buffer is None:
+            raise ValueError("pack(buffer=...) must be an integer >= 1 (rows held open at once), got None")
+        if not (isinstance(self.fit, str) and self.fit in PACK_FITS):
+            raise ValueError(f"pack(fit={self.fit!r}): use 'first' (the first open row with room) or 'best' (the row it "
+                             "leaves least room in)")
+        if not (isinstance(self.too_long, str) and self.too_long in TOO_LONG):
+            raise ValueError(f"pack(too_long={self.too_long!r}): use 'raise' (a sample longer than max_length is an error "
+                             "naming it) or 'split' (cut into pieces of at most max_length, each its own segment)")
+        if isinstance(self.pad_value, (bool, np.bool_)) or not isinstance(self.pad_value, (numbers.Number, np.number)):
+            raise ValueError(f"pack(pad_value={self.pad_value!r}) must be a number (what fills a row past its last sample)")
+
+    def place(self, plan) -> None:
+        plan.add_pack(self)
+
+    def describe(self) -> str:
+        extras = [f"{name}={getattr(self, name)!r}" for name, default in (("fit", "best"), ("buffer", 32), ("too_long", "raise"),
+                                                                           ("pad_value", 0)) if getattr(self, name) != default]
+        return f"pack({', '.join([str(self.max_length)] + extras)})"
+
+    def fingerprint(self) -> str:
+        return repr(("Pack", self.max_length, self.fit, self.buffer, self.too_long, self.pad_value))
+
+    def cache_conflict(self) -> str:
+        return "cache() after pack(): the cache stores samples; put pack() (and batch()) after .cache()"
 
 
 @dataclass(frozen=True)
