@@ -26,7 +26,7 @@ import numpy as np
 from ._errors import SampleError
 from ._tree import collate_into, concat_pieces, slice_rows
 
-__all__ = ["Padder", "PaddingError"]
+__all__ = ["BudgetCollate", "Padder", "PaddingError"]
 
 
 class PaddingError(SampleError):
@@ -345,6 +345,34 @@ class _PieceCollate:
 
     def __call__(self, samples: list):
         return self.padder.piece(samples)
+
+
+class BudgetCollate:
+    """``collate`` of ``batch_by_budget``: a piece for the consumer's cut, with each row's length under ``"budget"``.
+
+    The length is ``length_fn(sample)``, or without one the length of the
+    first padded field (what the padded batch's width is made of).
+    """
+
+    def __init__(self, padder: Padder, length_fn: Callable | None):
+        self.padder, self.length_fn = padder, length_fn
+
+    def __call__(self, samples: list):
+        piece = self.padder.piece(samples)
+        if self.length_fn is None:
+            if not piece["lengths"]:
+                raise PaddingError("batch_by_budget(): the sample has no field to pad, so no length to count; give "
+                                   "length_fn=", 0)
+            piece["budget"] = np.asarray(next(iter(piece["lengths"].values())), dtype=np.int64)
+            return piece
+        budget = np.empty(len(samples), dtype=np.int64)
+        for row, sample in enumerate(samples):
+            n = self.length_fn(sample)
+            if isinstance(n, bool) or not isinstance(n, (numbers.Integral, np.integer)) or n < 0:
+                raise PaddingError(f"batch_by_budget(): length_fn returned {n!r}; it must return an integer >= 0", row)
+            budget[row] = n
+        piece["budget"] = budget
+        return piece
 
 
 class Finish:

@@ -31,6 +31,7 @@ from .._switch_interval import short_switch_interval
 from .._tree import BatchGroup, flatten, slice_rows
 from ..worker import Task
 from ._buckets import Buckets
+from ._budget import BudgetCut
 from ._packer import Packer
 from ._recut import Recut
 from ._state import MAX_TASK_BYTES, OLD_CHUNK, STATE_VERSION, cache_share, measured_chunk, seal, task_grid
@@ -541,8 +542,8 @@ class EpochIterator:
         stats.backend, stats.decision, stats.trial = runtime.backend, runtime.decision, runtime.trial
         if self._shuffler is not None:
             stats.window_peak = self._shuffler.peak
-        if isinstance(self._recut, Packer):
-            stats.packed = True
+        if isinstance(self._recut, (Packer, BudgetCut)):
+            stats.packed = isinstance(self._recut, Packer)
             stats.items, stats.item_slots = self._recut.fill.items, self._recut.fill.slots
 
 
@@ -556,12 +557,14 @@ def _batch_bytes(batch, rows: int, size: int) -> int:
 
 
 def _recut_for(plan, state):
-    """The re-cut of a plan whose tasks may not be whole batches: one carry of rows, or buckets."""
+    """The re-cut of a plan whose tasks may not be whole batches: one carry of rows, buckets, packed rows or a budget."""
     padder = plan.padder
     if plan.pack is not None:
         pack = plan.pack
         return Packer(pack.max_length, pack.fit, pack.buffer, pack.pad_value, plan.rows_per_batch, plan.drop_remainder,
                       (state or {}).get("pack"), plan.part.source.where)
+    if plan.budget is not None:
+        return BudgetCut(plan.budget, padder.join, padder.cut, plan.part.source.where)
     if padder is None:
         return Recut(plan.part.batch_size, plan.drop_remainder, plan.part.source.where)
     if padder.buckets is None:

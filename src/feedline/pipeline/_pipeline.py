@@ -21,9 +21,9 @@ from .._switch_interval import short_switch_interval
 from ..sources._composed import ComposedSource
 from ._cache import CacheSource
 from ._environment import rank_from_environment
-from ._plan import OrderedSource, compile_plan, new_seed
+from ._plan import SAMPLES_PER_PACK_TASK, OrderedSource, compile_plan, new_seed
 from ._settings import Ray
-from ._steps import Batch, Filter, Map, MapBatch, Pack, PaddedBatch, Prefetch, Shard, Shuffle, Skip, Take
+from ._steps import Batch, BudgetBatch, Filter, Map, MapBatch, Pack, PaddedBatch, Prefetch, Shard, Shuffle, Skip, Take
 
 if TYPE_CHECKING:
     from ..engine import EpochIterator
@@ -248,6 +248,33 @@ class Pipeline:
                         tuple(batch_sizes), pad_to_boundary)
         return self._with(PaddedBatch(max(padder.batch_sizes), drop_remainder, None, padder))
 
+    def batch_by_budget(
+        self, max_tokens: int, *, length_fn=None, pad_value=0, axis: int = 0, lengths: bool = False, mask: bool = False,
+    ) -> "Pipeline":
+        """Batches of as many samples as fit ``max_tokens``, padding counted: rows x longest <= ``max_tokens``.
+
+        Fairseq's and ESPnet's ``max_tokens`` batching (tf.data's nearest
+        is ``bucket_by_sequence_length`` with ``bucket_batch_sizes``). In
+        the epoch's order, a sample joins the current batch while the batch
+        padded to its longest stays within the budget; otherwise the batch
+        is handed out and the sample starts the next one. Padding is as in
+        `padded_batch` (``pad_value``, ``axis``, ``lengths``, ``mask``). The
+        length is ``length_fn(sample)``, or the first padded field's length
+        along ``axis``; a sample longer than ``max_tokens`` is an error
+        naming it. The batches are the same on every backend and worker
+        count, and ``it.state()`` resumes exactly. See docs/variable_length.md.
+
+        Raises:
+            ValueError: a bad argument.
+
+        >>> import feedline as fl
+        >>> pipe = fl.from_sequence([[1, 2], [3], [4, 5, 6], [7]]).batch_by_budget(6)
+        >>> [b.tolist() for b in pipe]
+        [[[1, 2], [3, 0]], [[4, 5, 6], [7, 0, 0]]]
+        """
+        padder = Padder(pad_value, None, None, axis, lengths, mask)
+        return self._with(BudgetBatch(SAMPLES_PER_PACK_TASK, False, None, padder, max_tokens, length_fn))
+
     def pack(self, max_length: int, *, fit: str = "best", buffer: int = 32, too_long: str = "raise", pad_value=0) -> "Pipeline":
         """Concatenate whole samples into rows of ``max_length`` items, with segment ids and positions: no compute on padding.
 
@@ -315,7 +342,7 @@ class Pipeline:
         batch = next((s for s in self._steps if isinstance(s, Batch)), None)
         if batch is None:
             return n if all(isinstance(s, (Map, Filter, Prefetch)) for s in self._steps) else None
-        whole = (batch.padder is None or batch.padder.buckets is None) and not any(
+        whole = (batch.padder is None or batch.padder.buckets is None) and batch.budget is None and not any(
             isinstance(s, Filter) or (isinstance(s, Map) and s.skips) for s in self._steps)
         return n * batch.size if whole and all(isinstance(s, (Map, Prefetch, Batch, MapBatch)) for s in self._steps) else None
 

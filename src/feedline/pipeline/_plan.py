@@ -20,14 +20,14 @@ from dataclasses import dataclass
 import numpy as np
 
 from .._packing import RaggedCollate
-from .._padding import Finish
+from .._padding import BudgetCollate, Finish
 from ._settings import Ray
 
 __all__ = ["OrderedSource", "Plan", "WorkerPart", "compile_plan", "new_seed"]
 
 CHUNK_UNBATCHED = 64  # most samples per task of an unbatched pipeline: amortises messaging for cheap samples
 TASKS_UNBATCHED = 256  # an unbatched epoch is cut into at least this many tasks: work for 128 workers x 2
-SAMPLES_PER_PACK_TASK = 64  # samples per task before pack(): amortises messaging; the packed rows do not depend on it
+SAMPLES_PER_PACK_TASK = 64  # samples per task of pack() / batch_by_budget(): amortises messaging; the batches do not depend on it
 
 
 @dataclass
@@ -82,6 +82,7 @@ class Plan:
     backend_for_timeout: bool = False  # "process" was chosen because map(timeout=) needs it (no backend= given)
     pack: object = None  # the Pack step: rows packed in the consumer (engine/_packer.py)
     rows_per_batch: int | None = None  # pack() then batch(n): n rows a batch (None: rows one at a time)
+    budget: int | None = None  # batch_by_budget(max_tokens): items a batch may hold, padding counted (engine/_budget.py)
 
     @property
     def streaming(self) -> bool:
@@ -157,6 +158,8 @@ class Plan:
             raise TypeError("len() is unknown for a generator source: the number of samples is not known in advance")
         if self.padder is not None and self.padder.buckets is not None:
             raise TypeError("len() is unknown after bucket_by_length(): how many batches each bucket fills depends on the data")
+        if self.budget is not None:
+            raise TypeError("len() is unknown after batch_by_budget(): how many samples fit each batch depends on their lengths")
         if self.pack is not None:
             raise TypeError("len() is unknown after pack(): how many rows the samples fill depends on their lengths")
         if self.filtered:
@@ -192,6 +195,9 @@ class PlanBuilder:
         if self.filtered or any(m.skips for m in self.maps):
             raise ValueError(f"{verb}() after batch() counts batches, but a filter() or map(on_error='skip') before it "
                              f"makes batches come out of re-cut samples; put {verb}() before batch() to count samples")
+        if self.batch.budget is not None:
+            raise ValueError(f"{verb}() after batch_by_budget() would count batches of different sizes; put {verb}() "
+                             "before it to count samples")
         if self.batch.padder is not None and self.batch.padder.buckets is not None:
             raise ValueError(f"{verb}() after bucket_by_length() would count batches of different sizes; put {verb}() "
                              "before it to count samples")
@@ -271,10 +277,15 @@ def compile_plan(source, steps, seed: int) -> Plan:
     padder = batch.padder if batch else None  # padded_batch / bucket_by_length
     if padder is not None and padder.buckets is not None:
         aligned = False  # buckets gather rows from many tasks
+    budget = batch.budget if batch else None
+    if budget is not None:
+        aligned = False  # a batch's rows come from as many tasks as fit the budget
     collate = padder.collate(aligned) if padder is not None else (batch.collate if batch else None)
+    if budget is not None:
+        collate = BudgetCollate(padder, batch.length_fn)
     finish = [Finish(padder)] if padder is not None and not aligned else []  # the consumer fits re-cut pieces
     pack = builder.pack
-    task_samples = batch.size if batch else None
+    task_samples = SAMPLES_PER_PACK_TASK if budget is not None else (batch.size if batch else None)
     if pack is not None:  # workers send ragged pieces of samples; the consumer packs them into rows
         aligned, collate, task_samples = False, RaggedCollate(pack.max_length, pack.too_long == "split"), SAMPLES_PER_PACK_TASK
     part = WorkerPart(
@@ -304,6 +315,7 @@ def compile_plan(source, steps, seed: int) -> Plan:
         window=builder.window,
         backend_for_timeout=backend_for_timeout,
         pack=pack,
+        budget=budget,
         rows_per_batch=batch.size if (pack is not None and batch is not None) else None,
     )
 

@@ -21,7 +21,7 @@ import numpy as np
 
 from ._settings import BACKENDS, Ray
 
-__all__ = ["Batch", "Filter", "Map", "MapBatch", "Pack", "PaddedBatch", "Prefetch", "Shard", "Shuffle", "Skip", "Step", "Take", "fn_name",
+__all__ = ["Batch", "BudgetBatch", "Filter", "Map", "MapBatch", "Pack", "PaddedBatch", "Prefetch", "Shard", "Shuffle", "Skip", "Step", "Take", "fn_name",
            "takes_rng"]
 
 ON_ERROR = ("raise", "skip")
@@ -346,6 +346,11 @@ class Batch(Step):
         """How samples of different lengths are padded and bucketed (`feedline._padding.Padder`); None: stacked."""
         return None
 
+    @property
+    def budget(self) -> int | None:
+        """Items a batch may hold, padding counted (``batch_by_budget``); None: a batch is ``size`` samples."""
+        return None
+
 
 @dataclass(frozen=True)
 class PaddedBatch(Batch):
@@ -412,6 +417,37 @@ class Pack(Step):
 
     def cache_conflict(self) -> str:
         return "cache() after pack(): the cache stores samples; put pack() (and batch()) after .cache()"
+
+
+@dataclass(frozen=True)
+class BudgetBatch(PaddedBatch):
+    """``batch_by_budget``: as many samples a batch as keep rows x longest within ``max_tokens``, padded.
+
+    ``size`` is the samples per task the workers pad (the batches are cut by the consumer, `engine._budget`).
+    """
+
+    max_tokens: int = 1
+    length_fn: Callable | None = None
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.max_tokens is None:
+            raise ValueError("batch_by_budget(max_tokens=...) must be an integer >= 1, got None")
+        _check_count(self.max_tokens, "batch_by_budget(max_tokens=...)", 1)
+        if self.length_fn is not None:
+            _check_callable(self.length_fn, "batch_by_budget(length_fn=...)")
+
+    @property
+    def budget(self) -> int:
+        return self.max_tokens
+
+    def describe(self) -> str:
+        extras = ", ".join(filter(None, [f"length_fn={fn_name(self.length_fn)}" if self.length_fn else "",
+                                         self.padding.describe()]))
+        return f"batch_by_budget({self.max_tokens}{', ' + extras if extras else ''})"
+
+    def fingerprint(self) -> str:
+        return repr(("BudgetBatch", self.max_tokens, self.length_fn is not None, self.padding.identity()))
 
 
 @dataclass(frozen=True)

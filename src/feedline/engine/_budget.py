@@ -1,0 +1,107 @@
+"""BudgetCut: ``batch_by_budget(max_tokens)``'s batches, cut in the consumer from padded pieces in task order.
+
+Each task's piece is padded in its worker as for ``padded_batch``, with
+each row's length under ``"budget"`` (`feedline._padding.BudgetCollate`). Rows are taken in task order; a batch
+holds as many as keep ``rows x longest <= max_tokens`` (the padded size, as
+Fairseq's and ESPnet's ``max_tokens`` count it), so the batches are a
+function of the epoch's order only. A batch is handed out when the next row
+would not fit, or at once when no row could (``(rows + 1) x longest >
+max_tokens``). It has the interface of `feedline.engine._recut.Recut`.
+
+Resume points are those of the re-cut: a batch ends inside a task (that
+task, and how many of its rows were used) or at its end (the next task);
+no row waits past the point, so nothing else is kept.
+"""
+
+from __future__ import annotations
+
+from .._errors import SampleError
+from .._tree import flatten, unflatten
+from ._packer import Fill
+
+__all__ = ["BudgetCut"]
+
+
+class BudgetCut:
+    """Rows carried until their batch is full, and the batches cut from them."""
+
+    def __init__(self, max_tokens: int, join, cut, where=None):
+        self.max_tokens, self.join, self.slice, self.where = max_tokens, join, cut, where
+        self.carry: list = []  # [piece, start, stop] runs of rows, in order
+        self.held, self.longest, self.tokens = 0, 0, 0
+        self.ready: list = []
+        self.after = None  # the point after the last task added
+        self.fill = Fill()
+        self.error = None
+
+    @property
+    def rows(self) -> int:
+        return self.held
+
+    def add(self, piece, rows: int, number: int, task_rows: int, indices=None, before=None, after=None) -> None:
+        """Take the rows of task ``number`` (``rows`` of its ``task_rows``: a resumed first task drops those delivered)."""
+        if self.error is not None:
+            return
+        done = task_rows - rows  # rows of this task delivered before a resume
+        start = 0
+        for r, n in enumerate(piece["budget"][:rows].tolist()):
+            if n > self.max_tokens:
+                index = indices[r] if indices is not None else None
+                self.error = SampleError(
+                    f"batch_by_budget(max_tokens={self.max_tokens}): the sample is {n} long, more than a whole batch may "
+                    "hold; raise max_tokens, crop it in map(), or filter it out", index=index,
+                    where=self.where(index) if (index is not None and self.where) else None, stage="batch")
+                return
+            longest = max(self.longest, n)
+            if self.held and (self.held + 1) * longest > self.max_tokens:
+                self._take(piece, start, r, rows)
+                start = r
+                self._emit(_point(number, done + r, task_rows, before, after))
+                longest = n
+            self.held, self.longest, self.tokens = self.held + 1, longest, self.tokens + n
+            if (self.held + 1) * self.longest > self.max_tokens:  # no row can join: out now
+                self._take(piece, start, r + 1, rows)
+                start = r + 1
+                self._emit(_point(number, done + r + 1, task_rows, before, after))
+        if start < rows:
+            self._take(piece, start, rows, rows, keep=True)
+        self.after = _point(number, task_rows, task_rows, before, after)
+
+    def _take(self, piece, start: int, stop: int, rows: int, keep: bool = False) -> None:
+        if start == stop:
+            return
+        run = piece if (start, stop) == (0, rows) else self.slice(piece, start, stop, rows=rows)
+        if keep:  # rows that wait past their task get their own memory: a view would pin the worker's whole slot
+            skeleton, arrays = flatten(run)
+            run = unflatten(skeleton, [a.copy() for a in arrays])
+        self.carry.append((run, stop - start))
+
+    def _emit(self, point: dict) -> None:
+        runs, rows = self.carry, self.held
+        if len(runs) == 1:
+            batch = runs[0][0]
+        else:  # a joined batch is always cut: slice_rows collates columns the pieces held differently
+            batch = self.slice(self.join([p for p, _ in runs], rows=[n for _, n in runs]), 0, rows, rows=rows)
+        self.fill.items += self.tokens
+        self.fill.slots += rows * self.longest
+        self.ready.append((batch, point, rows))
+        self.carry, self.held, self.longest, self.tokens = [], 0, 0, 0
+
+    def cut(self, final: bool) -> list:
+        """Batches ready since the last call; with ``final``, the rows held too."""
+        if self.error is not None:
+            error, self.error, self.ready = self.error, None, []
+            raise error
+        if final and self.held:
+            self._emit(self.after)
+        out, self.ready = self.ready, []
+        return out
+
+
+def _point(number: int, used: int, task_rows: int, before, after) -> dict:
+    """The point after ``used`` rows of task ``number`` (the next task once all are used)."""
+    point = {"task": number, "offset": used} if used < task_rows else {"task": number + 1, "offset": 0}
+    streams = before if used < task_rows else after
+    if streams is not None:
+        point["streams"] = streams
+    return point
