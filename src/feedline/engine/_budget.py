@@ -48,8 +48,8 @@ class BudgetCut:
             if n > self.max_tokens:
                 index = indices[r] if indices is not None else None
                 self.error = SampleError(
-                    f"batch_by_budget(max_tokens={self.max_tokens}): the sample is {n} long, more than a whole batch may "
-                    "hold; raise max_tokens, crop it in map(), or filter it out", index=index,
+                    f"batch_by_budget(max_tokens={self.max_tokens}): sample {index} is {n} long, more than a whole batch "
+                    "may hold; raise max_tokens, crop it in map(), or filter it out", index=index,
                     where=self.where(index) if (index is not None and self.where) else None, stage="batch")
                 return
             longest = max(self.longest, n)

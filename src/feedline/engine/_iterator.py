@@ -94,9 +94,10 @@ class EpochIterator:
         self._point = {"task": start_task, "offset": self._skip_rows}
         if state is not None and plan.streaming:
             self._point["streams"] = state["streams"]
-        for name in ("buckets", "pack"):  # bucket_by_length's and pack()'s held rows, until the first batch
-            if state is not None and name in state:
-                self._point[name] = state[name]
+        if state is not None and "buckets" in state:
+            self._point["buckets"] = state["buckets"]
+        if plan.pack is not None:  # pack(): the items the rows hold (none yet at the start)
+            self._point["pack"] = state["pack"] if state is not None else {"first": 0, "next": 0, "open": [], "pending": []}
         if plan.window is not None:  # shuffle(window=N): rows delivered and the oldest row held (none yet at the start)
             self._point["window"] = state["window"] if state is not None else {"delivered": 0, "first": 0}
         if plan.streaming:

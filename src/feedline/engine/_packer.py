@@ -139,7 +139,7 @@ class Packer:
         elif spec != self.spec:
             row = int(piece["sample"][0]) if len(piece["sample"]) else 0
             index = indices[row] if indices is not None else None
-            raise SampleError(f"pack(): a sample has fields {keys!r} of {spec[2]} {spec[3]} where the epoch's first "
+            raise SampleError(f"pack(): sample {index} has fields {keys!r} of {spec[2]} {spec[3]} where the epoch's first "
                               f"had {self.spec[1]!r} of {self.spec[2]} {self.spec[3]}; packed rows need the same fields, "
                               "dtypes and shapes past the first axis (cast or reshape in map())",
                               index=index, where=self.where(index) if (index is not None and self.where) else None, stage="pack")

@@ -314,8 +314,12 @@ def _check_window(state: dict, out: dict, plan) -> None:
 
 
 def _bucketed(plan) -> bool:
-    """Batches may run ahead of the state's task (rows held in buckets or in packed rows since an older task)."""
-    return (plan.padder is not None and plan.padder.buckets is not None) or plan.pack is not None
+    return plan.padder is not None and plan.padder.buckets is not None
+
+
+def _runs_ahead(plan) -> bool:
+    """Batches may outnumber the samples before the state's task (rows wait in buckets or packed rows since an older one)."""
+    return _bucketed(plan) or plan.pack is not None
 
 
 def _ordinals(value) -> bool:
@@ -399,7 +403,7 @@ def _check_indexed(state: dict, out: dict, plan) -> None:
         raise StateRefused("offset", f"is {offset}, but task {task} holds only {rows} samples (the offset counts "
                            "those already delivered, fewer than the task holds)")
     consumed = min(covered, task * step)
-    if out["batches"] > consumed + offset and not _bucketed(plan):
+    if out["batches"] > consumed + offset and not _runs_ahead(plan):
         raise StateRefused("batches", f"is {out['batches']}, more than the {consumed + offset} samples delivered before "
                            f"task {task}, offset {offset}")
     if plan.part.aligned and out["batches"] != (consumed + offset if unbatched else -(-(consumed + offset) // batch)):
@@ -468,7 +472,7 @@ def _check_streams(state: dict, out: dict, plan) -> None:
     if offset and shards[cursor] in done:
         raise StateRefused("offset", f"is {offset}, items of a task of shard {shards[cursor]}, which state['streams'] lists as exhausted")
     out["streams"] = {"positions": clean, "exhausted": sorted(done), "cursor": int(cursor)}
-    if out["batches"] > sum(clean.values()) + offset and not _bucketed(plan) and plan.window is None:
+    if out["batches"] > sum(clean.values()) + offset and not _runs_ahead(plan) and plan.window is None:
         raise StateRefused("batches", f"is {out['batches']}, more than the {sum(clean.values()) + offset} items read from the shards")
     skipped = out["skipped"] = [list(item) for item in state["skipped"]]
     for k, (index, _) in enumerate(skipped):
