@@ -76,6 +76,7 @@ class Packer:
         self.tasks: list = []  # (task number, first ordinal, streams before it), in task order
         self.current = None
         self.fill = Fill()
+        self._count = np.arange(max_length, dtype=np.int32)  # positions 0, 1, ... of a segment
         self.spec = None  # (kind, keys, dtypes, trailing shapes) from the first piece
         self.error = None
         self.next = resume["first"] if resume else 0  # ordinal of the next item to arrive
@@ -176,7 +177,7 @@ class Packer:
 
     def _put(self, row: _Row, g: int, n: int, fields, start: int) -> None:
         if row.arrays is None:
-            row.arrays = [np.full((self.length, *f.shape[1:]), self.pad, dtype=f.dtype) for f in fields]
+            row.arrays = [np.empty((self.length, *f.shape[1:]), dtype=f.dtype) for f in fields]
         for out, f in zip(row.arrays, fields):
             out[row.used : row.used + n] = f[start : start + n]
         row.ordinals.append(g)
@@ -195,22 +196,24 @@ class Packer:
         items = sum(len(r.lengths) for r in rows)
         self.fill.items += sum(r.used for r in rows)
         self.fill.slots += len(rows) * self.length
+        for r in rows:  # the arrays were made empty: padding goes in once, past the last item
+            for a in r.arrays:
+                a[r.used :] = self.pad
+        ids = np.zeros((len(rows), self.length), dtype=np.int32)
+        positions = np.zeros((len(rows), self.length), dtype=np.int32)
+        count = self._count
+        for k, r in enumerate(rows):
+            start = 0
+            for segment, n in enumerate(r.lengths, 1):
+                ids[k, start : start + n] = segment
+                positions[k, start : start + n] = count[:n]
+                start += n
         if self.size is None:
-            batch = self._sample(rows[0].arrays, *self._segments(rows[0]))
+            batch = self._sample(rows[0].arrays, ids[0], positions[0])
         else:
-            segments = [self._segments(r) for r in rows]
             fields = [np.stack([r.arrays[k] for r in rows]) for k in range(len(rows[0].arrays))]
-            batch = self._sample(fields, np.stack([s for s, _ in segments]), np.stack([p for _, p in segments]))
+            batch = self._sample(fields, ids, positions)
         self.ready.append((batch, self._point(), items))
-
-    def _segments(self, row: _Row):
-        lengths = np.asarray(row.lengths, dtype=np.int64)
-        ids = np.zeros(self.length, dtype=np.int32)
-        ids[: row.used] = np.repeat(np.arange(1, len(lengths) + 1, dtype=np.int32), lengths)
-        positions = np.zeros(self.length, dtype=np.int32)
-        starts = np.repeat(np.cumsum(lengths) - lengths, lengths)
-        positions[: row.used] = np.arange(row.used) - starts
-        return ids, positions
 
     def _sample(self, fields: list, ids, positions):
         kind, keys = self.spec[0], self.spec[1]
