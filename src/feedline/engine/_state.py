@@ -292,16 +292,24 @@ def _edited(state: dict) -> bool:
         return True
 
 
+def _step_field(state: dict, name: str, step, written_for: str):
+    """``state[name]``, which only a pipeline with ``step`` writes: refused without the step, required with it (None: no step)."""
+    if step is None:
+        if name in state:
+            raise StateRefused(name, f"is written only for pipelines with {written_for}; this one has none",
+                               "resume with the pipeline that saved it")
+        return None
+    value = state.get(name)
+    if value is None:
+        raise StateRefused(name, f"is missing: this pipeline has {step.describe()}, whose resume needs it")
+    return value
+
+
 def _check_window(state: dict, out: dict, plan) -> None:
     """shuffle(window=N): rows delivered, and the oldest row the buffer held (where the resumed stream starts again)."""
-    if plan.window is None:
-        if "window" in state:
-            raise StateRefused("window", "is written only for pipelines with shuffle(window=...); this one has none",
-                               "resume with the pipeline that saved it")
-        return
-    window = state.get("window")
+    window = _step_field(state, "window", plan.window, "shuffle(window=...)")
     if window is None:
-        raise StateRefused("window", f"is missing: this pipeline has {plan.window.describe()}, whose resume needs it")
+        return
     ok = isinstance(window, dict) and set(window) == {"delivered", "first"} and all(
         isinstance(v, numbers.Integral) and not isinstance(v, bool) and v >= 0 for v in window.values())
     if not ok:
@@ -328,14 +336,9 @@ def _ordinals(value) -> bool:
 
 def _check_pack(state: dict, out: dict, plan) -> None:
     """pack(): the held rows' items (ordinals from the epoch's start), each in [first, next), each once."""
-    if plan.pack is None:
-        if "pack" in state:
-            raise StateRefused("pack", "is written only for pipelines with pack(); this one has none",
-                               "resume with the pipeline that saved it")
-        return
-    pack = state.get("pack")
+    pack = _step_field(state, "pack", plan.pack, "pack()")
     if pack is None:
-        raise StateRefused("pack", f"is missing: this pipeline has {plan.pack.describe()}, whose resume needs it")
+        return
     shape = "a dict of 'first', 'next' (integers >= 0), 'open' and 'pending' (lists of rows, each a list of item numbers)"
     if not isinstance(pack, dict) or set(pack) != {"first", "next", "open", "pending"}:
         raise StateRefused("pack", f"must be {shape}, got {pack!r:.100}")
