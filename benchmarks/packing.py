@@ -14,6 +14,11 @@ Columns: padding share (padding slots over all slots of the delivered batches: `
 for pack and budget, counted from the lengths for padded_batch), best wall and CPU microseconds per
 sample over `--reps` epochs after an untimed one.
 
+A second table times the two halves of `pack` alone, on the same samples made in advance (CPU µs per
+sample, best of `--reps`): the worker's collate (`feedline._packing.RaggedCollate`: checks and
+concatenates a task of 64 samples) and the consumer's placing of items into rows and batching them
+(`feedline.engine._packer.Packer`), for each fit and buffer.
+
 Grain: `grain` is not installed in the development venv, so its packing cannot run here. The row
 "Grain first-fit rule" replays, on the lengths alone, the rule of Grain's `FirstFitPackIterDataset`
 as its source describes it (grain/_src/python/dataset/transformations/packing_packed_batch.py: a
@@ -33,6 +38,8 @@ import time
 import numpy as np
 
 import feedline as fl
+from feedline._packing import RaggedCollate
+from feedline.engine._packer import Packer
 
 ROW = 4096  # frames per packed row
 BATCH = 16  # samples per padded batch
@@ -106,6 +113,29 @@ def grain_packing(lengths: np.ndarray, bins: int, row: int) -> float | None:
     return 1 - used / slots
 
 
+def halves(lengths: np.ndarray, reps: int) -> None:
+    """The worker's collate and the consumer's packer, each timed alone (CPU µs per sample)."""
+    samples = [{"frames": np.full(int(n), 1, np.int16), "targets": np.full(int(n), 2, np.int16)} for n in lengths]
+    collate, best = RaggedCollate(ROW, False), float("inf")
+    for _ in range(reps):
+        c0 = time.process_time()
+        pieces = [collate(samples[i : i + 64]) for i in range(0, len(samples), 64)]
+        best = min(best, time.process_time() - c0)
+    print(f"\n{'half of pack()':<44} {'cpu us/s':>9}")
+    print(f"{'worker collate (64 samples a task)':<44} {best / len(samples) * 1e6:9.2f}")
+    for buffer in BUFFERS:
+        for fit in ("first", "best"):
+            best = float("inf")
+            for _ in range(reps):
+                packer, c0 = Packer(ROW, fit, buffer, 0, 4, False), time.process_time()
+                for number, piece in enumerate(pieces):
+                    packer.add(piece, len(piece["lengths"]), number, len(piece["lengths"]))
+                    packer.cut(False)
+                packer.cut(True)
+                best = min(best, time.process_time() - c0)
+            print(f"{f'consumer packer, fit={fit!r}, buffer={buffer}':<44} {best / len(samples) * 1e6:9.2f}", flush=True)
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="2 000 samples, one timed epoch")
@@ -139,6 +169,7 @@ def main(argv=None) -> None:
             row(f"grain FirstFitPackIterDataset, {buffer} bins", real)
     if grain_packing(shuffled[:1], 1, ROW) is None:
         print("# grain is not installed here: its own packing did not run")
+    halves(shuffled, max(reps, 1))
 
 
 if __name__ == "__main__":
