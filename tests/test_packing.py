@@ -12,6 +12,8 @@ import json
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from test_padding_and_generators import resume_everywhere
 
 import feedline as fl
@@ -251,12 +253,37 @@ def test_a_pack_state_is_checked(no_leaks):
         state = json.loads(json.dumps(it.state()))
         it.close()
         assert set(state["pack"]) == {"first", "next", "open", "pending"}
+        assert state["pack"]["open"], "the first batch leaves samples waiting in open rows"
         with pytest.raises(ValueError, match=r"state\['pack'\] must name each held item once"):
             pipe.resume({**state, "pack": {**state["pack"], "open": [[state["pack"]["next"]]]}})
         with pytest.raises(ValueError, match=r"state\['pack'\] holds 5 open"):
             pipe.resume({**state, "pack": {**state["pack"], "open": [[0]] * 5}})
         with pytest.raises(ValueError, match=r"state\['pack'\] is missing"):
             pipe.resume({k: v for k, v in state.items() if k != "pack"})
+
+
+@settings(max_examples=25, deadline=None)
+@given(lengths=st.lists(st.integers(0, 20), min_size=1, max_size=60), fit=st.sampled_from(["first", "best"]),
+       buffer=st.integers(1, 6), size=st.integers(1, 4), stop=st.integers(0, 30))
+def test_any_packing_holds_every_sample_once_and_resumes_anywhere(lengths, fit, buffer, size, stop):
+    def build():
+        return (fl.from_sequence(list(range(len(lengths)))).map(token_sample(lengths), backend="serial")
+                .pack(12, fit=fit, buffer=buffer, too_long="split").batch(size))
+
+    with build() as pipe:
+        whole = [as_lists(b) for b in pipe]
+    got = [seg for b in whole for seg in segments({k: np.asarray(v) for k, v in b.items()})]
+    for i, n in enumerate(lengths):  # every token of every sample once, in order, in pieces of at most 12
+        assert [t for j, ts in got if j == i for t in ts] == (1000 * i + np.arange(n)).tolist()
+    assert all(len(ts) <= 12 for _, ts in got) and all(len(b["tokens"]) <= size for b in whole)
+    stop = min(stop, len(whole))
+    with build() as pipe:
+        it = iter(pipe)
+        head = [as_lists(next(it)) for _ in range(stop)]
+        state = json.loads(json.dumps(it.state()))
+        it.close()
+    with build() as pipe:
+        assert head + [as_lists(b) for b in pipe.resume(state)] == whole
 
 
 def test_shard_gives_each_rank_its_own_samples_to_pack(no_leaks):
