@@ -222,3 +222,13 @@ def test_preload_benchmark_times_the_zygote_each_worker_and_torchs_dataloader():
     rows = [line.split("|")[1:-1] for line in out.splitlines() if line.startswith("| x2 |")]
     assert [cells[1].strip() for cells in rows] == ["zygote", "each worker", "torch DataLoader"], out
     assert all(float(cells[2]) > 0 and float(cells[3]) > 0 for cells in rows), out
+
+
+def test_packing_benchmark_prints_the_padding_of_each_way_to_batch():
+    text = _run_script("packing", "--quick")
+    shares = {line[:44].strip(): float(line[44:53].strip().rstrip("%")) for line in text.splitlines()
+              if line[:1] not in ("#", " ", "") and line[44:53].strip().endswith("%")}
+    assert {"padded_batch(16)", "pack(4096, fit='best', buffer=16).batch(4)", "Grain first-fit rule, 16 bins (replayed)"} <= set(shares)
+    assert shares["pack(4096, fit='best', buffer=16).batch(4)"] < shares["Grain first-fit rule, 16 bins (replayed)"]
+    assert shares["pack(4096, fit='best', buffer=16).batch(4)"] < shares["padded_batch(16)"] / 4
+    assert "consumer packer, fit='best', buffer=64" in text

@@ -173,6 +173,10 @@ def test_bad_pack_arguments_are_refused():
         base.pack(4).padded_batch(2)
     with pytest.raises(ValueError, match=r"take\(\) after pack\(\)"):
         base.pack(4).take(2)
+    with pytest.raises(ValueError, match=r"after repeat\(\) without a count is not supported yet"):
+        base.repeat().pack(4)
+    with base.repeat(2).pack(4) as twice:
+        assert [r.tolist() for r, _, _ in twice] == [[1, 1, 0, 0]], "a counted repeat packs both passes"
     with pytest.raises(TypeError, match=r"len\(\) is unknown after pack\(\)"):
         len(base.pack(4))
     assert "pack(4, fit='first', buffer=8)" in repr(base.pack(4, fit="first", buffer=8))

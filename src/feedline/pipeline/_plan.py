@@ -270,6 +270,10 @@ def compile_plan(source, steps, seed: int) -> Plan:
     if timeout is not None:
         backend = "process"  # only a process can be stopped in the middle of a sample
     batch = builder.batch
+    if isinstance(source, OrderedSource) and source.endless and (builder.pack is not None or (batch and batch.budget)):
+        step = builder.pack.describe() if builder.pack is not None else batch.describe()
+        raise ValueError(f"{step} after repeat() without a count is not supported yet; give repeat(count), or iterate "
+                         "the pipeline once per epoch")
     if isinstance(source, OrderedSource) and source.endless and batch is not None:
         source = source.for_batches(batch.size)  # an endless repeat's batches run across passes, all full
     # A generator's batches are re-cut across shards (a shard's last task is short), so batched streams never align.
