@@ -103,3 +103,64 @@ def test_parquet_errors_name_what_is_missing(parquet_files):
     (parquet_files / "zz.parquet").write_bytes(b"not parquet at all")
     with pytest.raises(StoreError, match="zz.parquet.*as Parquet"):
         fl.from_parquet(parquet_files)
+
+
+# ------------------------------------------------ one schema across files
+def _two_parquet_files(folder, first: dict, second: dict):
+    pq.write_table(pa.table(first), folder / "a.parquet")
+    pq.write_table(pa.table(second), folder / "b.parquet")
+
+
+def test_a_column_whose_type_changes_between_parquet_files_is_refused_naming_both(tmp_path):
+    _two_parquet_files(tmp_path, {"a": [1, 2, 3]}, {"a": ["four", "five"]})
+    with pytest.raises(StoreError) as caught:
+        fl.from_parquet(tmp_path)
+    message = str(caught.value)
+    assert "'a'" in message and "int64" in message and "string" in message
+    assert str(tmp_path / "a.parquet") in message and str(tmp_path / "b.parquet") in message and "table.cast" in message
+
+
+def test_a_type_change_in_a_column_left_out_is_not_read(tmp_path):
+    _two_parquet_files(tmp_path, {"a": [1, 2, 3], "b": [1, 2, 3]}, {"a": [4, 5], "b": ["x", "y"]})
+    (batch,) = list(fl.from_parquet(tmp_path, columns=["a"]).batch(5))
+    assert batch["a"].tolist() == [1, 2, 3, 4, 5]
+
+
+def test_a_column_missing_from_one_parquet_file_is_refused_naming_both(tmp_path):
+    _two_parquet_files(tmp_path, {"a": [1, 2], "b": [1.0, 2.0]}, {"a": [3]})
+    with pytest.raises(StoreError, match=r"column 'b' is in '.*a\.parquet' but not in '.*b\.parquet'"):
+        fl.from_parquet(tmp_path)
+    with pytest.raises(StoreError, match=r"column 'b' is in '.*a\.parquet' but not in '.*b\.parquet'"):
+        fl.from_parquet(tmp_path, columns=["a", "b"])
+    assert [int(s["a"]) for s in fl.from_parquet(tmp_path, columns=["a"])] == [1, 2, 3]
+
+
+def test_a_column_only_a_later_parquet_file_has_is_refused_with_the_common_columns(tmp_path):
+    _two_parquet_files(tmp_path, {"a": [1, 2]}, {"a": [3], "extra": ["x"]})
+    with pytest.raises(StoreError, match=r"b\.parquet' has column\(s\) \['extra'\] that '.*a\.parquet' lacks.*columns=\['a'\]"):
+        fl.from_parquet(tmp_path)
+
+
+def test_a_column_all_null_in_one_parquet_file_reads_as_none_there(tmp_path):
+    _two_parquet_files(tmp_path, {"v": pa.array([None, None], pa.null())}, {"v": pa.array([[1.0], [2.0]], pa.list_(pa.float32()))})
+    samples = list(fl.from_parquet(tmp_path))
+    assert [s["v"] for s in samples[:2]] == [None, None]
+    assert [s["v"].tolist() for s in samples[2:]] == [[1.0], [2.0]]
+
+
+def test_hugging_face_arrow_files_whose_column_type_changes_are_refused_naming_both(tmp_path):
+    datasets = pytest.importorskip("datasets")
+    import shutil
+
+    for name, values in (("one", [1, 2, 3]), ("two", ["four", "five"])):
+        datasets.Dataset.from_dict({"a": values}).save_to_disk(str(tmp_path / name))
+        (arrow,) = (tmp_path / name).glob("*.arrow")
+        shutil.copy(arrow, tmp_path / f"{name}.arrow")
+    folder = tmp_path / "mixed"
+    folder.mkdir()
+    for name in ("one", "two"):
+        shutil.move(tmp_path / f"{name}.arrow", folder / f"{name}.arrow")
+    with pytest.raises(StoreError) as caught:
+        fl.from_hf_dataset(folder)
+    message = str(caught.value)
+    assert "one.arrow" in message and "two.arrow" in message and "int64" in message and "string" in message

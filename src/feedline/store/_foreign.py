@@ -21,6 +21,7 @@ from ..pipeline._pipeline import Pipeline
 from ..sources._base import Source
 from ._deps import pyarrow, pyarrow_ipc, pyarrow_parquet
 from ._errors import StoreError
+from ._schema import common_columns
 
 __all__ = ["ArrowFilesSource", "ParquetSource", "from_hf_dataset", "from_parquet", "value_reader"]
 
@@ -232,27 +233,18 @@ def from_hf_dataset(path, columns=None, *, decode_images: bool = True) -> Pipeli
 
     Raises:
         StoreError: no such folder, a ``DatasetDict`` folder (pick a
-            split), no Arrow files, or a column that does not exist.
+            split), no Arrow files, a column that does not exist, or files
+            whose columns or column types differ (both files named).
     """
     files, features = _hf_files(os.fspath(path))
-    rows, names = [], None
+    rows, schemas = [], []
     for file in files:
         table = _open_arrow_table(file)
         rows.append(table.num_rows)
-        names = names or table.column_names
-    columns = _check_columns(columns, names, path)
+        schemas.append(table.schema)
+    columns = common_columns(schemas, files, columns, f"from_hf_dataset({os.fspath(path)!r})")
     images = [c for c in columns if isinstance(features.get(c), dict) and features[c].get("_type") == "Image" and decode_images]
     return Pipeline(ArrowFilesSource([os.path.abspath(f) for f in files], rows, columns, images))
-
-
-def _check_columns(columns, names, where) -> list[str]:
-    if columns is None:
-        return list(names)
-    columns = [columns] if isinstance(columns, str) else list(columns)
-    missing = [c for c in columns if c not in names]
-    if missing:
-        raise StoreError(f"{where!r} has no column(s) {missing}; its columns are {list(names)}")
-    return columns
 
 
 # ------------------------------------------------------------ Parquet
@@ -397,7 +389,9 @@ def from_parquet(path_or_glob, columns=None, *, storage_options: dict | None = N
         A pipeline whose samples are dicts ``{column: value}``.
 
     Raises:
-        StoreError: no files match, a file is not Parquet, or a column is missing.
+        StoreError: no files match, a file is not Parquet, a column is
+            missing, or a column's type or the set of columns differs between
+            two files (both named; a column all null in one file is accepted).
     """
     from ..sources._shard_files import ShardFiles, is_url, redact
 
@@ -411,7 +405,7 @@ def from_parquet(path_or_glob, columns=None, *, storage_options: dict | None = N
         raise ValueError("from_parquet(storage_options=...) is for URLs (s3://, https://...); a local path takes none")
     else:
         files = _parquet_files(path_or_glob)
-    groups, names = [], None
+    groups, schemas = [], []
     for number, path in enumerate(files):
         try:
             with _open_parquet(remote, number, path) as parquet:
@@ -419,8 +413,8 @@ def from_parquet(path_or_glob, columns=None, *, storage_options: dict | None = N
         except (OSError, pa.ArrowException) as e:
             raise StoreError(f"cannot read {redact(path)!r} as Parquet: {_scrub(e)}") from e
         groups.append([metadata.row_group(g).num_rows for g in range(metadata.num_row_groups)])
-        schema_names = metadata.schema.to_arrow_schema().names
-        if names is None:
-            names = schema_names
-    columns = _check_columns(columns, names, path_or_glob if remote is None else redact(str(path_or_glob)))
+        schemas.append(metadata.schema.to_arrow_schema())
+    shown = [redact(f) for f in files]
+    given_name = path_or_glob if remote is None else redact(str(path_or_glob))
+    columns = common_columns(schemas, shown, columns, f"from_parquet({given_name!r})")
     return Pipeline(ParquetSource(files, groups, columns, remote))
