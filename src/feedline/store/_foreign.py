@@ -49,43 +49,67 @@ def _primitive_numpy(typ):
 
 
 def value_reader(array):
-    """A function ``row -> value`` over one Arrow array (a column of one record batch)."""
+    """A function ``row -> value`` over one Arrow array (a column of one record batch).
+
+    A null reads as ``None`` whatever the column's type, and a list that
+    holds a null item stays a Python list (with ``None`` there): a null is
+    never turned into a number (NaN, 0) or an array.
+    """
     pa = pyarrow()
     typ = array.type
+    read = _dense_reader(array, pa) if _holds_no_nulls_below(array, pa) else None
+    if read is None:
+        leaf = typ
+        while pa.types.is_list(leaf) or pa.types.is_large_list(leaf) or pa.types.is_fixed_size_list(leaf):
+            leaf = leaf.value_type
+        dtype = _primitive_numpy(leaf) if leaf is not typ else None
+        if dtype is None:
+            return lambda i: array[i].as_py()
+        return lambda i: _as_array(array[i].as_py(), dtype)
+    if array.null_count:
+        nulls = array.is_null().to_numpy(zero_copy_only=False)
+        return lambda i: None if nulls[i] else read(i)
+    return read
+
+
+def _holds_no_nulls_below(array, pa) -> bool:
+    """Whether nulls, if any, are whole rows: the values of a list column hold none."""
+    if pa.types.is_list(array.type) or pa.types.is_large_list(array.type):
+        return array.values.null_count == 0
+    return not pa.types.is_fixed_size_list(array.type) or (array.null_count == 0 and array.flatten().null_count == 0)
+
+
+def _dense_reader(array, pa):
+    """The NumPy reader of a column of numbers, a (nested) fixed-size list of them, or a list of them; else None."""
+    typ = array.type
     rows = len(array)
-    if array.null_count == 0:
-        fixed = _fixed_shape(typ)
-        if fixed is not None:
-            shape = fixed[0]
-            flat = array
-            while pa.types.is_fixed_size_list(flat.type):
-                flat = flat.flatten()
-            values = flat.to_numpy(zero_copy_only=True).reshape((rows, *shape))
-            return values.__getitem__
-        dtype = _primitive_numpy(typ)
-        if dtype is not None:
-            values = array.to_numpy(zero_copy_only=True)
-            return values.__getitem__
-        if (pa.types.is_list(typ) or pa.types.is_large_list(typ)) and _primitive_numpy(typ.value_type) is not None \
-                and array.values.null_count == 0:
-            offsets = array.offsets.to_numpy()
-            values = array.values.to_numpy(zero_copy_only=True)
-            return lambda i: values[offsets[i]:offsets[i + 1]]
-    leaf = typ
-    while pa.types.is_list(leaf) or pa.types.is_large_list(leaf) or pa.types.is_fixed_size_list(leaf):
-        leaf = leaf.value_type
-    dtype = _primitive_numpy(leaf) if leaf is not typ else None
-    if dtype is None:
-        return lambda i: array[i].as_py()
-    return lambda i: _as_array(array[i].as_py(), dtype)
+    fixed = _fixed_shape(typ)
+    if fixed is not None:
+        flat = array
+        while pa.types.is_fixed_size_list(flat.type):
+            flat = flat.flatten()
+        return flat.to_numpy(zero_copy_only=True).reshape((rows, *fixed[0])).__getitem__
+    if _primitive_numpy(typ) is not None:
+        dense = array.fill_null(0) if array.null_count else array  # null rows are masked by the caller
+        return dense.to_numpy(zero_copy_only=True).__getitem__
+    if (pa.types.is_list(typ) or pa.types.is_large_list(typ)) and _primitive_numpy(typ.value_type) is not None:
+        offsets = array.offsets.to_numpy()
+        values = array.values.to_numpy(zero_copy_only=True)
+        return lambda i: values[offsets[i]:offsets[i + 1]]
+    return None
 
 
 def _as_array(value, dtype):
     """Nested lists of numbers as an array of the column's dtype; ragged or null-holding ones stay lists."""
+    if value is None:
+        return None
     try:
-        return np.asarray(value, dtype=dtype)
-    except (ValueError, TypeError):
+        values = np.asarray(value)
+    except ValueError:  # ragged
         return value
+    if values.dtype == object:  # a null (None) among the numbers
+        return value
+    return values.astype(dtype, copy=False)
 
 
 class _Batches:
