@@ -717,3 +717,124 @@ def test_a_damaged_file_raises_decode_error_naming_it_or_decodes_to_the_right_sh
                 assert got.shape == expected.shape and np.array_equal(got, expected), f"png, {what}: other pixels, no error"
             if what.startswith("cut") and kind != "png":
                 raise AssertionError(f"{kind}, {what}: a truncated file decoded without an error")
+
+
+# ====================================================================== 6. Parquet and Arrow files with nulls and drifting schemas
+ARROW_KINDS = ["int64", "float32", "string", "list<float32>", "list<int64>", "list<list<int32>>"]
+
+
+def arrow_type(kind: str):
+    import pyarrow as pa
+
+    return {"int64": pa.int64(), "float32": pa.float32(), "string": pa.string(), "list<float32>": pa.list_(pa.float32()),
+            "list<int64>": pa.list_(pa.int64()), "list<list<int32>>": pa.list_(pa.list_(pa.int32())), "null": pa.null()}[kind]
+
+
+def arrow_value(kind: str, rng):
+    """A random value of ``kind``, with nulls among list items now and then."""
+    item = lambda value: None if rng.random() < 0.15 else value  # noqa: E731
+    if kind == "int64":
+        return int(rng.integers(-2**40, 2**40))
+    if kind == "float32":
+        return float(np.float32(rng.standard_normal()))
+    if kind == "string":
+        return "".join(chr(int(c)) for c in rng.integers(32, 0x3000, int(rng.integers(0, 5))))
+    if kind == "list<float32>":
+        return [item(float(np.float32(v))) for v in rng.standard_normal(int(rng.integers(0, 4)))]
+    if kind == "list<int64>":
+        return [item(int(v)) for v in rng.integers(-100, 100, int(rng.integers(0, 4)))]
+    return [item([int(v) for v in rng.integers(0, 9, int(rng.integers(0, 3)))]) for _ in range(int(rng.integers(0, 3)))]
+
+
+@st.composite
+def arrow_file_sets(draw):
+    """Files of one table (kinds per column, random rows and nulls), and perhaps one file whose schema differs.
+
+    Returns (format, kinds of each file's columns, rows of each file, the changed file or None, how).
+    """
+    names = draw(st.lists(st.from_regex(r"[a-z]{1,4}", fullmatch=True), min_size=1, max_size=3, unique=True))
+    kinds = {name: draw(st.sampled_from(ARROW_KINDS)) for name in names}
+    files = draw(st.sampled_from([1, 2, 2, 3]))
+    rng = np.random.default_rng(draw(st.integers(0, 2**32)))
+    null_share = draw(st.sampled_from([0.0, 0.3, 1.0]))
+    per_file = [dict(kinds) for _ in range(files)]
+    changed, how = None, draw(st.sampled_from(["none", "type", "missing", "extra", "all-null"]) if files > 1 else st.just("none"))
+    if how != "none":
+        changed, column = draw(st.integers(0, files - 1)), draw(st.sampled_from(names))
+        if how == "type":
+            per_file[changed][column] = draw(st.sampled_from([k for k in ARROW_KINDS if k != kinds[column]]))
+        elif how == "missing":
+            del per_file[changed][column]
+        elif how == "extra":
+            per_file[changed]["zz" + column] = "int64"
+        else:
+            per_file[changed][column] = "null"
+    rows = []
+    for layout in per_file:
+        count = int(rng.integers(1, 7))
+        rows.append({name: [None if kind == "null" or rng.random() < null_share else arrow_value(kind, rng) for _ in range(count)]
+                     for name, kind in layout.items()})
+    return draw(st.sampled_from(["parquet", "arrow"])), per_file, rows, changed, how
+
+
+def write_arrow_files(folder: str, case) -> list[str]:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    form, per_file, rows, _, _ = case
+    paths = []
+    for number, (layout, values) in enumerate(zip(per_file, rows)):
+        table = pa.table({name: pa.array(values[name], arrow_type(kind)) for name, kind in layout.items()})
+        path = os.path.join(folder, f"part-{number}.{form}")
+        if form == "parquet":
+            pq.write_table(table, path, row_group_size=int(1 + number * 2))
+        else:  # what datasets' save_to_disk writes: the Arrow IPC stream format
+            with pa.OSFile(path, "wb") as sink, pa.ipc.new_stream(sink, table.schema) as writer:
+                writer.write_table(table, max_chunksize=3)
+        paths.append(path)
+    return paths
+
+
+def as_python(value):
+    """A delivered value as pyarrow's ``to_pylist`` gives it: arrays and NumPy scalars as lists and numbers, None as None."""
+    if isinstance(value, (np.ndarray, np.generic)):
+        return value.tolist()
+    if isinstance(value, list):
+        return [as_python(v) for v in value]
+    return value
+
+
+needs_pyarrow = pytest.mark.skipif(not HAVE_STORE, reason="needs pyarrow: pip install 'feedline[store]'")
+
+
+@needs_pyarrow
+@fuzz(40)
+@given(case=arrow_file_sets(), seed=st.integers(0, 3))
+def test_arrow_and_parquet_files_read_every_row_once_as_pyarrow_does_or_refuse_naming_the_file(case, seed):
+    import pyarrow.parquet as pq
+    from pyarrow import ipc
+
+    from feedline.store import StoreError
+
+    form, _, _, changed, how = case
+    with tempfile.TemporaryDirectory() as tmp:
+        paths = write_arrow_files(tmp, case)
+        factory = fl.from_parquet if form == "parquet" else fl.from_hf_dataset
+        if how in ("type", "missing", "extra"):
+            event(f"{form}: a schema change ({how}), refused")
+            with pytest.raises(StoreError) as caught:
+                factory(tmp)
+            assert paths[changed] in str(caught.value), str(caught.value)
+            assert sum(p in str(caught.value) for p in paths) == 2, str(caught.value)
+            return
+        event(f"{form}: {how}")
+        expected = []
+        for path in paths:  # pyarrow's reading of each file: a null is None, as feedline documents
+            table = pq.read_table(path) if form == "parquet" else ipc.open_stream(path).read_all()
+            expected.extend(table.to_pylist())
+        pipe = factory(tmp)
+        in_order = [{k: as_python(v) for k, v in sample.items()} for sample in pipe]
+        assert in_order == expected
+        with pipe.shuffle(seed=seed).map(lambda s: s, backend="thread", workers=2) as shuffled:
+            delivered = [{k: as_python(v) for k, v in sample.items()} for sample in shuffled]
+    assert sorted(map(repr, delivered)) == sorted(map(repr, expected))

@@ -86,7 +86,7 @@ def rich(i):
         "meta": {
             "path": f"img/{i:03d}.png",
             "tags": ["a" * (i % 3 + 1), i, None],  # a list in the sample: three columns
-            "maybe": None if i % 4 else i,  # numbers and None: a list column in some batches, an array in others
+            "maybe": i if i % 4 else f"s{i}",  # numbers and strings: a list column in some batches, an array in others
             "object": np.array([i, "x"], dtype=object),  # object arrays become a list column
             "named": (i, f"id{i}"),
         },
@@ -148,9 +148,9 @@ def test_recut_resumes_exactly_mid_epoch(backend, stop, no_leaks):
 
 
 @pytest.mark.parametrize("value", [
-    lambda i: None if i == 6 else i,  # a None among numbers: that batch is a list, the others arrays
+    lambda i: "six" if i == 6 else i,  # a string among numbers: that batch is a list, the others arrays
     lambda i: float(i) if i >= 6 else i,  # ints, then floats: int64 batches, then float64 ones
-], ids=["none-among-numbers", "int-then-float"])
+], ids=["string-among-numbers", "int-then-float"])
 def test_recut_collates_each_batch_as_its_samples_would_be(backend, value, no_leaks):
     make = lambda i: {"v": value(int(i)), "x": np.full(2, int(i), np.int16)}  # noqa: E731
     pipe = fl.from_arrays(np.arange(12)).filter(lambda i: int(i) != 1).map(make, backend=backend, workers=2).batch(3)

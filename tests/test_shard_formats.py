@@ -17,6 +17,7 @@ import subprocess
 import sys
 import tarfile
 import textwrap
+import warnings
 
 import numpy as np
 import pytest
@@ -589,3 +590,55 @@ def test_plain_tar_headers_are_read_without_tarfile(shards, monkeypatch):
     monkeypatch.setattr(_tar_index, "_tarfile_members", refuse)  # the fast path must not fall back here
     folder, expected = shards
     assert len(fl.from_webdataset(str(folder)).source) == len(expected)
+
+
+# ------------------------------------------------ one type per feature across records and files
+DRIFT_WRITER = textwrap.dedent("""
+    import sys
+    import tensorflow as tf
+
+    def example(label):
+        kind = tf.train.Feature(int64_list=tf.train.Int64List(value=[label])) if isinstance(label, int) else \\
+            tf.train.Feature(float_list=tf.train.FloatList(value=[label]))
+        return tf.train.Example(features=tf.train.Features(feature={"label": kind})).SerializeToString()
+
+    for number, labels in enumerate(([0, 1, 2], [3, 4.5, 5])):  # record 1 of the second file: a float label
+        with tf.io.TFRecordWriter(f"{sys.argv[1]}/drift-{number}.tfrecord") as w:
+            for label in labels:
+                w.write(example(label))
+""")
+
+
+@pytest.fixture(scope="module")
+def drifting_tfrecords(tmp_path_factory):
+    if importlib.util.find_spec("tensorflow") is None:
+        pytest.skip("writing TFRecords needs tensorflow (pip install -e '.[test]')")
+    folder = tmp_path_factory.mktemp("drift")
+    done = subprocess.run([sys.executable, "-c", DRIFT_WRITER, str(folder)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return folder
+
+
+def test_a_tfrecord_feature_whose_type_changes_is_refused_naming_file_record_and_feature(drifting_tfrecords, backend, no_leaks):
+    tmp_path = drifting_tfrecords
+    pipe = fl.from_tfrecord(str(tmp_path / "drift-*.tfrecord")).map(lambda s: int(s["label"][0]), backend=backend, workers=2)
+    with pipe, pytest.raises(fl.SampleError) as caught:
+        list(pipe)
+    assert caught.value.index == 4
+    cause = str(caught.value.__cause__)
+    assert f"{tmp_path / 'drift-1.tfrecord'} record 1: feature 'label' is float_list" in cause, cause
+    assert f"{tmp_path / 'drift-0.tfrecord'} record 0 holds int64_list" in cause and "decode=None" in cause, cause
+    with fl.from_tfrecord(str(tmp_path / "drift-*.tfrecord")).map(lambda s: s, on_error="skip", backend=backend) as skipping:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            assert [int(s["label"][0]) for s in skipping] == [0, 1, 2, 3, 5]
+
+
+def test_a_webdataset_sample_without_a_field_the_others_have_is_refused_by_batch_naming_shard_and_key(tmp_path):
+    with tarfile.open(tmp_path / "a.tar", "w") as tar:
+        for key, fields in (("k0", {"cls": b"1", "txt": b"a"}), ("k1", {"cls": b"2"}), ("k2", {"cls": b"3", "txt": b"c"})):
+            for ext, data in fields.items():
+                add_member(tar, f"{key}.{ext}", data)
+    assert [sorted(s) for s in fl.from_webdataset(tmp_path / "a.tar")][1] == ["__key__", "__url__", "cls"]  # unbatched: as stored
+    with pytest.raises(SampleError, match=r"sample 1 \(.*a\.tar sample 'k1'\).*structure .*differs from sample 0"):
+        list(fl.from_webdataset(tmp_path / "a.tar").batch(3))

@@ -103,3 +103,126 @@ def test_parquet_errors_name_what_is_missing(parquet_files):
     (parquet_files / "zz.parquet").write_bytes(b"not parquet at all")
     with pytest.raises(StoreError, match="zz.parquet.*as Parquet"):
         fl.from_parquet(parquet_files)
+
+
+# ------------------------------------------------ one schema across files
+def _two_parquet_files(folder, first: dict, second: dict):
+    pq.write_table(pa.table(first), folder / "a.parquet")
+    pq.write_table(pa.table(second), folder / "b.parquet")
+
+
+def test_a_column_whose_type_changes_between_parquet_files_is_refused_naming_both(tmp_path):
+    _two_parquet_files(tmp_path, {"a": [1, 2, 3]}, {"a": ["four", "five"]})
+    with pytest.raises(StoreError) as caught:
+        fl.from_parquet(tmp_path)
+    message = str(caught.value)
+    assert "'a'" in message and "int64" in message and "string" in message
+    assert str(tmp_path / "a.parquet") in message and str(tmp_path / "b.parquet") in message and "table.cast" in message
+
+
+def test_a_type_change_in_a_column_left_out_is_not_read(tmp_path):
+    _two_parquet_files(tmp_path, {"a": [1, 2, 3], "b": [1, 2, 3]}, {"a": [4, 5], "b": ["x", "y"]})
+    (batch,) = list(fl.from_parquet(tmp_path, columns=["a"]).batch(5))
+    assert batch["a"].tolist() == [1, 2, 3, 4, 5]
+
+
+def test_a_column_missing_from_one_parquet_file_is_refused_naming_both(tmp_path):
+    _two_parquet_files(tmp_path, {"a": [1, 2], "b": [1.0, 2.0]}, {"a": [3]})
+    with pytest.raises(StoreError, match=r"column 'b' is in '.*a\.parquet' but not in '.*b\.parquet'"):
+        fl.from_parquet(tmp_path)
+    with pytest.raises(StoreError, match=r"column 'b' is in '.*a\.parquet' but not in '.*b\.parquet'"):
+        fl.from_parquet(tmp_path, columns=["a", "b"])
+    assert [int(s["a"]) for s in fl.from_parquet(tmp_path, columns=["a"])] == [1, 2, 3]
+
+
+def test_a_column_only_a_later_parquet_file_has_is_refused_with_the_common_columns(tmp_path):
+    _two_parquet_files(tmp_path, {"a": [1, 2]}, {"a": [3], "extra": ["x"]})
+    with pytest.raises(StoreError, match=r"b\.parquet' has column\(s\) \['extra'\] that '.*a\.parquet' lacks.*columns=\['a'\]"):
+        fl.from_parquet(tmp_path)
+
+
+def test_a_column_all_null_in_one_parquet_file_reads_as_none_there(tmp_path):
+    _two_parquet_files(tmp_path, {"v": pa.array([None, None], pa.null())}, {"v": pa.array([[1.0], [2.0]], pa.list_(pa.float32()))})
+    samples = list(fl.from_parquet(tmp_path))
+    assert [s["v"] for s in samples[:2]] == [None, None]
+    assert [s["v"].tolist() for s in samples[2:]] == [[1.0], [2.0]]
+
+
+def test_hugging_face_arrow_files_whose_column_type_changes_are_refused_naming_both(tmp_path):
+    datasets = pytest.importorskip("datasets")
+    import shutil
+
+    for name, values in (("one", [1, 2, 3]), ("two", ["four", "five"])):
+        datasets.Dataset.from_dict({"a": values}).save_to_disk(str(tmp_path / name))
+        (arrow,) = (tmp_path / name).glob("*.arrow")
+        shutil.copy(arrow, tmp_path / f"{name}.arrow")
+    folder = tmp_path / "mixed"
+    folder.mkdir()
+    for name in ("one", "two"):
+        shutil.move(tmp_path / f"{name}.arrow", folder / f"{name}.arrow")
+    with pytest.raises(StoreError) as caught:
+        fl.from_hf_dataset(folder)
+    message = str(caught.value)
+    assert "one.arrow" in message and "two.arrow" in message and "int64" in message and "string" in message
+
+
+# ------------------------------------------------ nulls: None for every type, in every row
+NULLABLE = {  # column type -> a non-null value of it
+    "list<float32>": (pa.list_(pa.float32()), [1.5, 2.5]),
+    "list<int64>": (pa.list_(pa.int64()), [1, 2]),
+    "int64": (pa.int64(), 7),
+    "float64": (pa.float64(), 0.5),
+    "string": (pa.string(), "seven"),
+    "fixed<float32, 2>": (pa.list_(pa.float32(), 2), [1.5, 2.5]),
+}
+
+
+def _nullable_file(folder, null_row: int, rows: int = 4):
+    table = {}
+    for name, (kind, value) in NULLABLE.items():
+        table[name] = pa.array([None if i == null_row else value for i in range(rows)], kind)
+    pq.write_table(pa.table(table), folder / f"null-at-{null_row}.parquet")
+    return folder / f"null-at-{null_row}.parquet"
+
+
+@pytest.mark.parametrize("null_row", [0, 2])
+def test_a_null_reads_as_none_for_every_type_in_any_row(tmp_path, null_row):
+    samples = list(fl.from_parquet(_nullable_file(tmp_path, null_row)))
+    for name, (_, value) in NULLABLE.items():
+        assert samples[null_row][name] is None, name
+        others = [s[name] for i, s in enumerate(samples) if i != null_row]
+        assert all(np.asarray(v).tolist() == value for v in others), name
+
+
+@pytest.mark.parametrize("null_row", [0, 2])
+@pytest.mark.parametrize("column", [c for c in NULLABLE if c != "string"])
+def test_batching_a_stacked_column_with_a_null_is_refused_naming_it_in_any_row(tmp_path, null_row, column, backend, no_leaks):
+    pipe = fl.from_parquet(_nullable_file(tmp_path, null_row), columns=[column]).map(lambda s: s, backend=backend, workers=2).batch(4)
+    with pipe, pytest.raises(fl.SampleError) as caught:
+        list(pipe)
+    message = str(caught.value)
+    assert f"cannot batch sample {null_row}: field [{column!r}] is None" in message, message
+    assert "fill it in map()" in message and "collate=" in message
+
+
+@pytest.mark.parametrize("null_row", [0, 2])
+def test_batching_a_string_column_with_a_null_keeps_it_in_place(tmp_path, null_row):
+    (batch,) = list(fl.from_parquet(_nullable_file(tmp_path, null_row), columns=["string"]).batch(4))
+    assert batch["string"] == ["seven" if i != null_row else None for i in range(4)]
+
+
+def test_a_null_inside_a_list_keeps_the_row_a_list_with_none_there(tmp_path):
+    pq.write_table(pa.table({"v": pa.array([[1.0, None], [2.0, 3.0]], pa.list_(pa.float32())),
+                             "n": pa.array([[1, None], [2, 3]], pa.list_(pa.int64()))}), tmp_path / "inner.parquet")
+    first, second = list(fl.from_parquet(tmp_path / "inner.parquet"))
+    assert first == {"v": [1.0, None], "n": [1, None]}  # never NaN or 0 in place of the null
+    assert second["v"].dtype == np.float32 and second["n"].dtype == np.int64
+
+
+def test_hugging_face_nulls_read_as_none(tmp_path):
+    datasets = pytest.importorskip("datasets")
+    features = datasets.Features({"v": datasets.Sequence(datasets.Value("float32")), "label": datasets.Value("int64")})
+    datasets.Dataset.from_dict({"v": [[1.0], None, [2.0]], "label": [None, 1, 2]}, features=features).save_to_disk(str(tmp_path / "ds"))
+    samples = list(fl.from_hf_dataset(tmp_path / "ds"))
+    assert samples[1]["v"] is None and samples[0]["label"] is None
+    assert samples[0]["v"].tolist() == [1.0] and int(samples[2]["label"]) == 2

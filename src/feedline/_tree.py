@@ -208,18 +208,71 @@ def _refuse_arrays_among_numbers(col: list, indices: Sequence) -> None:
             )
 
 
+def _field(skeleton, number: int, path: str = "") -> str | None:
+    """Where leaf ``number`` of a `flatten_all` skeleton sits, as ``['meta']['x']`` (``""`` for the sample itself)."""
+    if isinstance(skeleton, Leaf):
+        return path if skeleton.i == number else None
+    if isinstance(skeleton, dict):
+        items = ((f"[{k!r}]", v) for k, v in skeleton.items())
+    elif isinstance(skeleton, (tuple, list)):
+        items = ((f"[{i}]", v) for i, v in enumerate(skeleton))
+    else:
+        return None
+    for step, child in items:
+        found = _field(child, number, path + step)
+        if found is not None:
+            return found
+    return None
+
+
+def _stacked(x) -> bool:
+    """A leaf the default collate stacks into an array: a number, an array of numbers, a framework tensor."""
+    return _is_numeric(x) or (isinstance(x, np.ndarray) and x.dtype != object) or _is_foreign_tensor(x)
+
+
+def _refuse_none_among_stacked(col: list, indices: Sequence, skeleton, number: int) -> None:
+    """Raise `SampleError` if the column mixes None (a null, a missing value) with values that stack; else nothing.
+
+    The rule does not depend on the order of the rows: a column whose other
+    values are all numbers or arrays is refused, wherever its None is; any
+    other column (strings, bytes, a mix, None alone) stays a list with its
+    None in place.
+    """
+    if not any(leaf is None for leaf in col):
+        return
+    values = [leaf for leaf in col if leaf is not None]
+    if not values or not all(_stacked(v) for v in values):
+        return
+    value = values[0]
+    index = next(i for leaf, i in zip(col, indices) if leaf is None)
+    other = next(i for leaf, i in zip(col, indices) if leaf is not None)
+    field = _field(skeleton, number)
+    where = f"field {field}" if field else "the sample"
+    kind = f"an array of shape {np.shape(value)}" if not _is_numeric(value) else f"a number ({type(value).__name__})"
+    raise SampleError(
+        f"cannot batch sample {index}: {where} is None (a null or missing value) where sample {other} has {kind}; "
+        "a batch stacks numbers and arrays, which hold no None: fill it in map() (e.g. a fill value, plus a mask "
+        "field if the model must know), filter() such samples out, or pass collate= to batch()",
+        index=index,
+        stage="batch",
+    )
+
+
 def collate_into(samples: Sequence, indices: Sequence, alloc: Allocator = new_arrays):
     """Stack a list of samples into one batch, writing arrays where ``alloc`` says.
 
     Array leaves are stacked along a new first axis; numbers become 1-D
-    arrays; anything else (strings, objects) becomes a list. ``alloc`` gets
+    arrays; anything else (strings, objects) becomes a list. ``None`` (a
+    null) stays in a list of objects, and is refused among numbers or
+    arrays wherever it is in the batch. ``alloc`` gets
     the ``(shape, dtype)`` of every stacked leaf at once and returns the
     destination arrays, so a process worker can stack straight into shared
     memory with no intermediate copy.
 
     Raises:
-        SampleError: samples disagree in structure, shape or dtype; the
-            message names the two samples and their shapes.
+        SampleError: samples disagree in structure, shape or dtype, or a
+            None sits among numbers or arrays; the message names the two
+            samples (and the field) and their shapes.
     """
     skeleton, columns = _columns(samples, indices)
     specs, kinds = [], []
@@ -230,6 +283,8 @@ def collate_into(samples: Sequence, indices: Sequence, alloc: Allocator = new_ar
             head = col[0]
         if isinstance(head, np.ndarray) and head.dtype != object:
             for leaf, index in zip(col, indices):
+                if leaf is None:
+                    _refuse_none_among_stacked(col, indices, skeleton, number)
                 if not isinstance(leaf, np.ndarray) or leaf.shape != head.shape:
                     got = leaf.shape if isinstance(leaf, np.ndarray) else type(leaf).__name__
                     raise SampleError(
@@ -246,6 +301,7 @@ def collate_into(samples: Sequence, indices: Sequence, alloc: Allocator = new_ar
             specs.append(((len(col),), np.asarray(col).dtype))
             kinds.append("number")
         else:
+            _refuse_none_among_stacked(col, indices, skeleton, number)
             if _is_numeric(head):  # a number, then an array: a shape change, not a column of objects (found by fuzzing)
                 _refuse_arrays_among_numbers(col, indices)
             kinds.append("list")
@@ -391,7 +447,7 @@ def _join_column(parts: list, rows: list, path: str):
     elif all(type(part) is list for part in parts):
         return [v for part in parts for v in part]
     # The pieces hold this column differently (a list in one and an array in
-    # another, e.g. numbers with a None among them in one piece; or arrays of
+    # another, e.g. numbers with a string among them in one piece; or arrays of
     # different dtypes): keep one item per row and collate the rows of each
     # batch cut from them again, so a batch is what collating its samples gives.
     return _Rows(v for part in parts for v in part)

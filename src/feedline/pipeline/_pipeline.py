@@ -174,6 +174,9 @@ class Pipeline:
 
         The default collation stacks arrays (and numbers) along a new first
         axis, through tuples, lists and dicts; other values become lists.
+        A ``None`` (a null of a Parquet or Arrow column) stays in a list of
+        other values, and raises `SampleError` naming the sample and the
+        field among numbers or arrays, whichever row holds it.
         ``collate(list_of_samples)`` replaces it.
         """
         return self._with(Batch(size, drop_remainder, collate))

@@ -17,8 +17,9 @@ from __future__ import annotations
 import numpy as np
 
 from .._optional import require
+from ._shard_files import ShardFormatError
 
-__all__ = ["decode_example"]
+__all__ = ["check_feature_kinds", "decode_example", "feature_kinds"]
 
 _PARSER = None  # the Example message class, built on first use in each process
 
@@ -94,3 +95,33 @@ def decode_example(data: bytes) -> dict:
         else:  # a Feature with no list set: TensorFlow reads it as empty
             sample[name] = []
     return sample
+
+
+_KINDS = {np.dtype(np.int64): "int64_list", np.dtype(np.float32): "float_list"}
+
+
+def feature_kinds(sample: dict) -> dict:
+    """``{name: "int64_list" | "float_list" | "bytes_list"}`` of a decoded Example; an empty feature has no kind."""
+    kinds = {}
+    for name, value in sample.items():
+        if isinstance(value, np.ndarray):
+            kinds[name] = _KINDS[value.dtype]
+        elif value:  # an empty list: an empty bytes_list, or a Feature with no list set; either fits any kind
+            kinds[name] = "bytes_list"
+    return kinds
+
+
+def check_feature_kinds(sample: dict, reference: dict, where: str, reference_where: str) -> None:
+    """Refuse a decoded Example whose feature has another kind than in the reference record.
+
+    Raises:
+        ShardFormatError: naming the record, the feature and both kinds.
+    """
+    for name, kind in feature_kinds(sample).items():
+        expected = reference.get(name)
+        if expected is not None and expected != kind:
+            raise ShardFormatError(
+                f"{where}: feature {name!r} is {kind} where {reference_where} holds {expected}; every record must "
+                f"give a feature one type (tf.io.parse_example refuses this too): write the records so, or pass "
+                f"decode=None (the record's bytes) or a function of your own"
+            )

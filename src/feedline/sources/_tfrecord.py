@@ -23,7 +23,7 @@ from ..pipeline._pipeline import Pipeline
 from ._base import Source
 from ._generator import from_generator
 from ._shard_files import ShardFiles, ShardFormatError, expand_names
-from ._tf_example import decode_example
+from ._tf_example import check_feature_kinds, decode_example, feature_kinds
 
 __all__ = ["TFRecordSource", "from_tfrecord", "masked_crc32c", "resolve_decode"]
 
@@ -115,6 +115,20 @@ class TFRecordSource(Source):
         return number, index - int(self.starts[number])
 
     def read(self, index: int):
+        sample = self._record(index)
+        if self.decode is decode_example:
+            self._check_kinds(sample, index)
+        return sample
+
+    def _check_kinds(self, sample: dict, index: int) -> None:
+        """Refuse a feature whose kind differs from the first record's (of the first file), read once per process."""
+        reference = self.__dict__.get("_first_kinds")
+        if reference is None:
+            reference = self._first_kinds = feature_kinds(sample if index == 0 else self._record(0))
+        number, record = self._locate(index)
+        check_feature_kinds(sample, reference, f"{self.files.shown(number)} record {record}", f"{self.files.shown(0)} record 0")
+
+    def _record(self, index: int):
         number, record = self._locate(index)
         name = self.files.shown(number)
         offset, length = int(self.offsets[index]), int(self.lengths[index])
@@ -225,7 +239,8 @@ def from_tfrecord(paths, *, decode="example", compression: str | None = None, st
 
     Raises:
         FileNotFoundError: no file matches.
-        ShardFormatError: a damaged or truncated file (names file, record and byte offset).
+        ShardFormatError: a damaged or truncated file (names file, record and byte offset); with
+            ``decode="example"``, a feature whose kind differs from the first record's (when it is read).
         ImportError: ``google-crc32c`` (or protobuf, for ``"example"``) is missing: ``pip install 'feedline[tfrecord]'``.
 
     >>> import os, struct, tempfile, feedline as fl

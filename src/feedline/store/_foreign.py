@@ -21,6 +21,7 @@ from ..pipeline._pipeline import Pipeline
 from ..sources._base import Source
 from ._deps import pyarrow, pyarrow_ipc, pyarrow_parquet
 from ._errors import StoreError
+from ._schema import common_columns
 
 __all__ = ["ArrowFilesSource", "ParquetSource", "from_hf_dataset", "from_parquet", "value_reader"]
 
@@ -48,43 +49,67 @@ def _primitive_numpy(typ):
 
 
 def value_reader(array):
-    """A function ``row -> value`` over one Arrow array (a column of one record batch)."""
+    """A function ``row -> value`` over one Arrow array (a column of one record batch).
+
+    A null reads as ``None`` whatever the column's type, and a list that
+    holds a null item stays a Python list (with ``None`` there): a null is
+    never turned into a number (NaN, 0) or an array.
+    """
     pa = pyarrow()
     typ = array.type
+    read = _dense_reader(array, pa) if _holds_no_nulls_below(array, pa) else None
+    if read is None:
+        leaf = typ
+        while pa.types.is_list(leaf) or pa.types.is_large_list(leaf) or pa.types.is_fixed_size_list(leaf):
+            leaf = leaf.value_type
+        dtype = _primitive_numpy(leaf) if leaf is not typ else None
+        if dtype is None:
+            return lambda i: array[i].as_py()
+        return lambda i: _as_array(array[i].as_py(), dtype)
+    if array.null_count:
+        nulls = array.is_null().to_numpy(zero_copy_only=False)
+        return lambda i: None if nulls[i] else read(i)
+    return read
+
+
+def _holds_no_nulls_below(array, pa) -> bool:
+    """Whether nulls, if any, are whole rows: the values of a list column hold none."""
+    if pa.types.is_list(array.type) or pa.types.is_large_list(array.type):
+        return array.values.null_count == 0
+    return not pa.types.is_fixed_size_list(array.type) or (array.null_count == 0 and array.flatten().null_count == 0)
+
+
+def _dense_reader(array, pa):
+    """The NumPy reader of a column of numbers, a (nested) fixed-size list of them, or a list of them; else None."""
+    typ = array.type
     rows = len(array)
-    if array.null_count == 0:
-        fixed = _fixed_shape(typ)
-        if fixed is not None:
-            shape = fixed[0]
-            flat = array
-            while pa.types.is_fixed_size_list(flat.type):
-                flat = flat.flatten()
-            values = flat.to_numpy(zero_copy_only=True).reshape((rows, *shape))
-            return values.__getitem__
-        dtype = _primitive_numpy(typ)
-        if dtype is not None:
-            values = array.to_numpy(zero_copy_only=True)
-            return values.__getitem__
-        if (pa.types.is_list(typ) or pa.types.is_large_list(typ)) and _primitive_numpy(typ.value_type) is not None \
-                and array.values.null_count == 0:
-            offsets = array.offsets.to_numpy()
-            values = array.values.to_numpy(zero_copy_only=True)
-            return lambda i: values[offsets[i]:offsets[i + 1]]
-    leaf = typ
-    while pa.types.is_list(leaf) or pa.types.is_large_list(leaf) or pa.types.is_fixed_size_list(leaf):
-        leaf = leaf.value_type
-    dtype = _primitive_numpy(leaf) if leaf is not typ else None
-    if dtype is None:
-        return lambda i: array[i].as_py()
-    return lambda i: _as_array(array[i].as_py(), dtype)
+    fixed = _fixed_shape(typ)
+    if fixed is not None:
+        flat = array
+        while pa.types.is_fixed_size_list(flat.type):
+            flat = flat.flatten()
+        return flat.to_numpy(zero_copy_only=True).reshape((rows, *fixed[0])).__getitem__
+    if _primitive_numpy(typ) is not None:
+        dense = array.fill_null(0) if array.null_count else array  # null rows are masked by the caller
+        return dense.to_numpy(zero_copy_only=True).__getitem__
+    if (pa.types.is_list(typ) or pa.types.is_large_list(typ)) and _primitive_numpy(typ.value_type) is not None:
+        offsets = array.offsets.to_numpy()
+        values = array.values.to_numpy(zero_copy_only=True)
+        return lambda i: values[offsets[i]:offsets[i + 1]]
+    return None
 
 
 def _as_array(value, dtype):
     """Nested lists of numbers as an array of the column's dtype; ragged or null-holding ones stay lists."""
+    if value is None:
+        return None
     try:
-        return np.asarray(value, dtype=dtype)
-    except (ValueError, TypeError):
+        values = np.asarray(value)
+    except ValueError:  # ragged
         return value
+    if values.dtype == object:  # a null (None) among the numbers
+        return value
+    return values.astype(dtype, copy=False)
 
 
 class _Batches:
@@ -232,27 +257,18 @@ def from_hf_dataset(path, columns=None, *, decode_images: bool = True) -> Pipeli
 
     Raises:
         StoreError: no such folder, a ``DatasetDict`` folder (pick a
-            split), no Arrow files, or a column that does not exist.
+            split), no Arrow files, a column that does not exist, or files
+            whose columns or column types differ (both files named).
     """
     files, features = _hf_files(os.fspath(path))
-    rows, names = [], None
+    rows, schemas = [], []
     for file in files:
         table = _open_arrow_table(file)
         rows.append(table.num_rows)
-        names = names or table.column_names
-    columns = _check_columns(columns, names, path)
+        schemas.append(table.schema)
+    columns = common_columns(schemas, files, columns, f"from_hf_dataset({os.fspath(path)!r})")
     images = [c for c in columns if isinstance(features.get(c), dict) and features[c].get("_type") == "Image" and decode_images]
     return Pipeline(ArrowFilesSource([os.path.abspath(f) for f in files], rows, columns, images))
-
-
-def _check_columns(columns, names, where) -> list[str]:
-    if columns is None:
-        return list(names)
-    columns = [columns] if isinstance(columns, str) else list(columns)
-    missing = [c for c in columns if c not in names]
-    if missing:
-        raise StoreError(f"{where!r} has no column(s) {missing}; its columns are {list(names)}")
-    return columns
 
 
 # ------------------------------------------------------------ Parquet
@@ -397,7 +413,9 @@ def from_parquet(path_or_glob, columns=None, *, storage_options: dict | None = N
         A pipeline whose samples are dicts ``{column: value}``.
 
     Raises:
-        StoreError: no files match, a file is not Parquet, or a column is missing.
+        StoreError: no files match, a file is not Parquet, a column is
+            missing, or a column's type or the set of columns differs between
+            two files (both named; a column all null in one file is accepted).
     """
     from ..sources._shard_files import ShardFiles, is_url, redact
 
@@ -411,7 +429,7 @@ def from_parquet(path_or_glob, columns=None, *, storage_options: dict | None = N
         raise ValueError("from_parquet(storage_options=...) is for URLs (s3://, https://...); a local path takes none")
     else:
         files = _parquet_files(path_or_glob)
-    groups, names = [], None
+    groups, schemas = [], []
     for number, path in enumerate(files):
         try:
             with _open_parquet(remote, number, path) as parquet:
@@ -419,8 +437,8 @@ def from_parquet(path_or_glob, columns=None, *, storage_options: dict | None = N
         except (OSError, pa.ArrowException) as e:
             raise StoreError(f"cannot read {redact(path)!r} as Parquet: {_scrub(e)}") from e
         groups.append([metadata.row_group(g).num_rows for g in range(metadata.num_row_groups)])
-        schema_names = metadata.schema.to_arrow_schema().names
-        if names is None:
-            names = schema_names
-    columns = _check_columns(columns, names, path_or_glob if remote is None else redact(str(path_or_glob)))
+        schemas.append(metadata.schema.to_arrow_schema())
+    shown = [redact(f) for f in files]
+    given_name = path_or_glob if remote is None else redact(str(path_or_glob))
+    columns = common_columns(schemas, shown, columns, f"from_parquet({given_name!r})")
     return Pipeline(ParquetSource(files, groups, columns, remote))
