@@ -19,12 +19,11 @@ sample, best of `--reps`): the worker's collate (`feedline._packing.RaggedCollat
 concatenates a task of 64 samples) and the consumer's placing of items into rows and batching them
 (`feedline.engine._packer.Packer`), for each fit and buffer.
 
-Grain: `grain` is not installed in the development venv, so its packing cannot run here. The row
-"Grain first-fit rule" replays, on the lengths alone, the rule of Grain's `FirstFitPackIterDataset`
-as its source describes it (grain/_src/python/dataset/transformations/packing_packed_batch.py: a
-batch of `num_packing_bins` rows, each element into the first row it fits; an element that fits no
-row sends the whole batch out and starts a new one), with `num_packing_bins` = the same buffer.
-With grain importable, the real `FirstFitPackIterDataset` runs as well.
+Grain: where `grain` is importable (`pip install feedline[bench]`), its own `FirstFitPackIterDataset`
+and `BestFitPackIterDataset` run on the same lengths with `num_packing_bins` = the same buffer. The row
+"Grain first-fit rule" replays, on the lengths alone, the first-fit rule as Grain's source describes
+it (a batch of `num_packing_bins` rows, each element into the first row it fits; an element that fits
+no row sends the whole batch out and starts a new one), so the comparison stands without grain too.
 
 Last result: the "Packing" section of benchmarks/RESULTS.md.
 """
@@ -97,15 +96,16 @@ def grain_first_fit_rule(lengths: np.ndarray, bins: int, row: int) -> float:
     return 1 - items / (used_rows * row)
 
 
-def grain_packing(lengths: np.ndarray, bins: int, row: int) -> float | None:
-    """Padding share of Grain's own FirstFitPackIterDataset, or None where grain is not installed."""
+def grain_packing(lengths: np.ndarray, bins: int, row: int, fit: str = "first") -> float | None:
+    """Padding share of Grain's own First/BestFitPackIterDataset, or None where grain is not installed."""
     try:
         import grain  # optional: the peer is measured only where it is installed
     except ImportError:
         return None
     data = [{"frames": np.zeros(int(n), np.int16)} for n in lengths]
     ds = grain.MapDataset.source(data).to_iter_dataset()
-    ds = grain.experimental.FirstFitPackIterDataset(ds, length_struct={"frames": row}, num_packing_bins=bins, shuffle_bins=False)
+    packer = grain.experimental.FirstFitPackIterDataset if fit == "first" else grain.experimental.BestFitPackIterDataset
+    ds = packer(ds, length_struct={"frames": row}, num_packing_bins=bins, shuffle_bins=False)
     slots = used = 0
     for element in ds:
         ids = np.asarray(element["frames_segment_ids"])
@@ -164,9 +164,10 @@ def main(argv=None) -> None:
             row(f"pack({ROW}, fit={fit!r}, buffer={buffer}).batch(4)",
                 *measure(source(lengths).pack(ROW, fit=fit, buffer=buffer).batch(4), reps))
         row(f"Grain first-fit rule, {buffer} bins (replayed)", grain_first_fit_rule(shuffled, buffer, ROW))
-        real = grain_packing(shuffled, buffer, ROW)
-        if real is not None:
-            row(f"grain FirstFitPackIterDataset, {buffer} bins", real)
+        for fit in ("first", "best"):
+            real = grain_packing(shuffled, buffer, ROW, fit)
+            if real is not None:
+                row(f"grain {fit.title()}FitPackIterDataset, {buffer} bins", real)
     if grain_packing(shuffled[:1], 1, ROW) is None:
         print("# grain is not installed here: its own packing did not run")
     halves(shuffled, max(reps, 1))
