@@ -23,9 +23,10 @@ Protocol (one writer, one reader per slot):
   slot the user keeps is a kernel mapping in the consumer (and in its
   worker) and a page of shared memory at least: ``list(pipe)`` of 75,000
   small batches died of ``ENOMEM`` at Linux's 65,530 mappings a process
-  (``vm.max_map_count``). A loop that drops each batch stays under the
-  bound (what is in flight plus what it holds), so it keeps the zero-copy
-  views.
+  (``vm.max_map_count``). A loop that drops each batch has out only what
+  is in flight and the batch in hand, so it keeps the zero-copy views
+  (tasks of many small batches, from the second epoch, may reach the
+  bound: those batches are a few KiB, and copied).
 - Hand-back goes through shared memory too: each worker has a `ReleaseRing`
   of words in its status segment; the consumer writes a released slot id
   there and the worker takes it when it next needs a slot. No message and
@@ -34,10 +35,10 @@ Protocol (one writer, one reader per slot):
   Only when the ring is full does the id travel with the next message.
 - Back-pressure is not done here: the consumer bounds the number of tasks
   in flight, so a worker holds at most (in-flight tasks + batches the user
-  still references) slots, plus a few made while released ones were on
-  their way back. On a full /dev/shm a slot is a memory file or a file in
-  the spill folder; where neither can be, a worker waits (bounded) for one
-  of its slots.
+  still references as views, which `SlotViews` bounds) slots, plus a few
+  made while released ones were on their way back. On a full /dev/shm a
+  slot is a memory file or a file in the spill folder; where neither can
+  be, a worker waits (bounded) for one of its slots.
 - Shutdown: a worker unlinks the names of its slots on exit (names already
   unlinked by the consumer are ignored). If the worker is killed before the
   consumer attached a new slot, the consumer sweeps the worker's prefix; a
@@ -121,6 +122,14 @@ class SlotViews:
     id, slot id)`` from the finalizers, in whatever thread drops a batch's
     last view (``deque.append`` is atomic); `take` hands them to the
     executor. Only the consumer's thread changes ``out``.
+
+    >>> views = SlotViews(bound=2)
+    >>> views.out = 2  # two batches opened as views (`SlotReader.open` counts them)
+    >>> views.copying()
+    True
+    >>> views.released.append((0, 5))  # the user let go of one
+    >>> views.copying(), views.take(), views.out
+    (False, [(0, 5)], 1)
     """
 
     def __init__(self, bound: int):

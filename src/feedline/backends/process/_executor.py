@@ -9,7 +9,8 @@ is in docs/architecture.md, "Protocols"):
   there is no lock. Tasks go to a worker as soon as it answers `Ready`.
   Held (``held=True``), workers that said hello wait for `release`.
 - Work and back-pressure: `TaskPool` late binding within the prefetch
-  window; each batch comes back in a shared-memory slot, released later.
+  window; each batch comes back in a shared-memory slot, released later
+  (copied and released at once past `SlotViews`' bound of batches out).
 - Death: EOF on a worker's pipe; its tasks go to a replacement, the one it
   was running counts an attempt (`MAX_ATTEMPTS`), nothing is lost or doubled.
 - Time limit (``map(timeout=...)``): while the consumer waits, it reads each
