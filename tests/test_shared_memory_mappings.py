@@ -107,6 +107,42 @@ def test_an_epoch_of_75000_batches_is_kept_whole_on_processes():
     assert (first, second) == (75_000, 75_000)
 
 
+_AT_THE_LIMIT = """
+import ctypes, mmap, os, sys, numpy as np, feedline as fl
+
+libc = ctypes.CDLL(None, use_errno=True)
+libc.mmap.restype = ctypes.c_void_p
+libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT)
+os.ftruncate(fd, mmap.PAGESIZE)
+with fl.from_arrays(np.arange(40_000)).map(lambda v: v, backend="process", workers=2).batch(4) as pipe:
+    it = iter(pipe)
+    next(it)
+    taken = []
+    while True:  # the user's own mappings fill the process up to the kernel's limit, all but a few
+        address = libc.mmap(None, mmap.PAGESIZE, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
+        if address in (None, ctypes.c_void_p(-1).value):
+            break
+        taken.append(address)
+    for address in taken[-200:]:
+        libc.munmap(address, mmap.PAGESIZE)
+    try:
+        list(it)
+    except OSError as e:
+        print(e)
+"""
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/sys/vm/max_map_count"), reason="Linux's mapping limit")
+def test_a_slot_mapping_refused_at_the_kernels_limit_says_so_and_what_to_change(tmp_path):
+    done = subprocess.run([sys.executable, "-c", _AT_THE_LIMIT, str(tmp_path / "page")], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "memory mappings and the kernel allows" in done.stdout, done.stdout + done.stderr[-3000:]
+    for fix in ("vm.max_map_count", "FEEDLINE_MAPPED_BATCHES"):
+        assert fix in done.stdout, done.stdout
+
+
 def test_a_mapping_bound_that_is_not_a_number_is_refused_naming_the_variable(monkeypatch, no_leaks):
     monkeypatch.setenv("FEEDLINE_MAPPED_BATCHES", "lots")
     with fl.from_arrays(np.arange(8)).map(_write_into, backend="process", workers=1).batch(4) as pipe:

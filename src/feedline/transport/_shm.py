@@ -288,8 +288,8 @@ def _refused(code: int) -> OSError:
         return OSError(code, os.strerror(code))
     if mapped < limit - 16:  # short of the limit: memory is short, not mappings
         return OSError(code, os.strerror(code))
-    return OSError(code, f"{os.strerror(code)}: this process has {mapped:,} memory mappings, the kernel's limit "
-                         f"({MAX_MAP_COUNT}). Batches from process workers kept past {MAPPED_VAR} are copied "
+    return OSError(code, f"{os.strerror(code)}: this process has {mapped:,} memory mappings and the kernel allows "
+                         f"{limit:,} ({MAX_MAP_COUNT}). Batches from process workers kept past {MAPPED_VAR} are copied "
                          f"out of shared memory; lower it, free mappings held elsewhere (memory-mapped files), or raise "
                          f"the limit (sysctl -w vm.max_map_count=262144)")
 
