@@ -35,6 +35,10 @@ Protocol and ownership:
   worker, so ``list(pipe)`` of 2,000 batches died of ``Too many open
   files`` at the usual limit of 1,024 (macOS: 256). The memory is unmapped
   when the last view of it is gone.
+- A mapping still counts against the kernel's mappings a process
+  (``vm.max_map_count``, `max_mappings`): the consumer copies batches kept
+  past a bound instead (`feedline.transport._slots.SlotViews`), and a
+  mapping refused there says so (`_map`).
 """
 
 from __future__ import annotations
@@ -50,8 +54,8 @@ import weakref
 
 from .._errors import SharedMemoryFull
 
-__all__ = ["MEMFD_VAR", "SPILL_VAR", "Segment", "SegmentGone", "bounded_room", "segment_prefix", "spill_dir", "sweep", "unlink",
-           "warn_spilled"]
+__all__ = ["MAPPED_VAR", "MEMFD_VAR", "SPILL_VAR", "Segment", "SegmentGone", "bounded_room", "max_mappings", "segment_prefix", "spill_dir",
+           "sweep", "unlink", "warn_spilled"]
 
 _WINDOWS = sys.platform == "win32"
 if not _WINDOWS:
@@ -64,8 +68,10 @@ if not _WINDOWS:
     _MAP_FAILED = ctypes.c_void_p(-1).value
 
 
+MAX_MAP_COUNT = "/proc/sys/vm/max_map_count"  # Linux: the most memory mappings one process may have
 SHM_DIR = "/dev/shm"  # where POSIX shared memory lives on Linux (a tmpfs; its size is the limit)
 SPILL_VAR = "FEEDLINE_SPILL_DIR"  # where segments go when /dev/shm is full (default: `spill_dir`); "0": nowhere
+MAPPED_VAR = "FEEDLINE_MAPPED_BATCHES"  # batches the consumer keeps as views of shared memory at once (`_slots.mapped_bound`)
 MEMFD_VAR = "FEEDLINE_MEMFD"  # "0": no memory files where /dev/shm is full (the spill folder at once)
 _MEMFD = "@memfd:"  # in a segment's name: ``<name>@memfd:<owner pid>:<fd>:<inode>``
 _OFF = ("0", "off", "no", "false")
@@ -261,6 +267,33 @@ def _open_spilled(path: str, flags: int) -> int | None:
         return None
 
 
+def max_mappings() -> int | None:
+    """The most memory mappings a process may have (Linux's ``vm.max_map_count``); None where it is not known."""
+    try:
+        with open(MAX_MAP_COUNT) as f:
+            return int(f.read())
+    except (OSError, ValueError):
+        return None
+
+
+def _refused(code: int) -> OSError:
+    """The error of a mapping the kernel refused with ``code``: where this process is at its mapping limit, it says so."""
+    limit = max_mappings()
+    if code != errno.ENOMEM or limit is None:
+        return OSError(code, os.strerror(code))
+    try:
+        with open("/proc/self/maps") as f:
+            mapped = sum(1 for _ in f)
+    except OSError:
+        return OSError(code, os.strerror(code))
+    if mapped < limit - 16:  # short of the limit: memory is short, not mappings
+        return OSError(code, os.strerror(code))
+    return OSError(code, f"{os.strerror(code)}: this process has {mapped:,} memory mappings and the kernel allows "
+                         f"{limit:,} ({MAX_MAP_COUNT}). Batches from process workers kept past {MAPPED_VAR} are copied "
+                         f"out of shared memory; lower it, free mappings held elsewhere (memory-mapped files), or raise "
+                         f"the limit (sysctl -w vm.max_map_count=262144)")
+
+
 def _map(fd: int, size: int, writable: bool = True) -> memoryview:
     """The first ``size`` bytes of the open file ``fd``, mapped shared, as a byte memoryview that holds no descriptor.
 
@@ -273,8 +306,7 @@ def _map(fd: int, size: int, writable: bool = True) -> memoryview:
     protection = mmap.PROT_READ | (mmap.PROT_WRITE if writable else 0)
     address = _libc.mmap(None, size, protection, mmap.MAP_SHARED, fd, 0)
     if address is None or address == _MAP_FAILED:
-        code = ctypes.get_errno()
-        raise OSError(code, os.strerror(code))
+        raise _refused(ctypes.get_errno())
     memory = (ctypes.c_char * size).from_address(address)
     weakref.finalize(memory, _libc.munmap, address, size).atexit = False
     view = memoryview(memory).cast("B")

@@ -14,6 +14,19 @@ Protocol (one writer, one reader per slot):
   garbage collected, a finalizer queues the slot id, and the consumer sends
   it back to the worker with its next message. Only then may the worker
   reuse the slot, so a batch the user still holds is never overwritten.
+- Kept batches are copied, not mapped: the consumer counts the batches
+  it handed out as views of slots and not yet got back (`SlotViews`, one
+  per executor). Past its bound (`mapped_bound`, ``FEEDLINE_MAPPED_BATCHES``)
+  a batch is copied into ordinary arrays as it is opened and its slot is
+  released at once; the views over the slot are dropped before the release
+  is handed back, so nothing the user holds ever sees the slot reused. Each
+  slot the user keeps is a kernel mapping in the consumer (and in its
+  worker) and a page of shared memory at least: ``list(pipe)`` of 75,000
+  small batches died of ``ENOMEM`` at Linux's 65,530 mappings a process
+  (``vm.max_map_count``). A loop that drops each batch has out only what
+  is in flight and the batch in hand, so it keeps the zero-copy views
+  (tasks of many small batches, from the second epoch, may reach the
+  bound: those batches are a few KiB, and copied).
 - Hand-back goes through shared memory too: each worker has a `ReleaseRing`
   of words in its status segment; the consumer writes a released slot id
   there and the worker takes it when it next needs a slot. No message and
@@ -22,10 +35,10 @@ Protocol (one writer, one reader per slot):
   Only when the ring is full does the id travel with the next message.
 - Back-pressure is not done here: the consumer bounds the number of tasks
   in flight, so a worker holds at most (in-flight tasks + batches the user
-  still references) slots, plus a few made while released ones were on
-  their way back. On a full /dev/shm a slot is a memory file or a file in
-  the spill folder; where neither can be, a worker waits (bounded) for one
-  of its slots.
+  still references as views, which `SlotViews` bounds) slots, plus a few
+  made while released ones were on their way back. On a full /dev/shm a
+  slot is a memory file or a file in the spill folder; where neither can
+  be, a worker waits (bounded) for one of its slots.
 - Shutdown: a worker unlinks the names of its slots on exit (names already
   unlinked by the consumer are ignored). If the worker is killed before the
   consumer attached a new slot, the consumer sweeps the worker's prefix; a
@@ -39,6 +52,7 @@ import collections
 import itertools
 import math
 import mmap
+import os
 import time
 import weakref
 
@@ -46,9 +60,9 @@ import numpy as np
 
 from .._errors import SharedMemoryFull
 from .._tree import BatchGroup, flatten, unflatten
-from ._shm import Segment, unlink, warn_spilled
+from ._shm import MAPPED_VAR, Segment, max_mappings, unlink, warn_spilled
 
-__all__ = ["ReleaseRing", "SlotReader", "SlotWriter"]
+__all__ = ["MAPPED_VAR", "ReleaseRing", "SlotReader", "SlotViews", "SlotWriter", "mapped_bound"]
 
 _ALIGN = 64
 # Seconds a worker waits, on a full /dev/shm, for the consumer to hand back a slot (`SlotWriter._handed_back`):
@@ -56,6 +70,10 @@ _ALIGN = 64
 # loaded machine in SharedMemoryFull while the slot was on its way.
 ROOM_WAIT = 3.0
 ROOM_POLL = 0.001  # ... looking at its ring this often
+# Batches out as views of slots at once where `MAPPED_VAR` is unset: far past what a loop that drops each batch
+# has out (prefetched plus held), far under the kernel's mappings a process; each costs a page of shared memory at least.
+MAPPED_BATCHES = 1024
+MAPPINGS_SHARE = 4  # ... and at most this fraction of the process's mapping limit: the rest is the interpreter's and the user's
 
 
 def _layout(specs):
@@ -76,6 +94,60 @@ def _views(buffer, layout, total):
         nbytes = math.prod(shape) * dtype.itemsize  # math.prod: np.prod costs ~5 us per call, per batch
         arrays.append(flat[offset : offset + nbytes].view(dtype).reshape(shape))
     return flat, arrays
+
+
+def mapped_bound() -> int:
+    """Batches the consumer hands out as views of slots at once (`SlotViews`): ``$FEEDLINE_MAPPED_BATCHES``, else `MAPPED_BATCHES`.
+
+    The default is lowered where the kernel allows few mappings a process
+    (`feedline.transport._shm.max_mappings`). 0 copies every batch.
+
+    Raises:
+        ValueError: the variable is set to something other than a whole number >= 0.
+    """
+    setting = os.environ.get(MAPPED_VAR, "").strip()
+    if not setting:
+        limit = max_mappings()
+        return MAPPED_BATCHES if limit is None else min(MAPPED_BATCHES, limit // MAPPINGS_SHARE)
+    if not setting.isdigit():
+        raise ValueError(f"{MAPPED_VAR}={setting!r}: the number of batches from process workers kept as views of shared "
+                         f"memory at once (past it they are copied), a whole number >= 0; unset it for {MAPPED_BATCHES}")
+    return int(setting)
+
+
+class SlotViews:
+    """The consumer's count of batches out as views of slots, and its bound: past it, `SlotReader.open` copies.
+
+    One per executor, shared by its readers. ``released`` takes ``(worker
+    id, slot id)`` from the finalizers, in whatever thread drops a batch's
+    last view (``deque.append`` is atomic); `take` hands them to the
+    executor. Only the consumer's thread changes ``out``.
+
+    >>> views = SlotViews(bound=2)
+    >>> views.out = 2  # two batches opened as views (`SlotReader.open` counts them)
+    >>> views.copying()
+    True
+    >>> views.released.append((0, 5))  # the user let go of one
+    >>> views.copying(), views.take(), views.out
+    (False, [(0, 5)], 1)
+    """
+
+    def __init__(self, bound: int):
+        self.bound = bound
+        self.released: collections.deque = collections.deque()
+        self.out = 0  # slots opened and not yet taken back by `take` (released ones wait in ``released``)
+
+    def copying(self) -> bool:
+        """Whether the next batch is to be copied: `bound` batches are out as views already."""
+        return self.out - len(self.released) >= self.bound
+
+    def take(self) -> list[tuple[int, int]]:
+        """``(worker id, slot id)`` of every slot released since the last call, in order."""
+        taken = []
+        while self.released:
+            taken.append(self.released.popleft())
+        self.out -= len(taken)
+        return taken
 
 
 class ReleaseRing:
@@ -262,16 +334,15 @@ class SlotWriter:
 
 
 class SlotReader:
-    """Consumer side, one per worker: maps slots and builds zero-copy views.
+    """Consumer side, one per worker: maps slots and builds zero-copy views (copies past the bound of ``views``).
 
-    ``released`` is a deque shared with the executor; finalizers append
-    ``(worker id, slot id)`` to it from whatever thread drops the last view
-    (``deque.append`` is atomic, so no lock is needed).
+    ``views`` is the executor's `SlotViews`: the finalizer of a batch's
+    views appends ``(worker id, slot id)`` to its ``released``.
     """
 
-    def __init__(self, worker_id: int, released: collections.deque):
+    def __init__(self, worker_id: int, views: SlotViews):
         self.worker_id = worker_id
-        self.released = released
+        self.views = views
         self.maps: dict[int, Segment] = {}
 
     def open(self, fields: dict):
@@ -285,9 +356,13 @@ class SlotReader:
             self.maps[slot] = Segment.attach(fields["name"])
             warn_spilled(self.maps[slot])
             unlink(fields["name"])
+        copying = self.views.copying()
+        self.views.out += 1
         flat, arrays = _views(self.maps[slot].buf, fields["layout"], fields["total"])
-        if flat.base is not None:
-            weakref.finalize(flat.base, self.released.append, (self.worker_id, slot))
-        else:
-            self.released.append((self.worker_id, slot))
+        if flat.base is not None and not copying:
+            weakref.finalize(flat.base, self.views.released.append, (self.worker_id, slot))
+            return unflatten(fields["skeleton"], arrays)
+        arrays = [a.copy() for a in arrays] if copying else arrays  # (no base: empty arrays, nothing in the slot)
+        del flat  # no view of the slot is left before it goes back
+        self.views.released.append((self.worker_id, slot))
         return unflatten(fields["skeleton"], arrays)

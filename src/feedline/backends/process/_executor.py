@@ -9,7 +9,8 @@ is in docs/architecture.md, "Protocols"):
   there is no lock. Tasks go to a worker as soon as it answers `Ready`.
   Held (``held=True``), workers that said hello wait for `release`.
 - Work and back-pressure: `TaskPool` late binding within the prefetch
-  window; each batch comes back in a shared-memory slot, released later.
+  window; each batch comes back in a shared-memory slot, released later
+  (copied and released at once past `SlotViews`' bound of batches out).
 - Death: EOF on a worker's pipe; its tasks go to a replacement, the one it
   was running counts an attempt (`MAX_ATTEMPTS`), nothing is lost or doubled.
 - Time limit (``map(timeout=...)``): while the consumer waits, it reads each
@@ -43,7 +44,7 @@ from ..._errors import SharedMemoryFull, WorkerError
 from ..._malloc import MALLOC_VARS, turned_off
 from ..._switch_interval import SwitchHold, short_switch_interval
 from ...transport._shm import Segment, SegmentGone, bounded_room, segment_prefix, sweep, unlink
-from ...transport._slots import SlotReader
+from ...transport._slots import SlotReader, SlotViews, mapped_bound
 from ...transport._transfer import SharedArrays, check_picklable, dumps_for_workers
 from ...worker import Result, TaskError
 from ...worker._protocol import Done, PartError, Ready, Release, RunTask, SendPart, Stop
@@ -146,7 +147,7 @@ class ProcessExecutor(Executor):
         self.wake_r, self.wake_w = _wake_pipe()
         self.readable = _Readable(self.wake_r)  # the workers' pipes and the wake pipe, registered once each
         self.closing = False
-        self.released: collections.deque = collections.deque()
+        self.views = SlotViews(mapped_bound())  # batches out as views of slots; past its bound they are copied
         self._releasing: collections.defaultdict = collections.defaultdict(list)  # worker id -> slots to hand back
         self.pool: list[_Worker | None] = [None] * workers
         self.by_id: dict[int, _Worker] = {}
@@ -248,7 +249,7 @@ class ProcessExecutor(Executor):
                 proc = _fresh_interpreter(env, {k: v for k, v in boot.items() if k not in ("cwd", "env", "consumer_pid")} | {"parent_pid": os.getpid()})
         else:
             proc = _fresh_interpreter(env, boot)
-        worker = _Worker(wid, position, proc, SlotReader(wid, self.released))
+        worker = _Worker(wid, position, proc, SlotReader(wid, self.views))
         self.pool[position] = worker
         self.by_id[wid] = worker
 
@@ -363,8 +364,7 @@ class ProcessExecutor(Executor):
 
     def _take_releases(self) -> None:
         """Slots the consumer let go since the last dispatch: into each worker's ring, else its next message."""
-        while self.released:
-            wid, slot = self.released.popleft()
+        for wid, slot in self.views.take():
             worker = self.by_id.get(wid)
             if worker is None or worker.ring is None or not worker.ring.push(slot):
                 self._releasing[wid].append(slot)
