@@ -46,7 +46,7 @@ class Pipeline:
     def __init__(self, source, steps: tuple = ()):
         self._source = source
         self._steps = tuple(steps)
-        self._plan = compile_plan(source, self._steps, self._seed())  # validates step order now
+        self._plan = compile_plan(source, self._steps, self._seed(), self._generator_seed())  # validates step order now
         self._runtime = None
         self._next_epoch = 0
         self._finalizer = None
@@ -59,6 +59,21 @@ class Pipeline:
         """The first shuffle's seed (0 without one): it also seeds the ``rng`` of ``map`` functions."""
         own = self._source.seed if isinstance(self._source, OrderedSource) else 0  # mix's seed, or the repeated pipeline's
         return next((step.seed for step in self._steps if isinstance(step, Shuffle)), own)
+
+    def _generator_seed(self) -> int:
+        """What seeds the global generators of process workers: `_seed` where the pipeline has one, else a fresh draw.
+
+        A pipeline with a ``shuffle()`` or ``mix()`` seed repeats its workers'
+        draws run after run; one without gets a random seed per pipeline
+        object (as DataLoader draws a base seed per run), so two runs differ
+        but workers and epochs still never repeat each other.
+        """
+        return self._seed() if self._has_seed() else new_seed()
+
+    def _has_seed(self) -> bool:
+        """Whether `_seed` is a ``shuffle()`` or ``mix()`` seed (else the 0 of a pipeline without one)."""
+        own = isinstance(self._source, OrderedSource) and self._source.seeded
+        return own or any(isinstance(step, Shuffle) for step in self._steps)
 
     @property
     def source(self):
@@ -262,7 +277,8 @@ class Pipeline:
         samples = self._endless_take(step.count)
         if samples is not None:  # repeat().take(n): epochs of n samples (or batches), from as many passes as that takes
             s = self._source
-            return Pipeline(ComposedSource("repeat", s.children, seed=s.seed, count=None, limit=samples), self._steps)
+            return Pipeline(ComposedSource("repeat", s.children, seed=s.seed, seeded=s.seeded, count=None,
+                                           limit=samples), self._steps)
         return self._with(step)
 
     def _endless_take(self, n: int) -> int | None:
@@ -316,7 +332,7 @@ class Pipeline:
             raise ValueError("repeat() of a pipeline that already repeats without end; give the first repeat() a count")
         inner = Pipeline(self._source, tuple(kept))
         count = None if count is None else int(count)
-        return Pipeline(ComposedSource("repeat", [inner], seed=inner._seed(), count=count), tuple(moved))
+        return Pipeline(ComposedSource("repeat", [inner], seed=inner._seed(), seeded=inner._has_seed(), count=count), tuple(moved))
 
     def _endless(self) -> bool:
         return isinstance(self._source, OrderedSource) and self._source.endless

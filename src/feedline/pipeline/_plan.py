@@ -39,6 +39,7 @@ class WorkerPart:
     batch_ops: list  # MapBatch steps run in the worker (aligned plans only)
     seed: int
     aligned: bool
+    generator_seed: int = 0  # seeds the global generators of process workers and Ray actors (`worker._generators`)
     skip_read: bool = False  # a failed read (or filter) is skipped: the first map's on_error is "skip"
     stream_chunk: int = CHUNK_UNBATCHED  # samples per task of an unbatched stream
     timeout: float | None = None  # seconds one sample's read and maps may take (map(timeout=...))
@@ -213,8 +214,11 @@ class PlanBuilder:
         self.filtered = True
 
 
-def compile_plan(source, steps, seed: int) -> Plan:
+def compile_plan(source, steps, seed: int, generator_seed: int | None = None) -> Plan:
     """Check the order of ``steps`` and split them into a `Plan`.
+
+    ``generator_seed``: what seeds the global random generators of process
+    workers (None: ``seed``).
 
     Raises:
         ValueError: a step in a place where it cannot run (e.g. ``map``
@@ -256,6 +260,7 @@ def compile_plan(source, steps, seed: int) -> Plan:
         collate=collate,
         batch_ops=builder.batch_ops if aligned else [],
         seed=seed,
+        generator_seed=seed if generator_seed is None else generator_seed,
         aligned=aligned,
         skip_read=bool(maps) and maps[0].skips,
         timeout=timeout,
@@ -348,6 +353,7 @@ class OrderedSource:
     """
 
     seed = 0  # seeds the rng of map() functions placed after the composite (no shuffle() after it)
+    seeded = False  # the seed is the user's or drawn for them (mix), not the 0 of a composite without one
     endless = False  # repeat() without a count: the iterator runs epoch after epoch as one stream
 
     def first_order(self, epoch: int) -> np.ndarray:

@@ -45,11 +45,12 @@ class ComposedSource(Source, OrderedSource):
     epoch); indices themselves range wider, since they name the child's pass.
     """
 
-    def __init__(self, kind: str, children, *, weights=None, seed: int = 0, stop: str | None = None,
-                 count: int | None = 1, limit: int | None = None):
+    def __init__(self, kind: str, children, *, weights=None, seed: int = 0, seeded: bool | None = None,
+                 stop: str | None = None, count: int | None = 1, limit: int | None = None):
         self.kind, self.children = kind, tuple(children)
         self.weights = None if weights is None else tuple(float(w) for w in weights)
         self.seed, self.stop = seed, stop
+        self.seeded = kind == "mix" if seeded is None else seeded  # a mix always has a seed (given or drawn)
         self.count = count  # repeat: passes per epoch; None: endless (or as many as `limit` needs)
         self.limit = limit  # repeat().take(n): samples per epoch of an endless repeat
         self.endless = kind == "repeat" and count is None and limit is None
