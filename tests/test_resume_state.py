@@ -259,6 +259,33 @@ def test_a_drawn_shuffle_seed_in_a_new_process_is_named(tmp_path):
         assert len(list(pipe.resume(json.loads(path.read_text())))) == 9
 
 
+def test_a_drawn_mix_seed_in_a_new_process_is_named(tmp_path):
+    script = textwrap.dedent("""
+        import json, sys
+        import numpy as np, feedline as fl
+        pipe = fl.mix([fl.from_arrays(np.arange(40)), fl.from_arrays(np.arange(100, 140))]).batch(4)
+        if sys.argv[1] == "save":
+            it = iter(pipe)
+            next(it)
+            json.dump(it.state(), open(sys.argv[2], "w"))
+            print(pipe.source.seed)
+        else:
+            try:
+                pipe.resume(json.load(open(sys.argv[2])))
+            except ValueError as e:
+                print(e)
+    """)
+    path = tmp_path / "state.json"
+    run = [sys.executable, "-c", script]
+    saved = subprocess.run(run + ["save", str(path)], capture_output=True, text=True, check=True).stdout.strip()
+    message = subprocess.run(run + ["load", str(path)], capture_output=True, text=True, check=True).stdout
+    assert "state['fingerprint'] differs only in the seed of fl.mix()" in message, message
+    assert f"fl.mix(..., seed={saved})" in message and "new process" in message and "explicit seed" in message
+    inputs = [fl.from_arrays(np.arange(40)), fl.from_arrays(np.arange(100, 140))]
+    with fl.mix(inputs, seed=int(saved)).batch(4) as pipe:  # what the message says to do
+        assert len(list(pipe.resume(json.loads(path.read_text())))) == 19
+
+
 def test_a_different_pipeline_is_refused_with_the_fingerprint(no_leaks):
     with fl.from_arrays(np.arange(40)).shuffle(seed=1).batch(4) as pipe:
         state = state_after(pipe, 1)

@@ -512,6 +512,8 @@ class EpochIterator:
             # Index steps that shuffle carry a seed (duck-typed: the engine sees only the Plan).
             "seeds": [int(step.seed) for step in self._plan.index_steps if getattr(step, "seed", None) is not None],
         }
+        if self._plan.order_seed is not None:
+            state["mix_seed"] = int(self._plan.order_seed)  # so that resume can say when only it differs
         if self._plan.streaming:
             streams = self._point.get("streams", {"positions": {}, "exhausted": [], "cursor": 0})
             state.update(task=0, offset=self._point.get("offset", 0), streams=streams)

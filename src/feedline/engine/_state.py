@@ -25,12 +25,13 @@ import numbers
 
 from .._errors import FeedlineError
 
-__all__ = ["STATE_VERSION", "StateRefused", "check", "check_fields", "digest", "fingerprint_refused", "seal", "task_grid"]
+__all__ = ["STATE_VERSION", "StateRefused", "check", "check_fields", "digest", "fingerprint_refused", "mix_seed_refused", "seal",
+           "task_grid"]
 
 STATE_VERSION = 1
 OLD_CHUNK = 64  # samples per task of an unbatched epoch in states that do not name their grid
 FIELDS = ("version", "epoch", "batches", "skipped", "fingerprint", "task", "offset", "chunk", "streams", "seeds", "digest",
-          "buckets", "window")
+          "buckets", "window", "mix_seed")
 _ADVICE = ("use the state it.state() returned, unchanged (json.dump and json.load keep it), "
            "or start the epoch over with pipe.epoch(k)")
 
@@ -216,6 +217,8 @@ def check_fields(state) -> dict:
         seeds = state["seeds"]
         if not isinstance(seeds, list) or any(isinstance(s, bool) or not isinstance(s, numbers.Integral) or s < 0 for s in seeds):
             raise StateRefused("seeds", f"must be a list of the shuffle seeds (integers >= 0), got {seeds!r:.80}")
+    if "mix_seed" in state:
+        out["mix_seed"] = _int(state, "mix_seed", "the seed of fl.mix()")
     if "buckets" in state:
         buckets = state["buckets"]
         if not isinstance(buckets, list) or any(isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 0 for n in buckets):
@@ -228,6 +231,23 @@ def check_fields(state) -> dict:
         if not isinstance(item, (list, tuple)) or len(item) != 2 or not isinstance(item[1], str):
             raise StateRefused("skipped", f"must be a list of [index, reason] pairs; item {k} is {item!r:.80}")
     return out
+
+
+def mix_seed_refused(state: dict, seed: int | None, fingerprint_with) -> StateRefused | None:
+    """The refusal of a state that differs only in the seed of ``fl.mix`` (None: it differs in more than that).
+
+    ``seed``: this pipeline's mix seed; ``fingerprint_with(seed)``: its
+    fingerprint with that seed instead.
+    """
+    theirs = state.get("mix_seed")
+    if seed is None or theirs is None or theirs == seed or fingerprint_with(theirs) != state["fingerprint"]:
+        return None
+    return StateRefused("fingerprint", (
+        f"differs only in the seed of fl.mix(): the state was saved with mix(..., seed={theirs}), this pipeline has "
+        f"mix(..., seed={seed}). mix() without seed= draws a random seed for each pipeline object, so a pipeline built "
+        "again (in a new process, after a restart) draws another and mixes its inputs in another order"),
+        f"build it with fl.mix(..., seed={theirs}) to resume this state, and give mix() an explicit seed from the "
+        "start so that checkpoints resume")
 
 
 def fingerprint_refused(state: dict, seeds: list, fingerprint_with) -> StateRefused:

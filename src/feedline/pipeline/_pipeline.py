@@ -8,6 +8,7 @@ the description is pickled (see `__getstate__`).
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import numbers
 import time
@@ -512,7 +513,13 @@ class Pipeline:
                     steps[k] = Shuffle(int(seed), steps[k].window)
                 return Pipeline(self._source, tuple(steps))._fingerprint()
 
-            raise _state.fingerprint_refused(fields, [self._steps[k].seed for k in shuffles], fingerprint_with)
+            def mix_fingerprint_with(seed) -> str:
+                mixed = copy.copy(self._source)
+                mixed.seed = mixed.order_seed = int(seed)
+                return Pipeline(mixed, self._steps)._fingerprint()
+
+            refusal = _state.mix_seed_refused(fields, self._plan.order_seed, mix_fingerprint_with)
+            raise refusal or _state.fingerprint_refused(fields, [self._steps[k].seed for k in shuffles], fingerprint_with)
         checked = _state.check(state, self._plan, fingerprint)
         self._next_epoch = checked["epoch"] + 1
         return self._iterator(checked["epoch"], checked)

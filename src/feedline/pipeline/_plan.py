@@ -118,6 +118,11 @@ class Plan:
         return bool(part.batch_size) and part.aligned and not self.streaming and self.depth is None and not bulk_with_steps
 
     @property
+    def order_seed(self) -> int | None:
+        """The seed of the source's own draws (``fl.mix``), or None."""
+        return self.part.source.order_seed if isinstance(self.part.source, OrderedSource) else None
+
+    @property
     def runs_user_code(self) -> bool:
         """Per-sample Python work exists (steps, or a source that calls user code to read).
 
@@ -354,6 +359,7 @@ class OrderedSource:
 
     seed = 0  # seeds the rng of map() functions placed after the composite (no shuffle() after it)
     seeded = False  # the seed is the user's or drawn for them (mix), not the 0 of a composite without one
+    order_seed = None  # the seed of the epoch's draws (mix), written in checkpoints so resume can name it
     endless = False  # repeat() without a count: the iterator runs epoch after epoch as one stream
 
     def first_order(self, epoch: int) -> np.ndarray:
