@@ -460,7 +460,7 @@ class Pipeline:
 
         return EpochIterator(
             self._ensure_runtime(), epoch, fingerprint=self._fingerprint(), source_kind=type(self._source).__name__,
-            state=state, created=created, owner=self,
+            state=state, created=created, owner=self, parts=self._parts(),
         )
 
     def _next_pass(self, k: int) -> EpochIterator:
@@ -519,7 +519,8 @@ class Pipeline:
                 return Pipeline(mixed, self._steps)._fingerprint()
 
             refusal = _state.mix_seed_refused(fields, self._plan.order_seed, mix_fingerprint_with)
-            raise refusal or _state.fingerprint_refused(fields, [self._steps[k].seed for k in shuffles], fingerprint_with)
+            raise refusal or _state.fingerprint_refused(fields, [self._steps[k].seed for k in shuffles], fingerprint_with,
+                                                        self._parts())
         checked = _state.check(state, self._plan, fingerprint)
         self._next_epoch = checked["epoch"] + 1
         return self._iterator(checked["epoch"], checked)
@@ -577,13 +578,27 @@ class Pipeline:
         return to_keras(self, **options)
 
     # ------------------------------------------------------------ reading
+    def _parts(self) -> list:
+        """``[label, digest]`` of each thing `_fingerprint` covers, in a state so that resume can name what differs."""
+        source = [type(self._source).__name__, str(self._fingerprint_length())]
+        inputs = []
+        if isinstance(self._source, ComposedSource):
+            source.append(self._source.settings())
+            kind = self._source.kind
+            inputs = [[f"{kind}() input {k}", h] for k, h in enumerate(self._source.input_identities())]
+        steps = [[f"step {k + 1}: {step.describe()}", hashlib.sha256(fp.encode()).hexdigest()[:16]]
+                 for k, (step, fp) in enumerate((step, step.fingerprint()) for step in self._steps) if fp is not None]
+        return [["source", hashlib.sha256("|".join(source).encode()).hexdigest()[:16]]] + inputs + steps
+
+    def _fingerprint_length(self) -> int:
+        try:
+            return len(self._source)
+        except TypeError:
+            return getattr(self._source, "num_shards", -1)
+
     def _fingerprint(self) -> str:
         """What a saved ``it.state()`` must match to resume here: the source's size and the steps that order data."""
-        try:
-            length = len(self._source)
-        except TypeError:
-            length = getattr(self._source, "num_shards", -1)
-        parts = [type(self._source).__name__, str(length)]
+        parts = [type(self._source).__name__, str(self._fingerprint_length())]
         if isinstance(self._source, OrderedSource):
             parts.append(self._source.order_fingerprint())
         parts += [p for p in (step.fingerprint() for step in self._steps) if p is not None]

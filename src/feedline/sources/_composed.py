@@ -60,10 +60,11 @@ class ComposedSource(Source, OrderedSource):
         self._sizes = None  # each child's source length, once its source is prepared
         self._readers = None  # what read() needs of each child, looked up once
         self._types = None  # the inputs' dtypes seen in this process (`InputTypes`)
+        self._identities = None  # `input_identities`, computed once
         self._length = None
 
     def __getstate__(self) -> dict:
-        return {**self.__dict__, "_readers": None, "_types": None}  # rebuilt where it is read
+        return {**self.__dict__, "_readers": None, "_types": None, "_identities": None}  # rebuilt where it is read
 
     # -------------------------------------------------------- capabilities
     @property
@@ -260,10 +261,22 @@ class ComposedSource(Source, OrderedSource):
     def _child_name(self, k: int) -> str:
         return "the repeated pipeline" if self.kind == "repeat" else f"{self.kind}() input {k}"
 
+    def settings(self) -> str:
+        """How the inputs are combined: kind, weights, seed, stop, count, limit."""
+        return "|".join([self.kind, repr(self.weights), str(self.seed), str(self.stop), str(self.count), str(self.limit)])
+
+    def input_identities(self) -> list:
+        """Per input, a digest of its fingerprint (kind, length, steps, seeds) and of its data (`Source.identity`).
+
+        Inputs of the same kind and length differ by their data, so a state
+        of ``concatenate([a, b])`` is refused by ``concatenate([b, a])``.
+        """
+        if self._identities is None:
+            self._identities = [_short(f"{child._fingerprint()}|{child.source.identity()}") for child in self.children]
+        return self._identities
+
     def order_fingerprint(self) -> str:
-        parts = [self.kind, repr(self.weights), str(self.seed), str(self.stop), str(self.count), str(self.limit)]
-        parts += [child._fingerprint() for child in self.children]
-        return hashlib.sha256("|".join(parts).encode()).hexdigest()[:16]
+        return _short("|".join([self.settings()] + self.input_identities()))
 
     def describe(self) -> str:
         if self.kind == "repeat":
@@ -295,6 +308,10 @@ class _Staging:
             self.mismatch = True
             return [np.empty(shape, dtype) for shape, dtype in specs]
         return [a[self.at : self.at + shape[0]] for (shape, _), a in zip(specs, self.arrays)]
+
+
+def _short(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def _apportion(total: int, share: np.ndarray) -> np.ndarray:
