@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
 
 import numpy as np
 import pytest
@@ -461,3 +462,21 @@ def test_a_field_left_unpadded_that_differs_is_named(backend, no_leaks):
     with pipe, pytest.raises(SampleError, match="sample 1.*field 'image', which is not padded") as info:
         list(pipe)
     assert info.value.index == 1
+
+
+def test_a_float_pad_value_is_rounded_to_a_float32_field_as_tf_data_does(no_leaks):
+    rows = [np.array([1.0], np.float32), np.array([1.0, 2.0], np.float32)]
+    with fl.from_sequence(rows).padded_batch(2, pad_value=0.1) as pipe:
+        (batch,) = list(pipe)
+    assert batch.dtype == np.float32
+    assert batch[0, 1] == np.float32(0.1)
+
+
+@pytest.mark.parametrize("dtype, value, why", [(np.int64, 0.5, "not one of its values"),
+                                               (np.uint8, 300, "not one of its values"),
+                                               (np.float32, 1e300, "beyond its range")])
+def test_a_pad_value_the_field_cannot_hold_is_refused_naming_why(dtype, value, why, no_leaks):
+    rows = [np.array([1], dtype), np.array([1, 2], dtype)]
+    with fl.from_sequence(rows).padded_batch(2, pad_value=value) as pipe:
+        with pytest.raises(SampleError, match=re.escape(f"pad value {value!r} does not fit field (the sample) of dtype {np.dtype(dtype)} ({why})")):
+            list(pipe)

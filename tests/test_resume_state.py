@@ -233,16 +233,17 @@ def test_genuine_states_still_resume_exactly(kind, backend, no_leaks):
 
 
 # ------------------------------------------------------------- shuffle seeds
-def test_a_drawn_shuffle_seed_in_a_new_process_is_named(tmp_path):
-    script = textwrap.dedent("""
+def saved_and_resumed_in_new_processes(tmp_path, build: str, seed: str) -> tuple[str, str, dict]:
+    """Save a state of the pipeline ``build`` makes in one process, resume it in another: (its seed, the refusal, the state)."""
+    script = textwrap.dedent(f"""
         import json, sys
         import numpy as np, feedline as fl
-        pipe = fl.from_arrays(np.arange(40)).shuffle().batch(4)
+        pipe = {build}
         if sys.argv[1] == "save":
             it = iter(pipe)
             next(it)
             json.dump(it.state(), open(sys.argv[2], "w"))
-            print(pipe.steps[0].seed)
+            print({seed})
         else:
             try:
                 pipe.resume(json.load(open(sys.argv[2])))
@@ -253,10 +254,26 @@ def test_a_drawn_shuffle_seed_in_a_new_process_is_named(tmp_path):
     run = [sys.executable, "-c", script]
     saved = subprocess.run(run + ["save", str(path)], capture_output=True, text=True, check=True).stdout.strip()
     message = subprocess.run(run + ["load", str(path)], capture_output=True, text=True, check=True).stdout
+    return saved, message, json.loads(path.read_text())
+
+
+def test_a_drawn_shuffle_seed_in_a_new_process_is_named(tmp_path):
+    saved, message, state = saved_and_resumed_in_new_processes(
+        tmp_path, "fl.from_arrays(np.arange(40)).shuffle().batch(4)", "pipe.steps[0].seed")
     assert "state['fingerprint'] differs only in the shuffle seed" in message, message
     assert f"shuffle(seed={saved})" in message and "new process" in message and "explicit seed" in message
     with fl.from_arrays(np.arange(40)).shuffle(seed=int(saved)).batch(4) as pipe:  # what the message says to do
-        assert len(list(pipe.resume(json.loads(path.read_text())))) == 9
+        assert len(list(pipe.resume(state))) == 9
+
+
+def test_a_drawn_mix_seed_in_a_new_process_is_named(tmp_path):
+    saved, message, state = saved_and_resumed_in_new_processes(
+        tmp_path, "fl.mix([fl.from_arrays(np.arange(40)), fl.from_arrays(np.arange(100, 140))]).batch(4)", "pipe.source.seed")
+    assert "state['fingerprint'] differs only in the seed of fl.mix()" in message, message
+    assert f"fl.mix(..., seed={saved})" in message and "new process" in message and "explicit seed" in message
+    inputs = [fl.from_arrays(np.arange(40)), fl.from_arrays(np.arange(100, 140))]
+    with fl.mix(inputs, seed=int(saved)).batch(4) as pipe:  # what the message says to do
+        assert len(list(pipe.resume(state))) == 19
 
 
 def test_a_different_pipeline_is_refused_with_the_fingerprint(no_leaks):
@@ -277,3 +294,44 @@ def test_state_digest_survives_json_and_pickle():
     _state.seal(state)
     assert _state.digest(json.loads(json.dumps(state, default=int))) == state["digest"]
     assert _state.digest(pickle.loads(pickle.dumps(state))) == state["digest"]
+
+
+# ------------------------------------------------ recombined pipelines
+def two_inputs():
+    return fl.from_arrays(np.arange(20)), fl.from_arrays(np.arange(100, 120))
+
+
+def test_a_state_of_concatenate_resumed_with_its_inputs_swapped_is_refused_naming_the_swap(no_leaks):
+    a, b = two_inputs()
+    with fl.concatenate([a, b]).batch(4) as pipe:
+        state = state_after(pipe, 2)
+    a, b = two_inputs()
+    refused(fl.concatenate([b, a]).batch(4), state, "fingerprint", "concatenate() input 0",
+            "input 1 of the state's pipeline", "in another order")
+    with fl.concatenate([a, b]).batch(4) as pipe:  # the same inputs, built again: resumes
+        assert len(list(pipe.resume(state))) == 8
+
+
+def test_a_state_of_mix_resumed_with_its_inputs_swapped_is_refused(no_leaks):
+    a, b = two_inputs()
+    with fl.mix([a, b], seed=1).batch(4) as pipe:
+        state = state_after(pipe, 2)
+    refused(fl.mix([b, a], seed=1).batch(4), state, "fingerprint", "mix() input 0", "in another order")
+
+
+def test_a_state_of_an_input_with_other_data_is_refused_naming_the_input(no_leaks):
+    a, b = two_inputs()
+    with fl.concatenate([a, b]).batch(4) as pipe:
+        state = state_after(pipe, 2)
+    other = fl.from_arrays(np.arange(200, 220))
+    refused(fl.concatenate([a, other]).batch(4), state, "fingerprint", "concatenate() input 1 differs")
+
+
+def test_a_state_resumed_with_a_map_replaced_by_another_function_is_refused_naming_both(no_leaks):
+    with fl.from_arrays(np.arange(40)).map(lambda x: x + 1).batch(4) as pipe:
+        state = state_after(pipe, 2)
+    refused(fl.from_arrays(np.arange(40)).map(lambda x: x * 2).batch(4), state, "fingerprint", "step 1 differs",
+            "<lambda>", "another function")
+    refused(fl.from_arrays(np.arange(40)).map(np.negative).batch(4), state, "fingerprint", "map(negative)")
+    with fl.from_arrays(np.arange(40)).map(lambda x: x + 1).batch(4) as pipe:  # the same lambda again: resumes
+        assert len(list(pipe.resume(state))) == 8

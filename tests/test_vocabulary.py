@@ -295,8 +295,8 @@ def test_bulk_reads_of_a_mix_equal_sample_by_sample_reads(no_leaks):
         got, want = list(bulk.epoch(epoch)), list(per_sample.epoch(epoch))
         assert [(b["x"].tolist(), b["y"].tolist()) for b in got] == [(b["x"].tolist(), b["y"].tolist()) for b in want]
     mixed_dtypes = fl.concatenate([arange(3), fl.from_arrays(np.arange(5, dtype=np.float32))])
-    one_by_one = mixed_dtypes.map(ident, backend="serial").batch(4)
-    assert [b.tolist() for b in mixed_dtypes.batch(4)] == [b.tolist() for b in one_by_one] == [[0, 1, 2, 0], [1, 2, 3, 4]]
+    with pytest.raises(TypeError, match="input 0 and input 1 differ in the sample: int64 in input 0, float32 in input 1"):
+        list(mixed_dtypes.batch(4))  # bulk reads refuse them as reads one by one do, not upcast to float64
 
 
 # ---------------------------------------------------------------- resume
@@ -403,3 +403,27 @@ def test_bad_arguments_are_refused_naming_them(make, words, no_leaks):
     with pytest.raises((ValueError, TypeError)) as info:
         make()
     assert words in str(info.value)
+
+
+def test_concatenate_of_int64_and_float64_inputs_is_refused_naming_both_and_the_fix(backend, no_leaks):
+    ints, floats = fl.from_arrays(np.arange(10)), fl.from_arrays(np.arange(10, dtype=np.float64))
+    pipe = fl.concatenate([ints, floats]).map(lambda x: x, backend=backend, workers=2).batch(4)
+    with pipe, pytest.raises(SampleError) as caught:
+        list(pipe)
+    message = str(caught.value.__cause__)
+    assert "concatenate() input 0 and input 1 differ in the sample: int64 in input 0, float64 in input 1" in message
+    assert "pipes[1].map(" in message
+
+
+def test_mix_of_inputs_whose_field_dtypes_differ_is_refused_naming_the_field(no_leaks):
+    a = fl.from_arrays({"x": np.zeros(8, np.float32), "y": np.arange(8)})
+    b = fl.from_arrays({"x": np.zeros(8, np.float64), "y": np.arange(8)})
+    with pytest.raises(TypeError, match=r"mix\(\) input \d and input \d differ in field \['x'\]: float(32|64) in input"):
+        list(fl.mix([a, b], seed=0).batch(4))
+
+
+def test_concatenate_of_inputs_with_the_same_dtypes_still_batches_them(no_leaks):
+    pipe = fl.concatenate([fl.from_arrays(np.arange(3)), fl.from_arrays(np.arange(3, 6))]).map(lambda x: x).batch(6)
+    with pipe:
+        (batch,) = list(pipe)
+    assert batch.dtype == np.int64 and batch.tolist() == list(range(6))

@@ -27,7 +27,7 @@ import types
 
 import numpy as np
 
-__all__ = ["digest"]
+__all__ = ["code_digest", "digest"]
 
 _MAX_DEPTH = 8
 _FULL_HASH_BYTES = 64 << 20  # arrays up to 64 MiB are hashed whole; larger ones are sampled
@@ -47,6 +47,17 @@ def digest(obj) -> str:
     hasher = hashlib.sha256()
     _Walker(hasher).visit(obj, 0)
     return hasher.hexdigest()[:32]
+
+
+def code_digest(fn: types.FunctionType) -> str:
+    """A digest of ``fn``'s code alone (bytecode, names, constants): not its closure, globals or line numbers.
+
+    >>> code_digest(lambda x: x + 1) == code_digest(lambda x: x + 1) != code_digest(lambda x: x * 2)
+    True
+    """
+    hasher = hashlib.sha256()
+    _Walker(hasher)._code(fn.__code__)
+    return hasher.hexdigest()[:16]
 
 
 class _Walker:

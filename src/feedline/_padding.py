@@ -241,11 +241,22 @@ class Padder:
         return out
 
     def _value(self, key, dtype):
+        """The pad value as ``dtype``: exact for integers and booleans, rounded into range for floats (as tf.data)."""
         value = self.value[key] if isinstance(self.value, dict) else self.value
-        cast = np.array(value).astype(dtype)
-        if not np.array_equal(cast, np.array(value), equal_nan=True):
-            raise PaddingError(f"pad value {value!r} does not fit field {_name(key)} of dtype {dtype}; give pad_value a value "
-                               f"of that type, e.g. pad_value={{{key!r}: 0}}", 0)
+        try:
+            with np.errstate(over="ignore", invalid="ignore"):
+                cast = np.array(value).astype(dtype)
+        except OverflowError:  # a Python integer beyond any float
+            cast = None
+        if cast is not None and np.dtype(dtype).kind in "fc":
+            fits = bool(np.isfinite(cast).all()) or not _finite(value)  # 0.1 pads float32 fields with float32(0.1)
+        else:
+            fits = cast is not None and np.array_equal(cast, np.array(value), equal_nan=True)
+        if not fits:
+            why = "beyond its range" if np.dtype(dtype).kind in "fc" else "not one of its values"
+            example = "pad_value=0" if key is None else f"pad_value={{{key!r}: 0}}"
+            raise PaddingError(f"pad value {value!r} does not fit field {_name(key)} of dtype {dtype} ({why}); give "
+                               f"pad_value a value of that type, e.g. {example}", 0)
         return cast
 
     # ----------------------------------------------------------- the target
@@ -449,3 +460,11 @@ def _kind(value) -> str:
 
 def _name(key) -> str:
     return "(the sample)" if key is None else repr(key)
+
+
+def _finite(value) -> bool:
+    """Whether the number ``value`` is finite (a float field takes an infinite or NaN pad value as given)."""
+    try:
+        return bool(np.isfinite(np.asarray(value, dtype=np.complex128)).all())
+    except OverflowError:  # an integer too large for a float is finite
+        return True

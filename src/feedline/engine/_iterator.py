@@ -47,11 +47,12 @@ class EpochIterator:
 
     def __init__(
         self, runtime, epoch: int, *, fingerprint: str, source_kind: str, state: dict | None = None,
-        created: float | None = None, owner=None,
+        created: float | None = None, owner=None, parts: list | None = None,
     ):
         self._created = created if created is not None else time.perf_counter()
         self._owner = owner  # keeps the pipeline (and so its workers) alive while iterating
         self._fingerprint = fingerprint
+        self._parts = parts  # [label, digest] of what the fingerprint covers (`Pipeline._parts`)
         self._runtime = runtime
         self._plan = plan = runtime.plan
         self._executor = runtime.executor
@@ -516,6 +517,10 @@ class EpochIterator:
             # Index steps that shuffle carry a seed (duck-typed: the engine sees only the Plan).
             "seeds": [int(step.seed) for step in self._plan.index_steps if getattr(step, "seed", None) is not None],
         }
+        if self._parts:
+            state["parts"] = self._parts
+        if self._plan.order_seed is not None:
+            state["mix_seed"] = int(self._plan.order_seed)  # so that resume can say when only it differs
         if self._plan.streaming:
             streams = self._point.get("streams", {"positions": {}, "exhausted": [], "cursor": 0})
             state.update(task=0, offset=self._point.get("offset", 0), streams=streams)

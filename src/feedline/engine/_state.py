@@ -25,12 +25,13 @@ import numbers
 
 from .._errors import FeedlineError
 
-__all__ = ["STATE_VERSION", "StateRefused", "check", "check_fields", "digest", "fingerprint_refused", "seal", "task_grid"]
+__all__ = ["STATE_VERSION", "StateRefused", "check", "check_fields", "digest", "fingerprint_refused", "mix_seed_refused",
+           "parts_differ", "seal", "task_grid"]
 
 STATE_VERSION = 1
 OLD_CHUNK = 64  # samples per task of an unbatched epoch in states that do not name their grid
 FIELDS = ("version", "epoch", "batches", "skipped", "fingerprint", "task", "offset", "chunk", "streams", "seeds", "digest",
-          "buckets", "window", "pack")
+          "buckets", "window", "pack", "mix_seed", "parts")
 _ADVICE = ("use the state it.state() returned, unchanged (json.dump and json.load keep it), "
            "or start the epoch over with pipe.epoch(k)")
 
@@ -216,6 +217,13 @@ def check_fields(state) -> dict:
         seeds = state["seeds"]
         if not isinstance(seeds, list) or any(isinstance(s, bool) or not isinstance(s, numbers.Integral) or s < 0 for s in seeds):
             raise StateRefused("seeds", f"must be a list of the shuffle seeds (integers >= 0), got {seeds!r:.80}")
+    if "parts" in state:
+        parts = state["parts"]
+        if not isinstance(parts, list) or not all(
+                isinstance(p, (list, tuple)) and len(p) == 2 and all(isinstance(v, str) for v in p) for p in parts):
+            raise StateRefused("parts", f"must be a list of [label, digest] pairs of strings, got {parts!r:.80}")
+    if "mix_seed" in state:
+        out["mix_seed"] = _int(state, "mix_seed", "the seed of fl.mix()")
     if "buckets" in state:
         buckets = state["buckets"]
         if not isinstance(buckets, list) or any(isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 0 for n in buckets):
@@ -230,7 +238,24 @@ def check_fields(state) -> dict:
     return out
 
 
-def fingerprint_refused(state: dict, seeds: list, fingerprint_with) -> StateRefused:
+def mix_seed_refused(state: dict, seed: int | None, fingerprint_with) -> StateRefused | None:
+    """The refusal of a state that differs only in the seed of ``fl.mix`` (None: it differs in more than that).
+
+    ``seed``: this pipeline's mix seed; ``fingerprint_with(seed)``: its
+    fingerprint with that seed instead.
+    """
+    theirs = state.get("mix_seed")
+    if seed is None or theirs is None or theirs == seed or fingerprint_with(theirs) != state["fingerprint"]:
+        return None
+    return StateRefused("fingerprint", (
+        f"differs only in the seed of fl.mix(): the state was saved with mix(..., seed={theirs}), this pipeline has "
+        f"mix(..., seed={seed}). mix() without seed= draws a random seed for each pipeline object, so a pipeline built "
+        "again (in a new process, after a restart) draws another and mixes its inputs in another order"),
+        f"build it with fl.mix(..., seed={theirs}) to resume this state, and give mix() an explicit seed from the "
+        "start so that checkpoints resume")
+
+
+def fingerprint_refused(state: dict, seeds: list, fingerprint_with, parts: list | None = None) -> StateRefused:
     """The refusal of a state saved by another pipeline, as precise as can be told.
 
     ``seeds``: this pipeline's shuffle seeds; ``fingerprint_with(seeds)``:
@@ -252,8 +277,46 @@ def fingerprint_refused(state: dict, seeds: list, fingerprint_with) -> StateRefu
     if seeds and theirs is None:
         advice += (" (if it used shuffle() without seed=, that seed was drawn at random for that pipeline object and "
                    "a new process draws another: pass the seed it printed, shuffle(seed=...))")
+    difference = parts_differ(state.get("parts"), parts)
+    if difference is not None:
+        return StateRefused("fingerprint", f"does not match this pipeline: {difference}", advice)
     return StateRefused("fingerprint", "does not match this pipeline: the state was saved from a pipeline whose source "
                         "length, steps, shuffle seed or batch size differ", advice)
+
+
+def parts_differ(theirs, ours) -> str | None:
+    """What differs between the ``"parts"`` of a state and of this pipeline (`Pipeline._parts`), in words; None: unknown."""
+    if not theirs or not ours:
+        return None
+
+    def split(parts):
+        parts = [tuple(p) for p in parts]
+        return ([h for label, h in parts if label == "source"], [p for p in parts if " input " in p[0]],
+                [p for p in parts if p[0].startswith("step ")])
+
+    (their_source, their_inputs, their_steps), (our_source, our_inputs, our_steps) = split(theirs), split(ours)
+    if their_source != our_source:
+        return ("its source differs in kind or length, or in how it combines its inputs (weights, seed, stop, "
+                "repeat count)")
+    if len(their_inputs) != len(our_inputs):
+        return f"the state's pipeline combined {len(their_inputs)} inputs, this one combines {len(our_inputs)}"
+    their_ids, our_ids = [h for _, h in their_inputs], [h for _, h in our_inputs]
+    if their_ids != our_ids:
+        k = next(k for k, (a, b) in enumerate(zip(their_ids, our_ids)) if a != b)
+        if sorted(their_ids) == sorted(our_ids):
+            return (f"{our_inputs[k][0]} is input {their_ids.index(our_ids[k])} of the state's pipeline: the same "
+                    "inputs in another order, whose positions would deliver some samples twice and others never")
+        return f"{our_inputs[k][0]} differs from the state's (its source's data or length, its steps or its seeds)"
+    if [h for _, h in their_steps] != [h for _, h in our_steps]:
+        if len(their_steps) != len(our_steps):
+            return (f"its steps differ: the state's pipeline had {', '.join(label for label, _ in their_steps)}; this "
+                    f"one has {', '.join(label for label, _ in our_steps)}")
+        (theirs_label, _), (ours_label, _) = next((a, b) for a, b in zip(their_steps, our_steps) if a[1] != b[1])
+        where, _, their_step = theirs_label.partition(": ")
+        our_step = ours_label.partition(": ")[2]
+        other = " (another function of that name)" if their_step == our_step else ""
+        return f"{where} differs: the state's pipeline had {their_step} there, this one has {our_step}{other}"
+    return None
 
 
 def check(state, plan, fingerprint: str) -> dict:

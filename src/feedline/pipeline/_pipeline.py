@@ -8,6 +8,7 @@ the description is pickled (see `__getstate__`).
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import numbers
 import time
@@ -46,7 +47,7 @@ class Pipeline:
     def __init__(self, source, steps: tuple = ()):
         self._source = source
         self._steps = tuple(steps)
-        self._plan = compile_plan(source, self._steps, self._seed())  # validates step order now
+        self._plan = compile_plan(source, self._steps, self._seed(), self._generator_seed())  # validates step order now
         self._runtime = None
         self._next_epoch = 0
         self._finalizer = None
@@ -59,6 +60,21 @@ class Pipeline:
         """The first shuffle's seed (0 without one): it also seeds the ``rng`` of ``map`` functions."""
         own = self._source.seed if isinstance(self._source, OrderedSource) else 0  # mix's seed, or the repeated pipeline's
         return next((step.seed for step in self._steps if isinstance(step, Shuffle)), own)
+
+    def _generator_seed(self) -> int:
+        """What seeds the global generators of process workers: `_seed` where the pipeline has one, else a fresh draw.
+
+        A pipeline with a ``shuffle()`` or ``mix()`` seed repeats its workers'
+        draws run after run; one without gets a random seed per pipeline
+        object (as DataLoader draws a base seed per run), so two runs differ
+        but workers and epochs still never repeat each other.
+        """
+        return self._seed() if self._has_seed() else new_seed()
+
+    def _has_seed(self) -> bool:
+        """Whether `_seed` is a ``shuffle()`` or ``mix()`` seed (else the 0 of a pipeline without one)."""
+        own = isinstance(self._source, OrderedSource) and self._source.seeded
+        return own or any(isinstance(step, Shuffle) for step in self._steps)
 
     @property
     def source(self):
@@ -335,7 +351,8 @@ class Pipeline:
         samples = self._endless_take(step.count)
         if samples is not None:  # repeat().take(n): epochs of n samples (or batches), from as many passes as that takes
             s = self._source
-            return Pipeline(ComposedSource("repeat", s.children, seed=s.seed, count=None, limit=samples), self._steps)
+            return Pipeline(ComposedSource("repeat", s.children, seed=s.seed, seeded=s.seeded, count=None,
+                                           limit=samples), self._steps)
         return self._with(step)
 
     def _endless_take(self, n: int) -> int | None:
@@ -390,7 +407,7 @@ class Pipeline:
             raise ValueError("repeat() of a pipeline that already repeats without end; give the first repeat() a count")
         inner = Pipeline(self._source, tuple(kept))
         count = None if count is None else int(count)
-        return Pipeline(ComposedSource("repeat", [inner], seed=inner._seed(), count=count), tuple(moved))
+        return Pipeline(ComposedSource("repeat", [inner], seed=inner._seed(), seeded=inner._has_seed(), count=count), tuple(moved))
 
     def _endless(self) -> bool:
         return isinstance(self._source, OrderedSource) and self._source.endless
@@ -517,7 +534,7 @@ class Pipeline:
 
         return EpochIterator(
             self._ensure_runtime(), epoch, fingerprint=self._fingerprint(), source_kind=type(self._source).__name__,
-            state=state, created=created, owner=self,
+            state=state, created=created, owner=self, parts=self._parts(),
         )
 
     def _next_pass(self, k: int) -> EpochIterator:
@@ -570,7 +587,14 @@ class Pipeline:
                     steps[k] = Shuffle(int(seed), steps[k].window)
                 return Pipeline(self._source, tuple(steps))._fingerprint()
 
-            raise _state.fingerprint_refused(fields, [self._steps[k].seed for k in shuffles], fingerprint_with)
+            def mix_fingerprint_with(seed) -> str:
+                mixed = copy.copy(self._source)
+                mixed.seed = mixed.order_seed = int(seed)
+                return Pipeline(mixed, self._steps)._fingerprint()
+
+            refusal = _state.mix_seed_refused(fields, self._plan.order_seed, mix_fingerprint_with)
+            raise refusal or _state.fingerprint_refused(fields, [self._steps[k].seed for k in shuffles], fingerprint_with,
+                                                        self._parts())
         checked = _state.check(state, self._plan, fingerprint)
         self._next_epoch = checked["epoch"] + 1
         return self._iterator(checked["epoch"], checked)
@@ -628,13 +652,27 @@ class Pipeline:
         return to_keras(self, **options)
 
     # ------------------------------------------------------------ reading
+    def _parts(self) -> list:
+        """``[label, digest]`` of each thing `_fingerprint` covers, in a state so that resume can name what differs."""
+        source = [type(self._source).__name__, str(self._fingerprint_length())]
+        inputs = []
+        if isinstance(self._source, ComposedSource):
+            source.append(self._source.settings())
+            kind = self._source.kind
+            inputs = [[f"{kind}() input {k}", h] for k, h in enumerate(self._source.input_identities())]
+        steps = [[f"step {k + 1}: {step.describe()}", hashlib.sha256(fp.encode()).hexdigest()[:16]]
+                 for k, (step, fp) in enumerate((step, step.fingerprint()) for step in self._steps) if fp is not None]
+        return [["source", hashlib.sha256("|".join(source).encode()).hexdigest()[:16]]] + inputs + steps
+
+    def _fingerprint_length(self) -> int:
+        try:
+            return len(self._source)
+        except TypeError:
+            return getattr(self._source, "num_shards", -1)
+
     def _fingerprint(self) -> str:
         """What a saved ``it.state()`` must match to resume here: the source's size and the steps that order data."""
-        try:
-            length = len(self._source)
-        except TypeError:
-            length = getattr(self._source, "num_shards", -1)
-        parts = [type(self._source).__name__, str(length)]
+        parts = [type(self._source).__name__, str(self._fingerprint_length())]
         if isinstance(self._source, OrderedSource):
             parts.append(self._source.order_fingerprint())
         parts += [p for p in (step.fingerprint() for step in self._steps) if p is not None]

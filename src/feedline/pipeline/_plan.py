@@ -41,6 +41,7 @@ class WorkerPart:
     batch_ops: list  # MapBatch steps run in the worker (aligned plans only)
     seed: int
     aligned: bool
+    generator_seed: int = 0  # seeds the global generators of process workers and Ray actors (`worker._generators`)
     skip_read: bool = False  # a failed read (or filter) is skipped: the first map's on_error is "skip"
     stream_chunk: int = CHUNK_UNBATCHED  # samples per task of an unbatched stream
     timeout: float | None = None  # seconds one sample's read and maps may take (map(timeout=...))
@@ -120,6 +121,11 @@ class Plan:
         part = self.part
         bulk_with_steps = part.bulk_read and part.batch_ops  # one gather of several batches, then map_batch on all
         return bool(part.batch_size) and part.aligned and not self.streaming and self.depth is None and not bulk_with_steps
+
+    @property
+    def order_seed(self) -> int | None:
+        """The seed of the source's own draws (``fl.mix``), or None."""
+        return self.part.source.order_seed if isinstance(self.part.source, OrderedSource) else None
 
     @property
     def runs_user_code(self) -> bool:
@@ -242,8 +248,11 @@ class PlanBuilder:
         self.filtered = True
 
 
-def compile_plan(source, steps, seed: int) -> Plan:
+def compile_plan(source, steps, seed: int, generator_seed: int | None = None) -> Plan:
     """Check the order of ``steps`` and split them into a `Plan`.
+
+    ``generator_seed``: what seeds the global random generators of process
+    workers (None: ``seed``).
 
     Raises:
         ValueError: a step in a place where it cannot run (e.g. ``map``
@@ -299,6 +308,7 @@ def compile_plan(source, steps, seed: int) -> Plan:
         collate=collate,
         batch_ops=builder.batch_ops if aligned else [],
         seed=seed,
+        generator_seed=seed if generator_seed is None else generator_seed,
         aligned=aligned,
         skip_read=bool(maps) and maps[0].skips,
         timeout=timeout,
@@ -406,6 +416,8 @@ class OrderedSource:
     """
 
     seed = 0  # seeds the rng of map() functions placed after the composite (no shuffle() after it)
+    seeded = False  # the seed is the user's or drawn for them (mix), not the 0 of a composite without one
+    order_seed = None  # the seed of the epoch's draws (mix), written in checkpoints so resume can name it
     endless = False  # repeat() without a count: the iterator runs epoch after epoch as one stream
 
     def first_order(self, epoch: int) -> np.ndarray:

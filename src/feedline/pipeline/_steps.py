@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import inspect
 import numbers
+import types
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import numpy as np
 
+from .._fingerprint import code_digest
 from ._settings import BACKENDS, Ray
 
 __all__ = ["Batch", "BudgetBatch", "Filter", "Map", "MapBatch", "Pack", "PaddedBatch", "Prefetch", "Shard", "Shuffle", "Skip", "Step", "Take", "fn_name",
@@ -33,6 +35,18 @@ def fn_name(fn) -> str:
     if name is None:
         name = type(fn).__name__
     return name.replace(".<locals>", "")
+
+
+def function_fingerprint(fn, name: str) -> str:
+    """What a saved state records of a step's function: its name, and for a lambda (all named alike) its code too.
+
+    A named function is known by its name, so a state resumes after its
+    body was edited (a fix to an augmentation); one lambda replaced by
+    another is refused.
+    """
+    if isinstance(fn, types.FunctionType) and fn.__name__ == "<lambda>":
+        return f"{name}:{code_digest(fn)}"
+    return name
 
 
 def takes_rng(fn) -> bool:
@@ -269,7 +283,7 @@ class Map(Step):
         return f"map({', '.join([self.name + (' (rng)' if self.rng else '')] + extras)})"
 
     def fingerprint(self) -> str:
-        return f"Map:{self.name}"
+        return f"Map:{function_fingerprint(self.fn, self.name)}"
 
     def cache_identity(self) -> tuple:
         return ("map", self.fn, self.on_error if callable(self.on_error) else "policy")
@@ -303,7 +317,7 @@ class Filter(Step):
         return f"filter({self.name})"
 
     def fingerprint(self) -> str:
-        return f"Filter:{self.name}"
+        return f"Filter:{function_fingerprint(self.pred, self.name)}"
 
     def cache_identity(self) -> tuple:
         return ("filter", self.pred)
@@ -473,7 +487,7 @@ class MapBatch(Step):
         return ("map_batch", self.fn)
 
     def fingerprint(self) -> str:
-        return f"MapBatch:{self.name}"
+        return f"MapBatch:{function_fingerprint(self.fn, self.name)}"
 
     def cache_conflict(self) -> str:
         return Batch.cache_conflict(self)

@@ -67,6 +67,16 @@ class Source:
         """
         return (type(self).__module__, type(self).__qualname__)
 
+    def identity(self) -> str | None:
+        """A digest of the source's data that a saved state of ``fl.concatenate`` / ``fl.mix`` records per input.
+
+        So that a state of ``concatenate([a, b])`` is refused by
+        ``concatenate([b, a])``. Stable across processes, and cheap (large
+        data is sampled). None: the input is known only by its kind and
+        length (docs/vocabulary.md, "Checkpoints").
+        """
+        return None
+
     def file_of(self, index: int) -> str | None:
         """The file that holds sample ``index``, for sources of files (else None)."""
         return None

@@ -29,6 +29,7 @@ from .._tree import collate_into, flatten, unflatten
 from ..pipeline._plan import OrderedSource
 from ..worker._kernel import sample_rng
 from ._base import Source
+from ._input_types import InputTypes
 
 __all__ = ["STOP", "ComposedSource"]
 
@@ -45,21 +46,25 @@ class ComposedSource(Source, OrderedSource):
     epoch); indices themselves range wider, since they name the child's pass.
     """
 
-    def __init__(self, kind: str, children, *, weights=None, seed: int = 0, stop: str | None = None,
-                 count: int | None = 1, limit: int | None = None):
+    def __init__(self, kind: str, children, *, weights=None, seed: int = 0, seeded: bool | None = None,
+                 stop: str | None = None, count: int | None = 1, limit: int | None = None):
         self.kind, self.children = kind, tuple(children)
         self.weights = None if weights is None else tuple(float(w) for w in weights)
         self.seed, self.stop = seed, stop
+        self.seeded = kind == "mix" if seeded is None else seeded  # a mix always has a seed (given or drawn)
+        self.order_seed = seed if kind == "mix" else None
         self.count = count  # repeat: passes per epoch; None: endless (or as many as `limit` needs)
         self.limit = limit  # repeat().take(n): samples per epoch of an endless repeat
         self.endless = kind == "repeat" and count is None and limit is None
         self.batch_size = None  # endless repeat: its epochs group passes to fill whole batches of this size
         self._sizes = None  # each child's source length, once its source is prepared
         self._readers = None  # what read() needs of each child, looked up once
+        self._types = None  # the inputs' dtypes seen in this process (`InputTypes`)
+        self._identities = None  # `input_identities`, computed once
         self._length = None
 
     def __getstate__(self) -> dict:
-        return {**self.__dict__, "_readers": None}  # rebuilt where it is read
+        return {**self.__dict__, "_readers": None, "_types": None, "_identities": None}  # rebuilt where it is read
 
     # -------------------------------------------------------- capabilities
     @property
@@ -88,7 +93,7 @@ class ComposedSource(Source, OrderedSource):
         which = indices % count
         if count == 1 or (len(which) and (which == which[0]).all()):  # one input only (concatenate, mostly): read in place
             k = int(which[0]) if len(which) else 0
-            return self.children[k].source.gather(self._locals(k, indices // count), alloc)
+            return self._checked(k, self.children[k].source.gather(self._locals(k, indices // count), alloc))
         grouped = np.argsort(which, kind="stable")  # the batch's rows, input by input
         bounds = np.searchsorted(which[grouped], np.arange(count + 1))
         staging = _Staging(len(indices))
@@ -97,7 +102,7 @@ class ComposedSource(Source, OrderedSource):
             rows = grouped[bounds[k]:bounds[k + 1]]
             if len(rows):
                 staging.at = int(bounds[k])
-                tree = self.children[k].source.gather(self._locals(k, indices[rows] // count), staging.alloc)
+                tree = self._checked(k, self.children[k].source.gather(self._locals(k, indices[rows] // count), staging.alloc))
                 skeletons.append(repr(flatten(tree)[0]))
         if staging.mismatch or len(set(skeletons)) > 1:
             # Inputs whose samples differ in layout: the sample-by-sample collation names the misfit.
@@ -150,6 +155,14 @@ class ComposedSource(Source, OrderedSource):
         for stage, op in enumerate(ops):
             rng = sample_rng(seed, 0 if r is None else r, i, stage) if op.rng else None
             sample, _ = op.apply(sample, i, rng)
+        return self._checked(k, sample)
+
+    def _checked(self, k: int, sample):
+        """``sample`` of input ``k``, once its dtypes were compared with the other inputs' (`InputTypes`)."""
+        if len(self.children) > 1:
+            if self._types is None:
+                self._types = InputTypes(self.kind)
+            self._types.check(k, sample)
         return sample
 
     def where(self, index: int) -> str:
@@ -248,10 +261,22 @@ class ComposedSource(Source, OrderedSource):
     def _child_name(self, k: int) -> str:
         return "the repeated pipeline" if self.kind == "repeat" else f"{self.kind}() input {k}"
 
+    def settings(self) -> str:
+        """How the inputs are combined: kind, weights, seed, stop, count, limit."""
+        return "|".join([self.kind, repr(self.weights), str(self.seed), str(self.stop), str(self.count), str(self.limit)])
+
+    def input_identities(self) -> list:
+        """Per input, a digest of its fingerprint (kind, length, steps, seeds) and of its data (`Source.identity`).
+
+        Inputs of the same kind and length differ by their data, so a state
+        of ``concatenate([a, b])`` is refused by ``concatenate([b, a])``.
+        """
+        if self._identities is None:
+            self._identities = [_short(f"{child._fingerprint()}|{child.source.identity()}") for child in self.children]
+        return self._identities
+
     def order_fingerprint(self) -> str:
-        parts = [self.kind, repr(self.weights), str(self.seed), str(self.stop), str(self.count), str(self.limit)]
-        parts += [child._fingerprint() for child in self.children]
-        return hashlib.sha256("|".join(parts).encode()).hexdigest()[:16]
+        return _short("|".join([self.settings()] + self.input_identities()))
 
     def describe(self) -> str:
         if self.kind == "repeat":
@@ -283,6 +308,10 @@ class _Staging:
             self.mismatch = True
             return [np.empty(shape, dtype) for shape, dtype in specs]
         return [a[self.at : self.at + shape[0]] for (shape, _), a in zip(specs, self.arrays)]
+
+
+def _short(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def _apportion(total: int, share: np.ndarray) -> np.ndarray:

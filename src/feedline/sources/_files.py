@@ -8,6 +8,7 @@ import warnings
 
 import numpy as np
 
+from .._fingerprint import digest
 from .._folders import AUDIO_EXTENSIONS, IMAGE_EXTENSIONS, labels_from_folders
 from ..pipeline._pipeline import Pipeline
 from ._base import Source
@@ -36,6 +37,9 @@ class FileSource(Source):
         self.blob = np.frombuffer(b"".join(encoded), dtype=np.uint8)
         self.labels = labels
         self.class_names = class_names
+
+    def identity(self) -> str:
+        return digest([self.offsets, self.blob, self.labels])  # the paths and labels
 
     def __len__(self) -> int:
         return len(self.offsets) - 1

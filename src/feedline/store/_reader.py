@@ -19,6 +19,7 @@ import threading
 import numpy as np
 
 from .._batch_memory import NewArrays, new_arrays
+from .._fingerprint import digest
 from ..pipeline._pipeline import Pipeline
 from ..sources._base import Source
 from ._checksum import Region, bad_ends, batch_matches, has_checksums, manifest_digest, row_ranges
@@ -232,6 +233,9 @@ class Store(Source):
         return out
 
     # ------------------------------------------------------------ reading
+    def identity(self) -> str:
+        return digest(self.manifest)  # what was written, wherever the store now lives
+
     def __len__(self) -> int:
         return self._length
 

@@ -6,7 +6,9 @@ collates and runs the batch steps the worker owns. It knows the steps
 only through their small interface (``name``, ``rng``, ``apply``), so a
 new step needs no change here. Sample errors under ``on_error="raise"``
 come back in `Result.error`, never as an exception, so the consumer raises
-them in order, at the batch where they happened.
+them in order, at the batch where they happened. A worker of its own
+(process, Ray actor) passes ``own_process=True``: the process's global
+random generators are then seeded before each batch (`_generators`).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import numpy as np
 
 from .._batch_memory import new_arrays
 from .._tree import BatchGroup, collate_into
+from ._generators import seed_global_generators
 from ._protocol import Result, Task, TaskError
 
 __all__ = ["StopHere", "joins_rows", "run_task", "sample_rng", "splittable"]
@@ -64,7 +67,7 @@ def sample_rng(seed: int, epoch: int, index, step: int) -> np.random.Generator:
     return np.random.Generator(np.random.PCG64(np.random.SeedSequence(seed, spawn_key=key)))
 
 
-def run_task(part, task: Task, alloc=None, progress=None, streams=None, waits=None) -> Result:
+def run_task(part, task: Task, alloc=None, progress=None, streams=None, waits=None, own_process: bool = False) -> Result:
     """Run one task and record when it ran, the CPU it used (for traces) and how long it waited for one.
 
     Args:
@@ -78,9 +81,12 @@ def run_task(part, task: Task, alloc=None, progress=None, streams=None, waits=No
         waits: the calling thread's `CpuWaitClock`, if it keeps one (worker
             threads and processes): the task's waits for a CPU go to
             ``result.cpu_wait``.
+        own_process: the caller is a process that runs only feedline's
+            tasks (a process worker, a Ray actor), whose global random
+            generators are seeded per batch; never in the user's process.
     """
     start, cpu, waited = time.perf_counter(), time.thread_time(), 0.0 if waits is None else waits.read()
-    result = _run(part, task, alloc, progress, streams)
+    result = _run(part, task, alloc, progress, streams, part.generator_seed if own_process else None)
     result.span = (start, time.perf_counter())
     result.cpu = time.thread_time() - cpu
     if waits is not None:
@@ -89,7 +95,8 @@ def run_task(part, task: Task, alloc=None, progress=None, streams=None, waits=No
     return result
 
 
-def _run(part, task: Task, alloc, progress, streams) -> Result:
+def _run(part, task: Task, alloc, progress, streams, reseed: int | None) -> Result:
+    """``reseed``: the seed of the process's global generators, reseeded before each batch; None: left alone."""
     result = Result()
     times = result.times
     source = part.source
@@ -100,7 +107,7 @@ def _run(part, task: Task, alloc, progress, streams) -> Result:
         batch = source.gather(task.indices, alloc or new_arrays)
         times["read"] = time.perf_counter() - t0
         result.rows = len(task.indices)  # several batches' rows (no map_batch then): the consumer cuts them apart
-        result.payload = _batch_steps(part, batch, times)
+        result.payload = _batch_steps(part, batch, times, reseed, task.epoch, task.indices[0] if len(task.indices) else 0)
         return result
 
     samples, kept = [], []
@@ -112,7 +119,10 @@ def _run(part, task: Task, alloc, progress, streams) -> Result:
     read_time = 0.0
     op_times = [0.0] * len(part.ops)
     timed_out = task.timed_out  # empty unless map(timeout=...) stopped a worker on one of these
-    for index, streamed in items:
+    every = size or None  # the generators are reseeded at each batch's first sample (each task's, unbatched)
+    for position, (index, streamed) in enumerate(items):
+        if reseed is not None and (position == 0 or (every and position % every == 0)):
+            seed_global_generators(reseed, task.epoch, 0, index)
         if progress is not None:
             try:
                 progress(index)
@@ -160,7 +170,7 @@ def _run(part, task: Task, alloc, progress, streams) -> Result:
     for op, spent in zip(part.ops, op_times):
         times[op.name] = times.get(op.name, 0.0) + spent
     if grouped:
-        return _collate_group(part, samples, kept, alloc, result)
+        return _collate_group(part, samples, kept, alloc, result, reseed, task.epoch)
     result.rows = len(samples)
     if not part.aligned:
         result.indices = kept
@@ -169,11 +179,11 @@ def _run(part, task: Task, alloc, progress, streams) -> Result:
     if part.batch_size is None:
         result.payload = samples
         return result
-    result.payload, result.error = _one_batch(part, samples, kept, alloc, times)
+    result.payload, result.error = _one_batch(part, samples, kept, alloc, times, reseed, task.epoch)
     return result
 
 
-def _collate_group(part, samples: list, kept: list, alloc, result: Result) -> Result:
+def _collate_group(part, samples: list, kept: list, alloc, result: Result, reseed, epoch: int) -> Result:
     """Collate a task of several whole batches one batch at a time, into a `BatchGroup`.
 
     A failure (a sample's, already in ``result.error``, or a batch's here)
@@ -185,7 +195,8 @@ def _collate_group(part, samples: list, kept: list, alloc, result: Result) -> Re
         del samples[len(samples) // size * size :]
     batches = []
     for start in range(0, len(samples), size):
-        batch, error = _one_batch(part, samples[start : start + size], kept[start : start + size], alloc, result.times)
+        batch, error = _one_batch(part, samples[start : start + size], kept[start : start + size], alloc, result.times,
+                                  reseed, epoch)
         if error is not None:
             result.error = error
             break
@@ -195,7 +206,7 @@ def _collate_group(part, samples: list, kept: list, alloc, result: Result) -> Re
     return result
 
 
-def _one_batch(part, rows: list, indices: list, alloc, times: dict):
+def _one_batch(part, rows: list, indices: list, alloc, times: dict, reseed=None, epoch: int = 0):
     """Collate ``rows`` and run the worker's batch steps on them: ``(batch, None)``, or ``(None, TaskError)``."""
     t0 = time.perf_counter()
     try:
@@ -211,7 +222,7 @@ def _one_batch(part, rows: list, indices: list, alloc, times: dict):
         return None, TaskError.from_exception(exc, index, where, "batch")
     times["batch"] = times.get("batch", 0.0) + time.perf_counter() - t0
     try:
-        return _batch_steps(part, batch, times), None
+        return _batch_steps(part, batch, times, reseed, epoch, indices[0]), None
     except Exception as exc:
         return None, TaskError.from_exception(exc, indices[0], None, "map_batch")
 
@@ -221,7 +232,9 @@ def _timed_out(limit: float) -> TimeoutError:
                         "its worker process was stopped and a new one started")
 
 
-def _batch_steps(part, batch, times):
+def _batch_steps(part, batch, times, reseed=None, epoch: int = 0, first=0):
+    if reseed is not None and part.batch_ops:
+        seed_global_generators(reseed, epoch, 1, first)
     for op in part.batch_ops:
         t0 = time.perf_counter()
         batch = op.fn(batch)

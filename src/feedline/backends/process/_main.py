@@ -208,7 +208,7 @@ def run(boot: dict) -> None:
                 status[0] = task.number
                 try:
                     result = run_task(part, task, writer.alloc, progress if part.timeout is None else timed_progress, streams,
-                                      waits)
+                                      waits, own_process=True)
                 except BaseException as exc:  # reported to the consumer, never swallowed
                     result = Result(error=TaskError.from_exception(exc))
                 status[1] = -1

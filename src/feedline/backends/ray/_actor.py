@@ -137,7 +137,7 @@ class RayWorker:
     def run(self, task: Task) -> Result:
         """Run one task; its batch goes back through the object store."""
         try:
-            return run_task(self.part, task, None, None, self.streams)
+            return run_task(self.part, task, None, None, self.streams, own_process=True)
         except BaseException as exc:  # reported to the consumer, never swallowed
             return Result(error=TaskError.from_exception(exc))
 
@@ -148,4 +148,4 @@ class RayWorker:
         worker: the consumer sends one probe per sample before the task, so
         if one kills this actor, that call names the sample.
         """
-        run_task(self.part, Task(task.epoch, task.number, indices=task.indices[position : position + 1]))
+        run_task(self.part, Task(task.epoch, task.number, indices=task.indices[position : position + 1]), own_process=True)
