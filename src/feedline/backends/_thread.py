@@ -383,22 +383,10 @@ class ThreadExecutor(Executor):
         while self._pieces:
             taken.append(self._pieces.popleft())
             self.pending -= 1
-        for n, inbox in enumerate(self.inboxes):
-            kept = []
-            while True:
-                try:
-                    item = inbox.get_nowait()
-                except queue.Empty:
-                    break
-                if item is _STOP:
-                    kept.append(item)
-                    continue
-                key, task = item
-                taken.append((key, task))
-                self.load[n] -= 1
-                self.pending -= 1
-            for item in kept:
-                inbox.put(item)
+        for n, (key, task) in self._unqueue(lambda key: True):
+            taken.append((key, task))
+            self.load[n] -= 1
+            self.pending -= 1
         return sorted(taken, key=lambda pair: pair[0])
 
     def cancel(self, generation):
@@ -407,6 +395,12 @@ class ThreadExecutor(Executor):
         kept_pieces = collections.deque(item for item in self._pieces if item[0][0] != generation)
         self.pending -= len(self._pieces) - len(kept_pieces)  # (pieces count in `pending`, not in a thread's load)
         self._pieces = kept_pieces
+        for n, (key, _) in self._unqueue(lambda key: key[0] == generation):
+            self.results.put((n, key, Result()))  # counted back in `wait`, dropped there
+
+    def _unqueue(self, wanted) -> list:
+        """Remove the queued ``(key, task)`` pairs whose key is ``wanted``, as ``(thread, pair)``; the rest stay, in order."""
+        taken = []
         for n, inbox in enumerate(self.inboxes):
             kept = []
             while True:
@@ -414,12 +408,13 @@ class ThreadExecutor(Executor):
                     item = inbox.get_nowait()
                 except queue.Empty:
                     break
-                if item is not _STOP and item[0][0] == generation:
-                    self.results.put((n, item[0], Result()))  # counted back in `wait`, dropped there
+                if item is not _STOP and wanted(item[0]):
+                    taken.append((n, item))
                 else:
                     kept.append(item)
             for item in kept:
                 inbox.put(item)
+        return taken
 
     def close(self):
         self.resume()
