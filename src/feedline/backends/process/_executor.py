@@ -541,9 +541,10 @@ class ProcessExecutor(Executor):
                     "probably crashes the decoder or exhausts memory. Remove or repair it, or run "
                     "with backend='thread' to see the error in-process."
                 )
-                self.tasks.hold([Event(first_key, Result(error=TaskError.crash(
-                    message, how, index=index if index >= 0 else None, where=where,
-                )))])
+                if self.tasks.live(first_key):  # (a cancelled task's failure is nobody's)
+                    self.tasks.hold([Event(first_key, Result(error=TaskError.crash(
+                        message, how, index=index if index >= 0 else None, where=where,
+                    )))])
         self._spawn(worker.position)
         self.tasks.requeue(redo, worker.position)
 
