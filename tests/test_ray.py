@@ -633,3 +633,25 @@ def test_shard_inside_ray_train_workers_splits_the_epoch_between_them(ray_clean,
         assert by_ray_train == expected
         shares.append(by_ray_train)
     assert not set(shares[0]) & set(shares[1]) and len(shares[0]) == len(shares[1]) == 25
+
+
+@pytest.mark.parametrize("how", ["break", "superseded"])
+def test_a_left_epoch_stops_on_ray_actors_and_the_next_gets_every_sample_once(tmp_path, ray_clean, how):
+    """Queued actor calls of the left epoch never run; running ones stop at a sample (Ray's cancel travels as a message)."""
+    from sample_log import leave_after, logged_pipeline, samples_begun
+
+    log, n, batch, workers = tmp_path / "begun.log", 48, 8, 2
+    with logged_pipeline(log, "ray", n=n, batch=batch, workers=workers, seconds=0.1) as pipe:
+        following = leave_after(pipe, 1, how)
+        at_leave = samples_begun(log)
+        delivered = indices_of(following)
+        after = samples_begun(log)
+    leave_after.kept = None
+    assert sorted(delivered) == list(range(n))
+    left_over = after - at_leave - n
+    # Without cancelling: the rest of the running tasks and the queued ones (up to 3 tasks of 8 samples per actor).
+    assert left_over <= 2 * workers, f"{left_over} samples of the left epoch ran on the actors after it was left ({how})"
+
+
+def indices_of(batches) -> list[int]:
+    return [int(v) for b in batches for v in np.asarray(b).ravel()]

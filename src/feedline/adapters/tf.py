@@ -24,9 +24,11 @@ from __future__ import annotations
 import itertools
 import sys
 import threading
+import weakref
 
 import numpy as np
 
+from .._errors import FeedlineError
 from ._common import epoch_batches, even_steps, map_structure, require, steps_per_epoch
 
 __all__ = ["to_tf"]
@@ -66,12 +68,15 @@ def _as_tf_structure(batch):
     return batch
 
 
-class _EpochFactory:
-    """The generator factory given to ``from_generator``: each call is a new epoch.
+class _Epochs:
+    """What the dataset keeps alive: the pipeline, and the epoch opened to read the element spec.
 
-    The first call may reuse the epoch opened to read the element spec, with
-    its first batch put back in front. A lock keeps two calls (two
-    concurrent iterations of the dataset) from sharing that epoch.
+    The returned dataset holds it (``dataset._feedline_epochs``), and so do
+    datasets made from that one; the generator factory holds it only
+    weakly, because TensorFlow keeps every ``from_generator`` function for
+    the life of the process (in its graph's list of Python functions): held
+    from there, a pipeline nothing else references would keep its workers
+    and shared memory until the interpreter exits.
     """
 
     def __init__(self, pipe, even_batches: bool, opened=None):
@@ -80,15 +85,33 @@ class _EpochFactory:
         self.opened = opened  # (first batch, rest of the epoch) or None
         self.lock = threading.Lock()
 
+
+class _EpochFactory:
+    """The generator factory given to ``from_generator``: each call is a new epoch.
+
+    The first call may reuse the epoch opened to read the element spec, with
+    its first batch put back in front. A lock keeps two calls (two
+    concurrent iterations of the dataset) from sharing that epoch.
+    """
+
+    def __init__(self, epochs: _Epochs):
+        self.epochs = weakref.ref(epochs)
+
     def __call__(self):
-        with self.lock:
-            opened, self.opened = self.opened, None
+        epochs = self.epochs()
+        if epochs is None:
+            raise FeedlineError(
+                "pipe.tf(): this tf.data dataset's feedline pipeline was garbage collected (nothing held the dataset "
+                "returned by pipe.tf() or one made from it); keep that dataset while TensorFlow iterates it")
+        with epochs.lock:
+            opened, epochs.opened = epochs.opened, None
         if opened is not None:
             first, rest = opened
             batches = itertools.chain([first], rest)
             del first, opened
         else:
-            batches = epoch_batches(self.pipe, even_steps(self.pipe, self.even_batches))
+            batches = epoch_batches(epochs.pipe, even_steps(epochs.pipe, epochs.even_batches))
+        del epochs  # the running epoch holds the pipeline (its iterator's owner), not this frame
         for batch in batches:
             yield _as_tf_structure(batch)
 
@@ -128,8 +151,11 @@ def to_tf(pipe, element_spec=None, *, even_batches: bool = True):
         element_spec = _spec_of(first)
         opened = (first, rest)
         del first
-    dataset = tf.data.Dataset.from_generator(_EpochFactory(pipe, even_batches, opened), output_signature=element_spec)
+    epochs = _Epochs(pipe, even_batches, opened)
+    del opened
+    dataset = tf.data.Dataset.from_generator(_EpochFactory(epochs), output_signature=element_spec)
     count = steps_per_epoch(pipe, even_batches)
     if count is not None:
         dataset = dataset.apply(tf.data.experimental.assert_cardinality(count))
+    dataset._feedline_epochs = epochs  # the dataset (and those made from it) keeps the pipeline; see `_Epochs`
     return dataset

@@ -3,7 +3,8 @@
 The consumer (`feedline.engine`) calls `submit` for each task (at most the
 prefetch depth outstanding) and `wait` to collect finished ones in any
 order. Task keys are ``(generation, task number)``; the generation tells
-an abandoned epoch's results apart, and `cancel` drops them. What an
+an abandoned epoch's tasks apart, and `cancel` stops them on every backend:
+queued ones at once, running ones at their next sample. What an
 executor can do beyond that is an attribute or method here with a neutral
 default, never guessed with ``hasattr``.
 """
@@ -116,7 +117,15 @@ class Executor:
         raise NotImplementedError
 
     def cancel(self, generation: int) -> None:
-        """Forget the unreturned tasks of ``generation``: their results are dropped."""
+        """Stop the tasks of ``generation``: nobody will read them (its epoch iterator was closed, dropped or superseded).
+
+        Queued tasks are dropped at once; running ones stop before their
+        next sample (`feedline.worker.Cancelled`) and free their worker and
+        slots; results that still arrive are dropped. Generations only grow,
+        and a runtime cancels a generation before it starts the next, so a
+        cancelled generation is never newer than a live one (executors that
+        tell workers "everything up to G is cancelled" rely on it).
+        """
 
     def set_window_share(self, tasks: int) -> None:
         """At most ``tasks`` may be handed to one worker at once (executors that bind tasks late use it)."""

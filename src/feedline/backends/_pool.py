@@ -43,6 +43,7 @@ class TaskPool:
         return key[0] not in self.cancelled
 
     def cancel(self, generation: int) -> None:
+        """Drop ``generation``'s tasks from the backlog; the executor stops those its workers hold."""
         self.cancelled.add(generation)
         self.backlog = collections.deque(item for item in self.backlog if item[0][0] != generation)
 
@@ -82,7 +83,7 @@ class TaskPool:
     def finished(self, key, task, consumed: int) -> None:
         """A task's result arrived: forget its attempts, remember where its stream shard stands."""
         self.attempts.pop(key, None)
-        if task.shard is not None:
+        if task.shard is not None and self.live(key):  # a cancelled task stopped anywhere: its position is no one's
             self.shard_positions[(task.epoch, task.shard)] = consumed
 
     def blame(self, key) -> int:

@@ -6,6 +6,9 @@ queue (tasks of one stream shard go to one thread, in order); results go
 to one shared queue. An unexpected exception in a thread is returned as a
 task error, never lost, and the thread lives on.
 
+Cancel (an epoch nobody reads): its queued tasks leave the queues at once;
+a thread on one of its tasks stops before the next sample (`Cancelled`).
+
 Shutdown: `close` puts a stop marker in every queue and joins the threads
 (a thread stuck in user code is abandoned as a daemon after a timeout).
 """
@@ -23,7 +26,7 @@ from .._blas_limit import OneBlasThread, OneTorchThread
 from .._cpu_wait import CpuWaitClock
 from .._gc_freeze import GcFreeze
 from .._malloc import keep_freed_memory
-from ..worker import Result, StopHere, TaskError, run_task, splittable
+from ..worker import Cancelled, Result, StopHere, TaskError, run_task, splittable
 from ._base import Event, Executor
 
 __all__ = ["ThreadExecutor"]
@@ -160,6 +163,8 @@ class ThreadExecutor(Executor):
                                                  splittable(self.part, task))
 
             def progress(index, running=running, n=n):
+                if running.key[0] in self.cancelled:
+                    raise Cancelled
                 running.samples += 1
                 self.begun[n] += 1
                 if running.abandoned:
@@ -173,12 +178,18 @@ class ThreadExecutor(Executor):
                     if running.abandoned or self._give_back_paused:
                         raise StopHere
 
+            def unless_cancelled(index, generation=key[0], cancelled=self.cancelled):
+                if generation in cancelled:
+                    raise Cancelled
+
             try:
-                watched = progress if self._watched else None
+                watched = progress if self._watched else unless_cancelled
                 result = run_task(self.part, task, self.arrays, progress=watched, streams=streams, waits=waits)
                 result.worker = n
                 if result.stopped is not None:  # given back with its first rows done: only the rest runs elsewhere
                     result = _Returned(task, result.stopped, result.cpu, partial=result, where=self.part.source.where)
+            except Cancelled:  # nobody will read it (`cancel`): `wait` drops the empty result
+                result = Result()
             except StopHere:  # given back before a sample was done, or a task that cannot be split: it runs again whole
                 result = _Returned(task, running.samples - 1, time.thread_time() - running.cpu)
             except BaseException as exc:  # reported to the consumer, never swallowed
@@ -372,6 +383,24 @@ class ThreadExecutor(Executor):
         while self._pieces:
             taken.append(self._pieces.popleft())
             self.pending -= 1
+        for n, (key, task) in self._unqueue(lambda key: True):
+            taken.append((key, task))
+            self.load[n] -= 1
+            self.pending -= 1
+        return sorted(taken, key=lambda pair: pair[0])
+
+    def cancel(self, generation):
+        """Drop ``generation``'s queued tasks now; its running ones stop at their next sample (`Cancelled`)."""
+        self.cancelled.add(generation)
+        kept_pieces = collections.deque(item for item in self._pieces if item[0][0] != generation)
+        self.pending -= len(self._pieces) - len(kept_pieces)  # (pieces count in `pending`, not in a thread's load)
+        self._pieces = kept_pieces
+        for n, (key, _) in self._unqueue(lambda key: key[0] == generation):
+            self.results.put((n, key, Result()))  # counted back in `wait`, dropped there
+
+    def _unqueue(self, wanted) -> list:
+        """Remove the queued ``(key, task)`` pairs whose key is ``wanted``, as ``(thread, pair)``; the rest stay, in order."""
+        taken = []
         for n, inbox in enumerate(self.inboxes):
             kept = []
             while True:
@@ -379,19 +408,13 @@ class ThreadExecutor(Executor):
                     item = inbox.get_nowait()
                 except queue.Empty:
                     break
-                if item is _STOP:
+                if item is not _STOP and wanted(item[0]):
+                    taken.append((n, item))
+                else:
                     kept.append(item)
-                    continue
-                key, task = item
-                taken.append((key, task))
-                self.load[n] -= 1
-                self.pending -= 1
             for item in kept:
                 inbox.put(item)
-        return sorted(taken, key=lambda pair: pair[0])
-
-    def cancel(self, generation):
-        self.cancelled.add(generation)
+        return taken
 
     def close(self):
         self.resume()

@@ -5,7 +5,7 @@ so a process worker or Ray actor loads little beyond NumPy.
 """
 
 from .._tree import BatchGroup
-from ._kernel import StopHere, joins_rows, run_task, sample_rng, splittable
+from ._kernel import Cancelled, StopHere, joins_rows, run_task, sample_rng, splittable
 from ._protocol import Result, Task, TaskError
 
-__all__ = ["BatchGroup", "Result", "StopHere", "Task", "TaskError", "joins_rows", "run_task", "sample_rng", "splittable"]
+__all__ = ["BatchGroup", "Cancelled", "Result", "StopHere", "Task", "TaskError", "joins_rows", "run_task", "sample_rng", "splittable"]

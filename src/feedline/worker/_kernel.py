@@ -22,7 +22,16 @@ from .._tree import BatchGroup, collate_into
 from ._generators import seed_global_generators
 from ._protocol import Result, Task, TaskError
 
-__all__ = ["StopHere", "joins_rows", "run_task", "sample_rng", "splittable"]
+__all__ = ["Cancelled", "StopHere", "joins_rows", "run_task", "sample_rng", "splittable"]
+
+
+class Cancelled(Exception):
+    """Raised by a ``progress`` callback: nobody will read this task (its epoch iterator was closed or dropped).
+
+    `run_task` lets it propagate before the next sample, keeping nothing
+    (no rows are collated, no slot is taken); the executor answers the
+    task with an empty `Result` that the consumer drops.
+    """
 
 
 class StopHere(Exception):
@@ -76,7 +85,9 @@ def run_task(part, task: Task, alloc=None, progress=None, streams=None, waits=No
         alloc: where collated arrays are written (see `collate_into`);
             process workers pass shared-memory slots.
         progress: optional ``progress(index)`` called before each sample, so
-            a process worker can record which sample it was on if it dies.
+            a process worker can record which sample it was on if it dies;
+            it may raise `StopHere` (keep the rows done) or `Cancelled`
+            (keep nothing).
         streams: the worker's open generator shards (streaming sources).
         waits: the calling thread's `CpuWaitClock`, if it keeps one (worker
             threads and processes): the task's waits for a CPU go to

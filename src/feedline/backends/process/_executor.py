@@ -11,6 +11,10 @@ is in docs/architecture.md, "Protocols"):
 - Work and back-pressure: `TaskPool` late binding within the prefetch
   window; each batch comes back in a shared-memory slot, released later
   (copied and released at once past `SlotViews`' bound of batches out).
+- Cancel: the backlog's tasks of the generation are dropped, and a word in
+  each worker's status segment names it, so a worker stops such a task
+  before its next sample and answers it empty; the next epoch's tasks are
+  sent at once (a cancelled task takes no room in a worker's share).
 - Death: EOF on a worker's pipe; its tasks go to a replacement, the one it
   was running counts an attempt (`MAX_ATTEMPTS`), nothing is lost or doubled.
 - Time limit (``map(timeout=...)``): while the consumer waits, it reads each
@@ -52,7 +56,7 @@ from ...worker._wire import decode, encode
 from .._base import Event, Executor, PartNotPicklable
 from .._pool import MAX_ATTEMPTS, TaskPool
 from ._forkserver import ForkedProcess, forkserver
-from ._main import BLAS_VARS, STATUS_WORDS, TF_POOL_VARS, status_ring
+from ._main import BLAS_VARS, CANCELLED_WORD, STATUS_WORDS, TF_POOL_VARS, status_ring
 from ._preload import libraries_of, libraries_to_preload, preload_allowed
 
 __all__ = ["MAX_ATTEMPTS", "ProcessExecutor"]
@@ -102,6 +106,14 @@ class _Worker:
         if self.status is None:
             return -1
         return int(np.ndarray((2,), np.int64, buffer=self.status.buf)[1])
+
+    def mark_cancelled(self, generation: int) -> None:
+        """Tell the worker that tasks of ``generation`` and older are not wanted: it stops them before their next sample."""
+        np.ndarray((STATUS_WORDS,), np.int64, buffer=self.status.buf)[CANCELLED_WORD] = generation
+
+    def live_outstanding(self, live) -> int:
+        """Tasks sent to it that someone will read (a cancelled one ends at its next sample and takes no room)."""
+        return sum(1 for key in self.outstanding if live(key))
 
     def current_sample(self) -> tuple[int, int, int] | None:
         """``(task number, sample index, monotonic_ns when it began)`` of the sample running now, or None.
@@ -153,6 +165,7 @@ class ProcessExecutor(Executor):
         self.by_id: dict[int, _Worker] = {}
         self._pinned = False  # a stream shard was pinned to a worker: the count must not change
         self.restarts = 0  # workers replaced after dying with work in hand
+        self._cancelled_through = -1  # the newest cancelled generation (`cancel`), as each worker's status word says
         self.start_failures = 0  # workers that died before becoming ready
         self._switch = SwitchHold()  # while any worker starts (`feedline._switch_interval`); the accept thread gives it back too
         self.acceptor = threading.Thread(target=self._accept_loop, name="feedline-accept", daemon=True)
@@ -318,6 +331,7 @@ class ProcessExecutor(Executor):
                 continue
             unlink(hello.status_segment)
             worker.ring = status_ring(worker.status.buf)
+            worker.mark_cancelled(self._cancelled_through)
 
     # ------------------------------------------------------------- dispatch
     def submit(self, key, task, affinity=None):
@@ -353,7 +367,7 @@ class ProcessExecutor(Executor):
         if affinity is not None:
             worker = self.pool[affinity % self.workers]
             return worker if worker is not None and worker.ready else None
-        return self.tasks.least_loaded(self.pool, lambda w: w.ready, lambda w: len(w.outstanding), piece=task.piece)
+        return self.tasks.least_loaded(self.pool, lambda w: w.ready, lambda w: w.live_outstanding(self.tasks.live), piece=task.piece)
 
     def _send(self, worker: _Worker, key, task) -> None:
         worker.outstanding[key] = task
@@ -527,9 +541,10 @@ class ProcessExecutor(Executor):
                     "probably crashes the decoder or exhausts memory. Remove or repair it, or run "
                     "with backend='thread' to see the error in-process."
                 )
-                self.tasks.hold([Event(first_key, Result(error=TaskError.crash(
-                    message, how, index=index if index >= 0 else None, where=where,
-                )))])
+                if self.tasks.live(first_key):  # (a cancelled task's failure is nobody's)
+                    self.tasks.hold([Event(first_key, Result(error=TaskError.crash(
+                        message, how, index=index if index >= 0 else None, where=where,
+                    )))])
         self._spawn(worker.position)
         self.tasks.requeue(redo, worker.position)
 
@@ -537,7 +552,12 @@ class ProcessExecutor(Executor):
         return sum(len(w.outstanding) for w in self.pool if w is not None) + len(self.tasks)
 
     def cancel(self, generation):
+        """Drop ``generation``'s backlog; its tasks sent to workers stop before their next sample (the status word)."""
         self.tasks.cancel(generation)
+        self._cancelled_through = max(self._cancelled_through, generation)
+        for worker in self.pool:
+            if worker is not None and worker.status is not None:
+                worker.mark_cancelled(self._cancelled_through)
 
     def workers_forked(self) -> bool:
         return all(w.proc.known.is_set() for w in self.pool if w is not None and isinstance(w.proc, ForkedProcess))

@@ -9,7 +9,9 @@ not re-run, and user functions arrive by value through cloudpickle.
 Messages are the dataclasses of `feedline.worker._protocol`: the worker
 sends `Hello`, receives `SendPart` and answers `Ready` (or `PartError`),
 then receives `RunTask` / `Release` and answers each task with `Done`,
-until `Stop`.
+until `Stop`. A task whose generation the consumer marked cancelled (a
+word in the status segment) stops before its next sample and is answered
+with an empty `Done`.
 
 The worker ignores SIGINT (the consumer decides when workers stop) and
 exits when the consumer goes away: either its connection reaches EOF or,
@@ -40,7 +42,10 @@ BLAS_VARS = USER_BLAS_VARS + ("NUMEXPR_NUM_THREADS", "OPENCV_FOR_THREADS_NUM")
 TF_POOL_VARS = ("TF_NUM_INTRAOP_THREADS",)
 
 
-STATUS_WORDS = 3  # int64 words of a worker's status segment: task number, sample index, sample start (ns) ...
+# int64 words of a worker's status segment: task number, sample index, sample start (ns), and the newest
+# generation the consumer cancelled (written by the consumer: the worker stops such a task at its next sample) ...
+STATUS_WORDS = 4
+CANCELLED_WORD = 3
 RING_WORDS = 64  # ... then the words of its `ReleaseRing`: slots the consumer hands back
 
 
@@ -109,7 +114,7 @@ def run(boot: dict) -> None:
     from ...transport import _transfer
     from ...transport._shm import Segment, sweep, unlink
     from ...transport._slots import SlotWriter
-    from ...worker import Result, TaskError, run_task
+    from ...worker import Cancelled, Result, TaskError, run_task
     from ...worker._protocol import Done, Hello, PartError, Ready, Release, RunTask, SendPart, Stop
     from ...worker._wire import decode, encode
 
@@ -119,7 +124,7 @@ def run(boot: dict) -> None:
     posix_term = hasattr(signal, "pthread_sigmask") and hasattr(signal, "SIGTERM")
     if posix_term:
         signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
-    # Status words: [task number, sample index (-1: none), monotonic_ns when that sample began], then the ring.
+    # Status words: [task number, sample index (-1: none), monotonic_ns when that sample began, cancelled through], then the ring.
     status_seg = Segment.create(f"{prefix}w{wid}_status", (STATUS_WORDS + RING_WORDS) * 8)
     status = np.ndarray((STATUS_WORDS,), np.int64, buffer=status_seg.buf)
     status[:] = -1
@@ -176,13 +181,19 @@ def run(boot: dict) -> None:
 
     words = memoryview(status_seg.buf).cast("q")  # the same words as ``status``; item writes cost less than NumPy's
 
+    generation = [-1]  # of the task running now: it stops once the consumer cancelled that generation
+
     def progress(index) -> None:
         # The sample a death is blamed on. Called per sample: keep it cheap.
+        if words[CANCELLED_WORD] >= generation[0]:
+            raise Cancelled
         words[1] = index if isinstance(index, int) else -1
 
     def timed_progress(index) -> None:
         # map(timeout=...): the start time is written before the index, so a reader that sees the
         # same time before and after reading the index never pairs a new index with an old time.
+        if words[CANCELLED_WORD] >= generation[0]:
+            raise Cancelled
         words[2] = time.monotonic_ns()
         words[1] = index if isinstance(index, int) else -1
 
@@ -206,9 +217,12 @@ def run(boot: dict) -> None:
                 if message.release:
                     writer.release(message.release)
                 status[0] = task.number
+                generation[0] = key[0]
                 try:
                     result = run_task(part, task, writer.alloc, progress if part.timeout is None else timed_progress, streams,
                                       waits, own_process=True)
+                except Cancelled:  # nobody will read it: an empty answer frees its place in the consumer's window
+                    result = Result()
                 except BaseException as exc:  # reported to the consumer, never swallowed
                     result = Result(error=TaskError.from_exception(exc))
                 status[1] = -1

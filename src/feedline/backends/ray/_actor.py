@@ -39,10 +39,12 @@ import cloudpickle
 import numpy as np
 
 from ...transport._transfer import SHARE_THRESHOLD, code_with_its_file, memmap_reduction
-from ...worker import Result, Task, TaskError, run_task
+from ...worker import Cancelled, Result, Task, TaskError, run_task
 from .._base import loading_pipeline, mark_worker
 
-__all__ = ["RayWorker", "dumps_part", "loads_part"]
+__all__ = ["CONTROL", "RayWorker", "dumps_part", "loads_part"]
+
+CONTROL = "control"  # the actor's concurrency group for `RayWorker.cancel`, one thread beside the tasks' one
 
 
 class _PartPickler(cloudpickle.Pickler):
@@ -108,7 +110,8 @@ class RayWorker:
 
     Actor calls from one caller run one at a time in submission order
     (``max_concurrency=1``), which the consumer relies on to tell which task
-    was running when the actor died.
+    was running when the actor died; only `cancel` runs beside them, in a
+    concurrency group of its own (`CONTROL`).
     """
 
     def __init__(self, shipped: tuple):
@@ -124,6 +127,17 @@ class RayWorker:
         except BaseException:  # reported by ready(), so the consumer can stop with the reason
             self.error = traceback.format_exc()
         self.streams: dict = {}
+        self.cancelled_through = -1  # the newest generation the consumer cancelled (`cancel`)
+
+    def cancel(self, generation: int) -> None:
+        """Nobody reads tasks of ``generation`` or older any more: the one running stops at its next sample.
+
+        Called in the actor's `CONTROL` concurrency group, beside the
+        running task (tasks keep to one at a time, in order, in the default
+        group): Ray's own ``ray.cancel`` missed calls already queued at the
+        actor.
+        """
+        self.cancelled_through = max(self.cancelled_through, generation)
 
     def ready(self) -> tuple:
         """``("ready", pid, host, node id, wall - perf_counter)`` or ``("part_error", traceback)``."""
@@ -134,10 +148,20 @@ class RayWorker:
         node = ray.get_runtime_context().get_node_id()
         return ("ready", os.getpid(), socket.gethostname(), node, time.time() - time.perf_counter())
 
-    def run(self, task: Task) -> Result:
-        """Run one task; its batch goes back through the object store."""
+    def run(self, task: Task, generation: int = -1) -> Result:
+        """Run one task of ``generation``; its batch goes back through the object store.
+
+        It stops before its next sample once `cancel` named its generation
+        (an empty `Result`, which the consumer drops).
+        """
+        def unless_cancelled(index) -> None:
+            if self.cancelled_through >= generation:
+                raise Cancelled
+
         try:
-            return run_task(self.part, task, None, None, self.streams, own_process=True)
+            return run_task(self.part, task, None, unless_cancelled, self.streams, own_process=True)
+        except Cancelled:
+            return Result()
         except BaseException as exc:  # reported to the consumer, never swallowed
             return Result(error=TaskError.from_exception(exc))
 

@@ -14,6 +14,10 @@ The training process stays the consumer (index lists, tasks, order); only
   one, start fails within seconds with what holds them (`_room`). With the
   worker count unset, actors are added when a node joins (the cluster's
   CPUs grow), checked at each epoch's start and every few seconds.
+- Cancel: each actor holding calls of the generation is told (a call in
+  a concurrency group of its own, beside the running task); its running
+  call stops at its next sample, queued ones before their first, and
+  their empty results are dropped.
 - Death: an actor-death error; finished results are kept, the first
   unfinished call counts an attempt, the rest go to a replacement. A task
   blamed ``MAX_ATTEMPTS - 1`` times runs isolated, one sample per call, so
@@ -36,7 +40,7 @@ from ..._optional import require
 from ...worker import Result, TaskError
 from .._base import Event, Executor, PartNotPicklable
 from .._pool import MAX_ATTEMPTS, TaskPool
-from ._actor import RayWorker, dumps_part
+from ._actor import CONTROL, RayWorker, dumps_part
 from ._budget import DEFAULT_SHARE, ByteBudget
 from ._room import DEFAULT_START_TIMEOUT, forget, register, request_of, wait_for_room
 
@@ -176,7 +180,7 @@ class RayExecutor(Executor):
         self.node = ray.get_runtime_context().get_node_id()
         self.clock = time.time() - time.perf_counter()
         self.session = uuid.uuid4().hex[:8]
-        self.actor_class = ray.remote(RayWorker)
+        self.actor_class = ray.remote(concurrency_groups={CONTROL: 1})(RayWorker)  # `cancel` beside the running task
         self.actor_options = {
             "num_cpus": DEFAULT_NUM_CPUS, **(options or {}),
             "max_restarts": 0, "max_task_retries": 0, "max_concurrency": 1,  # see the module docstring
@@ -261,13 +265,13 @@ class RayExecutor(Executor):
     def _send(self, actor: _Actor, key, task) -> None:
         position = self.isolate.get(key)
         if position is None:
-            self._call(actor, key, task, actor.handle.run.remote(task), None)
+            self._call(actor, key, task, actor.handle.run.remote(task, key[0]), None)
             return
         actor.isolating = True
         if position < len(task.indices):  # one sample alone: if it kills the actor, it is the culprit
             self._call(actor, (key, position), task, actor.handle.probe.remote(task, position), position)
         else:
-            self._call(actor, key, task, actor.handle.run.remote(task), None)
+            self._call(actor, key, task, actor.handle.run.remote(task, key[0]), None)
 
     def _call(self, actor: _Actor, call_key, task, ref, probe) -> None:
         actor.outstanding[call_key] = _Call(call_key, task, ref, probe)
@@ -488,7 +492,11 @@ class RayExecutor(Executor):
         return sum(_tasks(a) for a in self.pool if a is not None) + len(self.tasks)
 
     def cancel(self, generation):
+        """Drop ``generation``'s backlog and tell every actor: its calls of that generation stop before their next sample."""
         self.tasks.cancel(generation)
+        for actor in self.pool:
+            if actor is not None and any(_generation(call) <= generation for call in actor.outstanding.values()):
+                actor.handle.cancel.options(concurrency_group=CONTROL).remote(generation)
 
     def worker_pids(self) -> list[int]:
         """Process ids of the ready actors (on their own nodes)."""
@@ -548,6 +556,11 @@ def _object_store_bytes(ray, node_id: str) -> float:
         if node.get("NodeID") == node_id and node.get("Alive"):
             return float(node.get("Resources", {}).get("object_store_memory", 0.0)) or float(2 << 30)
     return float(2 << 30)  # not listed (should not happen): 2 GiB, Ray's smallest default store is larger
+
+
+def _generation(call: _Call) -> int:
+    """The generation (epoch iterator) of a call's task."""
+    return (call.key if call.probe is None else call.key[0])[0]
 
 
 def _tasks(actor: _Actor) -> int:
