@@ -1,4 +1,4 @@
-"""Thread workers beside NumPy's BLAS pool (or torch's intra-op pool): one thread while they run against the pool as is.
+"""Thread workers beside NumPy's BLAS pool (or torch's intra-op pool): feedline's default against the process-wide opt-in.
 
 Run (from the repository root)::
 
@@ -12,16 +12,15 @@ small matrix product per sample) on ``backend="thread"`` with one worker
 per core, and on ``backend="process"`` for reference. Every run is a fresh
 interpreter with no BLAS thread variable set (what users have; the peer
 suite sets them to 1, so its tables never show this), four epochs, the
-first with start-up; the settings alternate. ``limited``: feedline's
-default (`feedline._blas_limit`); ``pool as is``: ``FEEDLINE_BLAS_LIMIT=0``.
+first with start-up; the settings alternate. ``thread``: feedline's
+default (each worker thread one OpenMP thread, `feedline._worker_threads`;
+NumPy's pool as is); ``opt-in``: ``FEEDLINE_TUNE_PROCESS=1`` (the
+process's BLAS pools limited to one thread, `feedline._process_tuning`).
 
 ``--workload torch``: three tensor ops per sample (an antialiased resize of
 a 3x320x320 tensor to 224, a 5x5 blur, a normalisation; `torch_augment`),
-512 samples, with torch imported before feedline; ``limited`` is
-`feedline._blas_limit.OneTorchThread`, and the automatic choice (``auto``,
-nothing remembered) runs with and without it: torch's pool does the work
-in threads that are not the workers, so the workers look held back by the
-GIL.
+512 samples, with torch imported before feedline, and the automatic
+choice (``auto``, nothing remembered) with and without the opt-in.
 
 ``--workload tf``: TensorFlow image ops per sample (`tf_augment`: an
 antialiased resize of a 320x320x3 image to 224, a contrast change, a
@@ -49,14 +48,16 @@ import sys
 from .tables import markdown_table
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+FEEDLINE_SRC = os.environ.get("FEEDLINE_SRC", os.path.join(ROOT, "src"))  # another checkout's src: compare versions
+OPT_IN = {"FEEDLINE_TUNE_PROCESS": "1"}
 SETTINGS = {  # label -> (backend, extra environment)
-    "thread, limited": ("thread", {}),
-    "thread, pool as is": ("thread", {"FEEDLINE_BLAS_LIMIT": "0"}),
+    "thread": ("thread", {}),
+    "thread, opt-in": ("thread", OPT_IN),
     "process": ("process", {}),
 }
-TORCH_SETTINGS = {  # the automatic choice too: the pool is what misled it
-    "auto, limited": ("auto", {"FEEDLINE_REMEMBER": "0"}),
-    "auto, pool as is": ("auto", {"FEEDLINE_REMEMBER": "0", "FEEDLINE_BLAS_LIMIT": "0"}),
+TORCH_SETTINGS = {  # the automatic choice too: a pool beside the workers can make them look held back by the GIL
+    "auto": ("auto", {"FEEDLINE_REMEMBER": "0"}),
+    "auto, opt-in": ("auto", {"FEEDLINE_REMEMBER": "0"} | OPT_IN),
     **SETTINGS,
 }
 TORCH_SAMPLES = 512
@@ -141,9 +142,9 @@ def one_run(backend: str, env: dict, workload: str = "audio") -> dict:
     from feedline._blas_limit import USER_BLAS_VARS
 
     base = {k: v for k, v in os.environ.items()
-            if k not in USER_BLAS_VARS and k not in ("FEEDLINE_BLAS_LIMIT", "TF_NUM_INTRAOP_THREADS")}
+            if k not in USER_BLAS_VARS and k not in ("FEEDLINE_BLAS_LIMIT", "FEEDLINE_TUNE_PROCESS", "TF_NUM_INTRAOP_THREADS")}
     base.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # TensorFlow's start-up notices, in every worker
-    base["PYTHONPATH"] = os.pathsep.join([os.path.join(ROOT, "src"), ROOT])
+    base["PYTHONPATH"] = os.pathsep.join([FEEDLINE_SRC, ROOT])
     done = subprocess.run([sys.executable, "-c", _RUN, backend, workload], cwd=ROOT, env=base | env, capture_output=True,
                           text=True, timeout=600)
     if done.returncode != 0:
@@ -167,14 +168,14 @@ def main(argv=None) -> None:
             print(f"  rep {rep} {label:20s} " + " ".join(f"{r:7.0f}" for r in rates) + f"  ran on {run['ran']}"
                   + ("" if seen is None else f"   (pool threads in the first sample: {seen})"), flush=True)
     rows = []
-    reference = "process, limited" if args.workload == "tf" else "thread, limited"
+    reference = "process, limited" if args.workload == "tf" else "thread"
     limited = statistics.median(r for rates in runs[reference] for r in rates[1:])
     for label, reps in runs.items():
         first = statistics.median(rates[0] for rates in reps)
         later = statistics.median(r for rates in reps for r in rates[1:])
         rows.append([label, f"{first:,.0f}", f"{later:,.0f}", f"{later / limited:.2f}"])
     print(f"\n{os.cpu_count()} CPUs; {args.workload} workload, one worker per core; medians of {args.reps} interpreters\n")
-    print(markdown_table(["setting", "epoch 1 samples/s", "epochs 2-4 samples/s", "vs limited"], rows, "lrrr"))
+    print(markdown_table(["setting", "epoch 1 samples/s", "epochs 2-4 samples/s", f"vs {reference}"], rows, "lrrr"))
 
 
 if __name__ == "__main__":
