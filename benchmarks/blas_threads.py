@@ -6,6 +6,7 @@ Run (from the repository root)::
     python -m benchmarks.blas_threads --reps 5
     python -m benchmarks.blas_threads --workload torch   # torch ops per sample; the automatic choice too
     python -m benchmarks.blas_threads --workload tf      # TensorFlow ops per sample on process workers
+    python -m benchmarks.blas_threads --base ../other-checkout/src   # another version's thread workers too
 
 The suite's ``audio`` workload (WAV decode, then a log-mel filter bank: one
 small matrix product per sample) on ``backend="thread"`` with one worker
@@ -48,7 +49,7 @@ import sys
 from .tables import markdown_table
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-FEEDLINE_SRC = os.environ.get("FEEDLINE_SRC", os.path.join(ROOT, "src"))  # another checkout's src: compare versions
+FEEDLINE_SRC = os.path.join(ROOT, "src")
 OPT_IN = {"FEEDLINE_TUNE_PROCESS": "1"}
 SETTINGS = {  # label -> (backend, extra environment)
     "thread": ("thread", {}),
@@ -137,14 +138,14 @@ _RUN = (
 )
 
 
-def one_run(backend: str, env: dict, workload: str = "audio") -> dict:
+def one_run(backend: str, env: dict, workload: str = "audio", src: str = FEEDLINE_SRC) -> dict:
     """Samples/s of four epochs in a fresh interpreter, no BLAS thread variable set; the pool's threads a sample saw."""
     from feedline._blas_limit import USER_BLAS_VARS
 
     base = {k: v for k, v in os.environ.items()
             if k not in USER_BLAS_VARS and k not in ("FEEDLINE_BLAS_LIMIT", "FEEDLINE_TUNE_PROCESS", "TF_NUM_INTRAOP_THREADS")}
     base.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # TensorFlow's start-up notices, in every worker
-    base["PYTHONPATH"] = os.pathsep.join([FEEDLINE_SRC, ROOT])
+    base["PYTHONPATH"] = os.pathsep.join([src, ROOT])
     done = subprocess.run([sys.executable, "-c", _RUN, backend, workload], cwd=ROOT, env=base | env, capture_output=True,
                           text=True, timeout=600)
     if done.returncode != 0:
@@ -156,12 +157,18 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.blas_threads", description=__doc__.splitlines()[0])
     parser.add_argument("--reps", type=int, default=3, help="fresh interpreters per setting, alternating")
     parser.add_argument("--workload", choices=("audio", "torch", "tf"), default="audio")
+    parser.add_argument("--base", help="another feedline's src folder: its thread workers (and automatic choice) too")
     args = parser.parse_args(argv)
-    settings = {"torch": TORCH_SETTINGS, "tf": TF_SETTINGS}.get(args.workload, SETTINGS)
+    settings = {label: (backend, env, FEEDLINE_SRC) for label, (backend, env) in
+                {"torch": TORCH_SETTINGS, "tf": TF_SETTINGS}.get(args.workload, SETTINGS).items()}
+    if args.base:
+        settings["thread, base"] = ("thread", {}, args.base)
+        if args.workload == "torch":
+            settings["auto, base"] = ("auto", {"FEEDLINE_REMEMBER": "0"}, args.base)
     runs: dict[str, list[list[float]]] = {label: [] for label in settings}
     for rep in range(args.reps):
-        for label, (backend, env) in settings.items():
-            run = one_run(backend, env, args.workload)
+        for label, (backend, env, src) in settings.items():
+            run = one_run(backend, env, args.workload, src)
             rates = run["rates"]
             runs[label].append(rates)
             seen = run["blas_threads"]  # (None: the samples ran in worker processes, one thread each)
