@@ -31,8 +31,9 @@ set), ``pool as is`` sets it to 0 (TensorFlow's own choice: a thread per
 core in every worker). The first epoch holds each worker's TensorFlow
 import.
 
-Last measured (2026-11-26, 2 cores, Python 3.11, ``--reps 4``): thread
-workers 4,805 samples/s limited, 3,406 with the pool as is (0.71), process
+Last measured (2026-11-26, 2 cores, Python 3.11, ``--reps 4``), when the
+process-wide limit was the default: thread workers 4,805 samples/s limited
+(now ``opt-in``), 3,406 with the pool as is (now ``thread``; 0.71), process
 workers 8,807 (benchmarks/RESULTS.md, "BLAS threads beside thread workers").
 ``--workload torch``: benchmarks/RESULTS.md, "Seventeenth session"; ``--workload tf``: "Thirty-first session".
 """
