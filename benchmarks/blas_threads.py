@@ -1,4 +1,4 @@
-"""Thread workers beside NumPy's BLAS pool (or torch's intra-op pool): one thread while they run against the pool as is.
+"""Thread workers beside NumPy's BLAS pool (or torch's intra-op pool): feedline's default against the process-wide opt-in.
 
 Run (from the repository root)::
 
@@ -6,22 +6,22 @@ Run (from the repository root)::
     python -m benchmarks.blas_threads --reps 5
     python -m benchmarks.blas_threads --workload torch   # torch ops per sample; the automatic choice too
     python -m benchmarks.blas_threads --workload tf      # TensorFlow ops per sample on process workers
+    python -m benchmarks.blas_threads --base ../other-checkout/src   # another version's thread workers too
 
 The suite's ``audio`` workload (WAV decode, then a log-mel filter bank: one
 small matrix product per sample) on ``backend="thread"`` with one worker
 per core, and on ``backend="process"`` for reference. Every run is a fresh
 interpreter with no BLAS thread variable set (what users have; the peer
 suite sets them to 1, so its tables never show this), four epochs, the
-first with start-up; the settings alternate. ``limited``: feedline's
-default (`feedline._blas_limit`); ``pool as is``: ``FEEDLINE_BLAS_LIMIT=0``.
+first with start-up; the settings alternate. ``thread``: feedline's
+default (each worker thread one OpenMP thread, `feedline._worker_threads`;
+NumPy's pool as is); ``opt-in``: ``FEEDLINE_TUNE_PROCESS=1`` (the
+process's BLAS pools limited to one thread, `feedline._process_tuning`).
 
 ``--workload torch``: three tensor ops per sample (an antialiased resize of
 a 3x320x320 tensor to 224, a 5x5 blur, a normalisation; `torch_augment`),
-512 samples, with torch imported before feedline; ``limited`` is
-`feedline._blas_limit.OneTorchThread`, and the automatic choice (``auto``,
-nothing remembered) runs with and without it: torch's pool does the work
-in threads that are not the workers, so the workers look held back by the
-GIL.
+512 samples, with torch imported before feedline, and the automatic
+choice (``auto``, nothing remembered) with and without the opt-in.
 
 ``--workload tf``: TensorFlow image ops per sample (`tf_augment`: an
 antialiased resize of a 320x320x3 image to 224, a contrast change, a
@@ -31,8 +31,9 @@ set), ``pool as is`` sets it to 0 (TensorFlow's own choice: a thread per
 core in every worker). The first epoch holds each worker's TensorFlow
 import.
 
-Last measured (2026-11-26, 2 cores, Python 3.11, ``--reps 4``): thread
-workers 4,805 samples/s limited, 3,406 with the pool as is (0.71), process
+Last measured (2026-11-26, 2 cores, Python 3.11, ``--reps 4``), when the
+process-wide limit was the default: thread workers 4,805 samples/s limited
+(now ``opt-in``), 3,406 with the pool as is (now ``thread``; 0.71), process
 workers 8,807 (benchmarks/RESULTS.md, "BLAS threads beside thread workers").
 ``--workload torch``: benchmarks/RESULTS.md, "Seventeenth session"; ``--workload tf``: "Thirty-first session".
 """
@@ -49,14 +50,16 @@ import sys
 from .tables import markdown_table
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+FEEDLINE_SRC = os.path.join(ROOT, "src")
+OPT_IN = {"FEEDLINE_TUNE_PROCESS": "1"}
 SETTINGS = {  # label -> (backend, extra environment)
-    "thread, limited": ("thread", {}),
-    "thread, pool as is": ("thread", {"FEEDLINE_BLAS_LIMIT": "0"}),
+    "thread": ("thread", {}),
+    "thread, opt-in": ("thread", OPT_IN),
     "process": ("process", {}),
 }
-TORCH_SETTINGS = {  # the automatic choice too: the pool is what misled it
-    "auto, limited": ("auto", {"FEEDLINE_REMEMBER": "0"}),
-    "auto, pool as is": ("auto", {"FEEDLINE_REMEMBER": "0", "FEEDLINE_BLAS_LIMIT": "0"}),
+TORCH_SETTINGS = {  # the automatic choice too: a pool beside the workers can make them look held back by the GIL
+    "auto": ("auto", {"FEEDLINE_REMEMBER": "0"}),
+    "auto, opt-in": ("auto", {"FEEDLINE_REMEMBER": "0"} | OPT_IN),
     **SETTINGS,
 }
 TORCH_SAMPLES = 512
@@ -136,14 +139,14 @@ _RUN = (
 )
 
 
-def one_run(backend: str, env: dict, workload: str = "audio") -> dict:
+def one_run(backend: str, env: dict, workload: str = "audio", src: str = FEEDLINE_SRC) -> dict:
     """Samples/s of four epochs in a fresh interpreter, no BLAS thread variable set; the pool's threads a sample saw."""
     from feedline._blas_limit import USER_BLAS_VARS
 
     base = {k: v for k, v in os.environ.items()
-            if k not in USER_BLAS_VARS and k not in ("FEEDLINE_BLAS_LIMIT", "TF_NUM_INTRAOP_THREADS")}
+            if k not in USER_BLAS_VARS and k not in ("FEEDLINE_BLAS_LIMIT", "FEEDLINE_TUNE_PROCESS", "TF_NUM_INTRAOP_THREADS")}
     base.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # TensorFlow's start-up notices, in every worker
-    base["PYTHONPATH"] = os.pathsep.join([os.path.join(ROOT, "src"), ROOT])
+    base["PYTHONPATH"] = os.pathsep.join([src, ROOT])
     done = subprocess.run([sys.executable, "-c", _RUN, backend, workload], cwd=ROOT, env=base | env, capture_output=True,
                           text=True, timeout=600)
     if done.returncode != 0:
@@ -155,26 +158,32 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.blas_threads", description=__doc__.splitlines()[0])
     parser.add_argument("--reps", type=int, default=3, help="fresh interpreters per setting, alternating")
     parser.add_argument("--workload", choices=("audio", "torch", "tf"), default="audio")
+    parser.add_argument("--base", help="another feedline's src folder: its thread workers (and automatic choice) too")
     args = parser.parse_args(argv)
-    settings = {"torch": TORCH_SETTINGS, "tf": TF_SETTINGS}.get(args.workload, SETTINGS)
+    settings = {label: (backend, env, FEEDLINE_SRC) for label, (backend, env) in
+                {"torch": TORCH_SETTINGS, "tf": TF_SETTINGS}.get(args.workload, SETTINGS).items()}
+    if args.base:
+        settings["thread, base"] = ("thread", {}, args.base)
+        if args.workload == "torch":
+            settings["auto, base"] = ("auto", {"FEEDLINE_REMEMBER": "0"}, args.base)
     runs: dict[str, list[list[float]]] = {label: [] for label in settings}
     for rep in range(args.reps):
-        for label, (backend, env) in settings.items():
-            run = one_run(backend, env, args.workload)
+        for label, (backend, env, src) in settings.items():
+            run = one_run(backend, env, args.workload, src)
             rates = run["rates"]
             runs[label].append(rates)
             seen = run["blas_threads"]  # (None: the samples ran in worker processes, one thread each)
             print(f"  rep {rep} {label:20s} " + " ".join(f"{r:7.0f}" for r in rates) + f"  ran on {run['ran']}"
                   + ("" if seen is None else f"   (pool threads in the first sample: {seen})"), flush=True)
     rows = []
-    reference = "process, limited" if args.workload == "tf" else "thread, limited"
+    reference = "process, limited" if args.workload == "tf" else "thread"
     limited = statistics.median(r for rates in runs[reference] for r in rates[1:])
     for label, reps in runs.items():
         first = statistics.median(rates[0] for rates in reps)
         later = statistics.median(r for rates in reps for r in rates[1:])
         rows.append([label, f"{first:,.0f}", f"{later:,.0f}", f"{later / limited:.2f}"])
     print(f"\n{os.cpu_count()} CPUs; {args.workload} workload, one worker per core; medians of {args.reps} interpreters\n")
-    print(markdown_table(["setting", "epoch 1 samples/s", "epochs 2-4 samples/s", "vs limited"], rows, "lrrr"))
+    print(markdown_table(["setting", "epoch 1 samples/s", "epochs 2-4 samples/s", f"vs {reference}"], rows, "lrrr"))
 
 
 if __name__ == "__main__":

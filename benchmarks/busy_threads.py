@@ -6,9 +6,11 @@ automatic choice's own threads on GIL-bound work. Every blocking call the
 consumer makes while its workers start (spawning, the hand-shake, reading
 their first messages) gives the GIL up, and getting it back waits up to the
 switch interval (5 ms by default) for the thread that holds it. feedline
-holds the interval at 0.5 ms while it sets up, while process workers
-start and while the consumer waits for their batches
-(`feedline._switch_interval`), and gives the user's back in between.
+leaves the interval the user's; with ``FEEDLINE_TUNE_PROCESS=1`` it holds
+it at 0.5 ms while it sets up, while process workers start and while the
+consumer waits for their batches (`feedline._switch_interval`), and gives
+the user's back in between. The numbers below were taken when that was the
+default.
 
 Each run is a fresh interpreter: NumPy, feedline and torch imported, then
 ``--threads`` threads spinning in Python are started, then the clock runs
@@ -37,7 +39,7 @@ import sys
 from .tables import markdown_table
 
 LOADERS = ("feedline process x2", "feedline process x2, fresh interpreters", "torch DataLoader fork x2",
-           "torch DataLoader spawn x2")
+           "torch DataLoader spawn x2", "feedline process x2, FEEDLINE_TUNE_PROCESS=1")
 
 
 def double(x):
@@ -92,6 +94,9 @@ def run_once(loader: str, threads: int, samples: int) -> dict:
     env = dict(os.environ, FEEDLINE_REMEMBER="0")
     if "fresh interpreters" in loader:
         env["FEEDLINE_FORKSERVER"] = "0"
+    env.pop("FEEDLINE_TUNE_PROCESS", None)
+    if "FEEDLINE_TUNE_PROCESS=1" in loader:
+        env["FEEDLINE_TUNE_PROCESS"] = "1"
     done = subprocess.run([sys.executable, "-c", _RUN, loader, str(threads), str(samples)], capture_output=True,
                           text=True, env=env, timeout=600, check=False)
     if done.returncode != 0:

@@ -263,8 +263,11 @@ def interruptible_children():
 
 
 @pytest.fixture
-def switch_interval():
+def switch_interval(monkeypatch):
     """The consumer's GIL switch interval set to Python's default (5 ms) for the test, and put back after.
+
+    With ``FEEDLINE_TUNE_PROCESS=1``: feedline shortens the interval only where the user opted in
+    (`feedline._process_tuning`); `test_process_settings` checks that it is left alone otherwise.
 
     Skips where a pipeline that another test left alive (not closed, not yet collected) still holds
     feedline's shorter interval: the test could not tell whose hold it sees.
@@ -272,6 +275,7 @@ def switch_interval():
     gc.collect()
     if switch_interval_holds():
         pytest.skip("a pipeline left by another test holds feedline's shorter GIL switch interval")
+    monkeypatch.setenv("FEEDLINE_TUNE_PROCESS", "1")
     saved = sys.getswitchinterval()
     sys.setswitchinterval(0.005)
     yield sys.getswitchinterval()

@@ -1,4 +1,4 @@
-"""glibc's heap thresholds: thread workers' large temporaries are kept for the next sample, not faulted in again.
+"""glibc's heap thresholds: set in the training process only with FEEDLINE_TUNE_PROCESS=1; process workers get them.
 
 Each case runs in a fresh interpreter: glibc's thresholds are process-wide
 and, once set, stay set.
@@ -33,20 +33,25 @@ _ROUND = 3 * (3 << 20) // 4096  # pages in one round's three arrays: faulted in 
 
 
 def _faults(**env) -> int:
-    base = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_") and k not in ("FEEDLINE_MALLOC", "GLIBC_TUNABLES")}
+    base = {k: v for k, v in os.environ.items()
+            if not k.startswith("MALLOC_") and k not in ("FEEDLINE_MALLOC", "GLIBC_TUNABLES", "FEEDLINE_TUNE_PROCESS")}
     out = subprocess.run([sys.executable, "-c", _CODE], capture_output=True, text=True, timeout=120, env=base | env)
     assert out.returncode == 0, out.stderr
     return int(out.stdout.split()[-1])
 
 
-def test_after_thread_workers_ran_large_temporaries_are_not_faulted_in_again_each_time():
-    assert _faults() < 5 * _ROUND, "50 rounds of three 3 MB arrays should reuse the heap's pages"
-
-
-def test_the_programs_own_heap_settings_or_feedline_malloc_0_are_left_alone():
+def test_thread_workers_leave_the_training_processs_heap_thresholds_alone_by_default():
     # glibc alone trims the heap after every round here: (nearly) every round faults its pages in again
-    assert _faults(FEEDLINE_MALLOC="0") > 25 * _ROUND
-    assert _faults(MALLOC_TOP_PAD_="0") > 25 * _ROUND, "a program that set a MALLOC_ variable chose its heap"
+    assert _faults() > 25 * _ROUND, "the training process's allocator is the user's"
+
+
+def test_with_the_opt_in_large_temporaries_after_thread_workers_ran_are_not_faulted_in_again_each_time():
+    assert _faults(FEEDLINE_TUNE_PROCESS="1") < 5 * _ROUND, "50 rounds of three 3 MB arrays should reuse the heap's pages"
+
+
+def test_the_programs_own_heap_settings_or_feedline_malloc_0_are_left_alone_even_with_the_opt_in():
+    assert _faults(FEEDLINE_TUNE_PROCESS="1", FEEDLINE_MALLOC="0") > 25 * _ROUND
+    assert _faults(FEEDLINE_TUNE_PROCESS="1", MALLOC_TOP_PAD_="0") > 25 * _ROUND, "a MALLOC_ variable chose its heap"
 
 
 def test_process_workers_get_the_thresholds_in_their_environment_unless_turned_off(monkeypatch):

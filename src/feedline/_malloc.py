@@ -5,22 +5,18 @@ passes its trim threshold, which starts at 128 KB and grows only to twice
 the largest block it has seen freed from a mapping. A sample whose
 temporaries together pass that (three 3 MB arrays; a tensor resized,
 blurred and normalised) then faults every page of them in again, sample
-after sample: 227,221 minor faults for 100 rounds of three 3 MB NumPy
-arrays, 1,537 with these thresholds; PyTorch thread workers on 2 cores ran
-437-455 samples/s against 758-790 (`python -m benchmarks.blas_threads
---workload torch`).
+after sample.
 
 Process workers get the thresholds through their environment (glibc reads
-it as it starts: `MALLOC_VARS`). Thread workers run in the program's own
-process, started long before; `keep_freed_memory` sets the same values
-there with ``mallopt`` when the first thread workers start. It cannot be
-undone (glibc stops adapting its thresholds once they are set), so it is
-done once and stays: the program's heaps keep up to `TRIM_THRESHOLD` of
-freed space each, and blocks under `MMAP_THRESHOLD` come from them. Not
-done where the program chose its own (``MALLOC_*_`` variables, or
-``glibc.malloc`` tunables in ``GLIBC_TUNABLES``), with ``FEEDLINE_MALLOC=0``
-(which leaves the process workers' environment alone too), or on another C
-library (musl, macOS, Windows).
+it as it starts: `MALLOC_VARS`). Thread workers run in the user's own
+process; `keep_freed_memory` sets the same values there with ``mallopt``
+only where the user opted in (`feedline._process_tuning`), when the first
+thread workers start. It cannot be undone (glibc stops adapting its
+thresholds once they are set), so it stays: the program's heaps keep up to
+`TRIM_THRESHOLD` of freed space each. Not done where the program chose its
+own (``MALLOC_*_`` variables, or ``glibc.malloc`` tunables in
+``GLIBC_TUNABLES``), or on another C library (musl, macOS, Windows);
+``FEEDLINE_MALLOC=0`` leaves the process workers' environment alone too.
 """
 
 from __future__ import annotations
@@ -29,6 +25,8 @@ import ctypes
 import os
 import platform
 import threading
+
+from ._process_tuning import tuning_on
 
 __all__ = ["MALLOC_VARS", "MMAP_THRESHOLD", "TRIM_THRESHOLD", "keep_freed_memory", "turned_off"]
 
@@ -52,8 +50,10 @@ def _chosen_by_program() -> bool:
 
 
 def keep_freed_memory() -> bool:
-    """Set `MALLOC_VARS`' thresholds in this process, once (see the module docstring); True if they are set."""
+    """Set `MALLOC_VARS`' thresholds in this process, once, where the user opted in; True if they are set."""
     global _set
+    if not tuning_on():
+        return bool(_set)
     with _lock:
         if _set is None:
             _set = _mallopt()

@@ -1,29 +1,26 @@
-"""A shorter GIL switch interval while feedline sets up and process workers start: one process-wide hold, counted.
+"""A shorter GIL switch interval while feedline sets up and process workers start: only with ``FEEDLINE_TUNE_PROCESS=1``.
 
 Each blocking call the consumer makes gives up the GIL, and getting it
 back waits for whichever thread holds it to let go: up to the switch
-interval, 5 ms by default. Starting two process workers takes ~150 such
-calls (spawning, the hand-shake on the accept thread, the workers' first
-messages), and describing the first pipeline imports ~120 modules, each
-read from disk. Beside Python threads that hold the GIL (a user's own, a
-second pipeline on threads, the automatic choice's threads on GIL-bound
-work) a ``map(fn, backend="process", workers=2)`` took 2.5 s to its first
-batch instead of 0.25 s; holding 0.5 ms meanwhile, 0.6 s
-(``python -m benchmarks.busy_threads``, 2 cores). With no busy thread
-nothing waits, and the shorter interval changes nothing.
+interval, 5 ms by default. Starting process workers takes many such calls,
+so beside Python threads that hold the GIL (a user's own, a second
+pipeline on threads, the automatic choice's threads on GIL-bound work)
+the first batch waits far longer than the workers take to start
+(``python -m benchmarks.busy_threads``). The interval is the user's,
+process-wide, with no per-thread form: feedline shortens it only where
+the user opted in (`feedline._process_tuning`).
 
-Held by the automatic choice's trial (`feedline.engine._trial`) from its
-start while it has tasks in flight, by every `ProcessExecutor` from its
-first spawn until every worker has the pipeline (held workers: until
-they are connected and waiting for it) and while it closes, by feedline's set-up in
-the consumer (the lazy imports of `feedline.__getattr__` and ``map()``,
-building the running pipeline in `feedline.engine._runtime`), and by the
-consumer while it waits for batches from workers in other processes
-(`Executor.workers_elsewhere`; 4,096 tiny samples beside two spinning
-threads: 0.89 s an epoch instead of 1.52). Not while thread workers run:
-a 0.5 ms interval costs GIL-bound threads ~5 % more CPU a sample. One
-class for every holder, so the first hold saves the user's interval and
-only the last release puts it back, whatever the order.
+The holders (each takes its hold whether or not the opt-in is on, so the
+count is the same either way): the automatic choice's trial
+(`feedline.engine._trial`) while it has tasks in flight, every
+`ProcessExecutor` from its first spawn until every worker has the
+pipeline and while it closes, feedline's set-up in the consumer (the lazy
+imports of `feedline.__getattr__` and ``map()``, `feedline.engine._runtime`),
+and the consumer while it waits for batches from workers in other
+processes (`Executor.workers_elsewhere`). Never while thread workers run:
+a short interval costs GIL-bound threads CPU a sample. One class for every
+holder, so the first hold saves the user's interval and only the last
+release puts it back, whatever the order.
 """
 
 from __future__ import annotations
@@ -33,6 +30,7 @@ import sys
 import threading
 
 from ._counted import CountedSetting
+from ._process_tuning import tuning_on
 
 __all__ = ["STARTUP_SWITCH_INTERVAL", "ShortSwitchInterval", "SwitchHold", "short_switch_interval"]
 
@@ -42,7 +40,8 @@ STARTUP_SWITCH_INTERVAL = 0.0005  # seconds: the GIL hand-over interval while pr
 class ShortSwitchInterval(CountedSetting):
     """Hold `STARTUP_SWITCH_INTERVAL` (or the user's own, if shorter); the last `release` restores the previous one.
 
-    >>> import sys
+    >>> import os, sys
+    >>> os.environ["FEEDLINE_TUNE_PROCESS"] = "1"  # the opt-in (`feedline._process_tuning`)
     >>> before = sys.getswitchinterval()
     >>> a, b = ShortSwitchInterval(), ShortSwitchInterval()
     >>> sys.getswitchinterval() <= STARTUP_SWITCH_INTERVAL
@@ -51,11 +50,14 @@ class ShortSwitchInterval(CountedSetting):
     True
     >>> b.release(); sys.getswitchinterval() == before
     True
+    >>> del os.environ["FEEDLINE_TUNE_PROCESS"]
     """
 
     @staticmethod
     def apply() -> float | None:
         saved = sys.getswitchinterval()
+        if not tuning_on():
+            return None  # the user's interval, untouched
         if saved <= STARTUP_SWITCH_INTERVAL:
             return None  # untouched: Python keeps whole microseconds, so setting it again would not give it back exactly
         sys.setswitchinterval(STARTUP_SWITCH_INTERVAL)

@@ -24,7 +24,7 @@ class SerialExecutor(Executor):
         self.queue: collections.deque = collections.deque()
         self.streams: dict = {}
         self.arrays = reusing_arrays()  # large batch arrays used again once the consumer lets go
-        self._gc_freeze = GcFreeze()  # the per-sample Python runs here: keep the collector off the objects already here
+        self._gc_freeze = GcFreeze()  # with FEEDLINE_TUNE_PROCESS=1: the collector off the objects already here
 
     def submit(self, key, task, affinity=None):
         self.queue.append((key, task))

@@ -22,10 +22,11 @@ import threading
 import time
 
 from .._batch_memory import reusing_arrays
-from .._blas_limit import OneBlasThread, OneTorchThread
+from .._blas_limit import OneBlasThread
 from .._cpu_wait import CpuWaitClock
 from .._gc_freeze import GcFreeze
 from .._malloc import keep_freed_memory
+from .._worker_threads import limit_this_thread
 from ..worker import Cancelled, Result, StopHere, TaskError, run_task, splittable
 from ._base import Event, Executor
 
@@ -92,9 +93,10 @@ class ThreadExecutor(Executor):
         self.threads = []
         self.arrays = reusing_arrays()  # large batch arrays used again once the consumer lets go
         self._pool = next(_names)
+        # Process-wide, so only with FEEDLINE_TUNE_PROCESS=1 (`feedline._process_tuning`); each thread limits its own
+        # OpenMP pool either way (`_work`).
         self._gc_freeze = GcFreeze()  # the per-sample Python runs here: keep the collector off the objects already here
         self._one_blas_thread = OneBlasThread()  # a BLAS pool per call beside a thread per core oversubscribes them
-        self._one_torch_thread = OneTorchThread()  # ... and so does torch's intra-op pool
         keep_freed_memory()  # the process workers' heap thresholds: large temporaries not faulted in per sample
         for n, inbox in enumerate(self.inboxes):
             self._start_thread(n, inbox)
@@ -144,6 +146,7 @@ class ThreadExecutor(Executor):
     def _work(self, n, inbox):
         waits = CpuWaitClock()  # this thread's waits for a CPU: starved by other programs, or waiting on I/O?
         self._wait_clocks[n] = waits
+        limit_this_thread()  # one OpenMP (torch intra-op) thread here: the workers are already one per core
         try:
             self._serve(n, inbox, waits)
         finally:
@@ -182,6 +185,7 @@ class ThreadExecutor(Executor):
                 if generation in cancelled:
                     raise Cancelled
 
+            limit_this_thread()  # again where torch was imported since (a no-op otherwise)
             try:
                 watched = progress if self._watched else unless_cancelled
                 result = run_task(self.part, task, self.arrays, progress=watched, streams=streams, waits=waits)
@@ -426,4 +430,3 @@ class ThreadExecutor(Executor):
         self.arrays.clear()
         self._gc_freeze.release()
         self._one_blas_thread.release()
-        self._one_torch_thread.release()

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 from .._errors import FeedlineError
 from .._padding import Padder
+from .._process_tuning import describe as describe_process_tuning
 from .._switch_interval import short_switch_interval
 from ..sources._composed import ComposedSource
 from ._cache import CacheSource
@@ -684,4 +685,6 @@ class Pipeline:
         if self._runtime is not None and not self._runtime.closed:
             rt = self._runtime
             lines.append(f"  # running: backend={rt.backend} workers={rt.workers} prefetch={rt.depth} ({rt.decision})")
+        if (tuning := describe_process_tuning()) is not None:
+            lines.append("  " + tuning)
         return "\n".join(lines)
