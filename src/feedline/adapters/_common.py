@@ -24,7 +24,7 @@ from .._errors import FeedlineError
 from .._optional import require
 from ..pipeline._steps import Shard
 
-__all__ = ["epoch_batches", "even_steps", "map_structure", "require", "steps_per_epoch"]
+__all__ = ["epoch_batches", "even_steps", "map_structure", "require", "short_epoch", "steps_per_epoch"]
 
 
 def map_structure(fn, tree):
@@ -134,11 +134,16 @@ def epoch_batches(pipe, steps: int | None = None, epoch: int | None = None):
             given += 1
             yield batch
         if steps is not None and given < steps:
-            raise FeedlineError(
-                f"epoch {iterator.epoch} ended after {given} batches, but every rank must take {steps} "
-                "steps (samples were skipped, so this rank ran short). Ranks that take fewer steps "
-                "leave the others waiting; with sharded training use on_error='raise', or a function "
-                "on_error=(index, error) -> replacement sample"
-            )
+            raise short_epoch(iterator.epoch, given, steps)
     finally:
         iterator.close()
+
+
+def short_epoch(epoch: int, given: int, steps: int) -> FeedlineError:
+    """The error for a sharded epoch that ended before the steps every rank must take."""
+    return FeedlineError(
+        f"epoch {epoch} ended after {given} batches, but every rank must take {steps} "
+        "steps (samples were skipped, so this rank ran short). Ranks that take fewer steps "
+        "leave the others waiting; with sharded training use on_error='raise', or a function "
+        "on_error=(index, error) -> replacement sample"
+    )

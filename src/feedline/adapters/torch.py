@@ -16,8 +16,10 @@ import warnings
 
 import numpy as np
 
+from .._errors import FeedlineError
 from .._helper_thread import OrderedHelper
-from ._common import epoch_batches, even_steps, map_structure, require, steps_per_epoch
+from ._common import even_steps, map_structure, require, steps_per_epoch
+from ._position import EpochPosition
 
 __all__ = ["TorchLoader", "to_torch"]
 
@@ -63,6 +65,7 @@ class TorchLoader:
         self.pin_memory = bool(pin_memory)
         self.depth = depth
         self.even_batches = even_batches
+        self._position = EpochPosition(pipe)
         _warn_if_unsharded_under_ddp(pipe)
 
     def __len__(self) -> int:
@@ -90,7 +93,38 @@ class TorchLoader:
         self._pipe.set_epoch(epoch)
 
     def __iter__(self):
-        return self.convert(epoch_batches(self._pipe, even_steps(self._pipe, self.even_batches)))
+        return self.convert(self._position.epoch(even_steps(self._pipe, self.even_batches)))
+
+    def state_dict(self) -> dict:
+        """Where the loader stands, for ``torch.distributed.checkpoint``, Lightning or ``torch.save``.
+
+        Taken mid-epoch, `load_state_dict` makes the next ``iter()``
+        continue right after the last batch handed out, and later epochs
+        follow; taken between epochs, the next ``iter()`` starts the next
+        epoch. Works at any backend and worker count, before and after.
+        Details: docs/checkpoints.md.
+
+        Raises:
+            FeedlineError: the loader stages batches on a device ahead of
+                the step (their position is not tracked yet); checkpoint
+                with ``device=None`` and move batches in the step.
+        """
+        if self.device is not None and self.device.type != "cpu":
+            raise FeedlineError(
+                f"state_dict() of a loader staging batches on {self.device} ahead of the step is not "
+                "supported yet (the pipeline's position is ahead of the batch handed out); use "
+                "pipe.torch() without device= and move each batch with .to(device) in the training step"
+            )
+        return self._position.state_dict()
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        """Make the next ``iter()`` continue from ``state_dict`` (see `state_dict`).
+
+        Raises:
+            ValueError: the state is not a loader state of this version, or
+                was taken on another pipeline (the field and the fix named).
+        """
+        self._position.load_state_dict(state_dict, "TorchLoader")
 
     def convert(self, batches):
         """Tensors (on ``device``, ``depth`` ahead) from an iterator of NumPy batches, which it closes."""

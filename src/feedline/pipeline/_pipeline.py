@@ -574,6 +574,12 @@ class Pipeline:
                 without ``seed=`` draws a new one in every process), the
                 seed the state needs.
         """
+        checked = self._checked_state(state)
+        self._next_epoch = checked["epoch"] + 1
+        return self._iterator(checked["epoch"], checked)
+
+    def _checked_state(self, state: dict) -> dict:
+        """``state`` checked against this pipeline as `resume` does (raises ValueError), without starting it."""
         from ..engine import _state  # start-up cost, as in _ensure_runtime
 
         fields = _state.check_fields(state)
@@ -596,9 +602,7 @@ class Pipeline:
             refusal = _state.mix_seed_refused(fields, self._plan.order_seed, mix_fingerprint_with)
             raise refusal or _state.fingerprint_refused(fields, [self._steps[k].seed for k in shuffles], fingerprint_with,
                                                         self._parts())
-        checked = _state.check(state, self._plan, fingerprint)
-        self._next_epoch = checked["epoch"] + 1
-        return self._iterator(checked["epoch"], checked)
+        return _state.check(state, self._plan, fingerprint)
 
     def __len__(self) -> int:
         """Batches per epoch (samples, if the pipeline does not batch)."""

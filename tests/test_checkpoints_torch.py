@@ -1,0 +1,97 @@
+"""``pipe.torch()`` as a checkpointable loader: ``state_dict()`` / ``load_state_dict()``.
+
+A state taken after k batches, loaded into a loader built the same way
+(another backend and worker count), continues with exactly the rest of the
+epoch and then the next epochs, by hand and through
+``torch.distributed.checkpoint``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import feedline as fl
+
+torch = pytest.importorskip("torch")
+
+N, BATCH = 40, 4
+
+
+def plus_one(x):
+    return x + 1
+
+
+def build(backend: str = "serial", workers: int = 1):
+    return fl.from_arrays(np.arange(N, dtype=np.int64)).shuffle(seed=3).map(plus_one, backend=backend, workers=workers).batch(BATCH)
+
+
+def epochs(loader, count: int) -> list[list[int]]:
+    return [[int(v) for b in loader for v in b.tolist()] for _ in range(count)]
+
+
+def run_until(loader, k: int):
+    """Take k batches of the loader's next epoch; return them and the live iterator."""
+    it = iter(loader)
+    return [int(v) for _ in range(k) for v in next(it).tolist()], it
+
+
+@pytest.mark.parametrize(("before", "after"), [(("serial", 1), ("thread", 3)), (("thread", 2), ("process", 2)), (("process", 2), ("serial", 1))])
+def test_state_dict_mid_epoch_resumes_the_rest_of_the_epoch_then_the_next(before, after, no_leaks):
+    expected = epochs(build().torch(), 2)
+    loader = build(*before).torch()
+    seen, it = run_until(loader, 3)
+    state = loader.state_dict()
+    it.close()
+    loader._pipe.close()
+    fresh = build(*after).torch()
+    fresh.load_state_dict(state)
+    rest, following = epochs(fresh, 2)
+    fresh._pipe.close()
+    assert seen + rest == expected[0]
+    assert following == expected[1]
+
+
+def test_state_dict_between_epochs_starts_the_next_epoch():
+    expected = epochs(build().torch(), 3)
+    loader = build().torch()
+    epochs(loader, 1)
+    state = loader.state_dict()
+    fresh = build().torch()
+    fresh.load_state_dict(state)
+    assert epochs(fresh, 2) == expected[1:]
+
+
+def test_loaded_state_is_reported_again_until_iterated():
+    loader = build().torch()
+    _, it = run_until(loader, 2)
+    state = loader.state_dict()
+    fresh = build().torch()
+    fresh.load_state_dict(state)
+    assert fresh.state_dict() == state
+
+
+def test_state_of_another_pipeline_is_refused_when_loaded():
+    loader = build().torch()
+    _, it = run_until(loader, 2)
+    state = loader.state_dict()
+    other = fl.from_arrays(np.arange(N + 1, dtype=np.int64)).shuffle(seed=3).batch(BATCH).torch()
+    with pytest.raises(ValueError, match="fingerprint|length|source"):
+        other.load_state_dict(state)
+    with pytest.raises(ValueError, match="feedline"):
+        other.load_state_dict({"sampler": 3})
+
+
+def test_distributed_checkpoint_saves_and_loads_the_loader(tmp_path):
+    dcp = pytest.importorskip("torch.distributed.checkpoint")
+    expected = epochs(build().torch(), 2)
+    loader = build("thread", 2).torch()
+    seen, it = run_until(loader, 4)
+    dcp.save({"loader": loader}, checkpoint_id=str(tmp_path / "ckpt"))
+    it.close()
+    loader._pipe.close()
+    fresh = build("serial", 1).torch()
+    dcp.load({"loader": fresh}, checkpoint_id=str(tmp_path / "ckpt"))
+    rest, following = epochs(fresh, 2)
+    assert seen + rest == expected[0]
+    assert following == expected[1]
