@@ -95,3 +95,43 @@ def test_distributed_checkpoint_saves_and_loads_the_loader(tmp_path):
     rest, following = epochs(fresh, 2)
     assert seen + rest == expected[0]
     assert following == expected[1]
+
+
+def test_lightning_resumes_mid_epoch_from_its_checkpoint(tmp_path):
+    lightning = pytest.importorskip("lightning")
+    expected = epochs(build().torch(), 2)
+    seen: list[int] = []
+
+    class Stop(Exception):
+        pass
+
+    class Model(lightning.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.layer = torch.nn.Linear(1, 1)
+
+        def training_step(self, batch, batch_index):
+            seen.extend(int(v) for v in batch.tolist())
+            return self.layer(batch.float()[:, None]).pow(2).mean()
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.0)
+
+    class SaveThenStop(lightning.Callback):
+        def on_train_batch_end(self, trainer, module, outputs, batch, batch_index):
+            if batch_index == 2:
+                trainer.save_checkpoint(tmp_path / "mid.ckpt")
+                raise Stop
+
+    def trainer(*callbacks):
+        return lightning.Trainer(
+            max_epochs=2, accelerator="cpu", devices=1, logger=False, enable_checkpointing=False,
+            enable_progress_bar=False, enable_model_summary=False, default_root_dir=tmp_path, callbacks=list(callbacks),
+        )
+
+    with pytest.raises(Stop):
+        trainer(SaveThenStop()).fit(Model(), train_dataloaders=build("thread", 2).torch())
+    assert seen == expected[0][: 3 * BATCH]
+    seen.clear()
+    trainer().fit(Model(), train_dataloaders=build("serial", 1).torch(), ckpt_path=tmp_path / "mid.ckpt")
+    assert seen == expected[0][3 * BATCH:] + expected[1]
