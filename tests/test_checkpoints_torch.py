@@ -135,3 +135,28 @@ def test_lightning_resumes_mid_epoch_from_its_checkpoint(tmp_path):
     seen.clear()
     trainer().fit(Model(), train_dataloaders=build("serial", 1).torch(), ckpt_path=tmp_path / "mid.ckpt")
     assert seen == expected[0][3 * BATCH:] + expected[1]
+
+
+def test_pipeline_state_dict_resumes_where_its_latest_iterator_stands(no_leaks):
+    expected = [[int(v) for b in e for v in b.tolist()] for e in (build().epoch(0), build().epoch(1))]
+    pipe = build("thread", 2)
+    it = iter(pipe)
+    seen = [int(v) for _ in range(3) for v in next(it)]
+    state = pipe.state_dict()
+    it.close()
+    pipe.close()
+    fresh = build("process", 2)
+    fresh.load_state_dict(state)
+    rest = [int(v) for b in fresh for v in b]
+    following = [int(v) for b in fresh for v in b]
+    fresh.close()
+    assert seen + rest == expected[0]
+    assert following == expected[1]
+
+
+def test_pipeline_state_dict_after_a_whole_epoch_starts_the_next():
+    pipe = build()
+    list(pipe)
+    fresh = build()
+    fresh.load_state_dict(pipe.state_dict())
+    assert [int(v) for b in fresh for v in b] == [int(v) for b in build().epoch(1) for v in b]

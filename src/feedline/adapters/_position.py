@@ -5,21 +5,15 @@ those epochs and remembers the live one, so that ``state_dict()`` can
 describe the position after the last batch handed out, and
 ``load_state_dict()`` makes the next ``iter()`` continue there
 (``pipe.resume``) or, for a state taken between epochs, start the next
-epoch. The state is ``{"feedline": VERSION, "position": <JSON text>}``:
-one text leaf, so ``torch.distributed.checkpoint`` loads it into a fresh
-loader's ``state_dict()`` (whose keys must match the saved ones) whether
-it was taken mid-epoch or between epochs.
+epoch. The layout: `feedline.pipeline._checkpoint`.
 """
 
 from __future__ import annotations
 
-import json
-
+from ..pipeline._checkpoint import between_epochs, decode, encode
 from ._common import short_epoch
 
-__all__ = ["VERSION", "EpochPosition"]
-
-VERSION = 1  # the layout of state_dict(); load_state_dict refuses others
+__all__ = ["EpochPosition"]
 
 
 class EpochPosition:
@@ -62,34 +56,11 @@ class EpochPosition:
             position = self.pending  # loaded and not iterated yet: still that position
         elif self.iterator is None or (self.steps is not None and self.given >= self.steps):
             epoch = self.pipe._next_epoch if self.iterator is None else self.iterator.epoch + 1
-            position = {"next_epoch": epoch, "state": None, "given": 0}
+            position = between_epochs(epoch)
         else:
             position = {"next_epoch": self.iterator.epoch + 1, "state": self.iterator.state(), "given": self.given}
-        return {"feedline": VERSION, "position": json.dumps(position)}
+        return encode(position)
 
     def load_state_dict(self, state_dict: dict, where: str) -> None:
         """Make the next epoch continue at ``state_dict``'s position; checked now, nothing runs."""
-        if not isinstance(state_dict, dict) or state_dict.get("feedline") != VERSION or "position" not in state_dict:
-            raise ValueError(
-                f"{where}.load_state_dict(): expected a dict from {where}.state_dict() with 'feedline': {VERSION} "
-                f"and 'position', got {_short(state_dict)}; pass the state_dict() of a loader built the same way"
-            )
-        text = state_dict["position"]
-        try:
-            position = json.loads(text.decode() if isinstance(text, bytes) else text)
-        except (TypeError, ValueError) as e:
-            raise ValueError(f"{where}.load_state_dict(): 'position' is not the JSON text state_dict() wrote ({e})") from e
-        if not isinstance(position, dict) or set(position) != {"next_epoch", "state", "given"}:
-            raise ValueError(f"{where}.load_state_dict(): 'position' must hold next_epoch, state and given, got {_short(position)}")
-        epoch, given, state = position["next_epoch"], position["given"], position["state"]
-        for name, value in (("next_epoch", epoch), ("given", given)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise ValueError(f"{where}.load_state_dict(): position field {name!r} must be an integer >= 0, got {value!r}")
-        if state is not None:
-            self.pipe._checked_state(state)  # the pipeline's own checks (fingerprint, digest), before anything runs
-        self.pending = position
-
-
-def _short(value) -> str:
-    text = repr(value)
-    return text if len(text) <= 120 else text[:117] + "..."
+        self.pending = decode(state_dict, where, self.pipe)

@@ -25,6 +25,11 @@ class EndlessIterator:
         """The pass being read."""
         return self._current.epoch
 
+    @property
+    def finished(self) -> bool:
+        """Never: a stream without a count does not end."""
+        return False
+
     def __iter__(self):
         return self
 

@@ -496,6 +496,11 @@ class EpochIterator:
             return
 
     # ----------------------------------------------------- state and stats
+    @property
+    def finished(self) -> bool:
+        """Whether this epoch ended (its last batch taken, an error, or ``close()``)."""
+        return self._finished
+
     def state(self) -> dict:
         """Where this epoch stands, as a small JSON-serialisable dict.
 

@@ -52,6 +52,8 @@ class Pipeline:
         self._runtime = None
         self._next_epoch = 0
         self._finalizer = None
+        self._live = None  # weak reference to the latest epoch's iterator, for state_dict()
+        self._pending = None  # the position load_state_dict() gave the next iter()
 
     # ------------------------------------------------------------ building
     def _with(self, step) -> "Pipeline":
@@ -517,6 +519,11 @@ class Pipeline:
         return self._runtime
 
     def __iter__(self) -> EpochIterator:
+        pending, self._pending = self._pending, None
+        if pending is not None and pending["state"] is not None:
+            return self.resume(pending["state"])
+        if pending is not None:
+            self._next_epoch = pending["next_epoch"]
         created = time.perf_counter()
         epoch = self._next_epoch
         self._next_epoch += 1
@@ -527,7 +534,8 @@ class Pipeline:
         if self._endless():
             from ..engine._endless import EndlessIterator  # start-up cost, as in _ensure_runtime
 
-            return EndlessIterator(iterator, self._next_pass)
+            iterator = EndlessIterator(iterator, self._next_pass)
+        self._live = weakref.ref(iterator)
         return iterator
 
     def _epoch_iterator(self, epoch: int, state: dict | None = None, created: float | None = None) -> EpochIterator:
@@ -603,6 +611,34 @@ class Pipeline:
             raise refusal or _state.fingerprint_refused(fields, [self._steps[k].seed for k in shuffles], fingerprint_with,
                                                         self._parts())
         return _state.check(state, self._plan, fingerprint)
+
+    def state_dict(self) -> dict:
+        """Where the latest ``iter(pipe)`` stands, as torch's ``Stateful`` protocol names it.
+
+        After `load_state_dict`, the next ``iter(pipe)`` continues right
+        after the last batch that iterator returned (between epochs: starts
+        the next epoch), at any backend and worker count. The same as the
+        loaders' ``state_dict()``; see docs/checkpoints.md.
+        """
+        from . import _checkpoint
+
+        if self._pending is not None:
+            return _checkpoint.encode(self._pending)
+        live = None if self._live is None else self._live()
+        if live is None or live.finished:
+            return _checkpoint.encode(_checkpoint.between_epochs(self._next_epoch))
+        return _checkpoint.encode({"next_epoch": live.epoch + 1, "state": live.state(), "given": 0})
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        """Make the next ``iter(pipe)`` continue from ``state_dict`` (see `state_dict`).
+
+        Raises:
+            ValueError: not a state_dict() of this version, or one of
+                another pipeline (the field and the fix named).
+        """
+        from . import _checkpoint
+
+        self._pending = _checkpoint.decode(state_dict, "Pipeline", self)
 
     def __len__(self) -> int:
         """Batches per epoch (samples, if the pipeline does not batch)."""
