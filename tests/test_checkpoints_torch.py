@@ -160,3 +160,24 @@ def test_pipeline_state_dict_after_a_whole_epoch_starts_the_next():
     fresh = build()
     fresh.load_state_dict(pipe.state_dict())
     assert [int(v) for b in fresh for v in b] == [int(v) for b in build().epoch(1) for v in b]
+
+
+def test_loader_staging_batches_on_a_device_refuses_state_dict_with_advice():
+    loader = build().torch(device="meta")
+    with pytest.raises(fl.FeedlineError, match="without device="):
+        loader.state_dict()
+
+
+def test_edited_or_truncated_loader_state_is_refused_naming_the_field():
+    loader = build().torch()
+    _, it = run_until(loader, 2)
+    state = loader.state_dict()
+    with pytest.raises(ValueError, match="JSON"):
+        build().torch().load_state_dict({**state, "position": state["position"][:-5]})
+    edited = state["position"].replace('"given": 2', '"given": -1')
+    with pytest.raises(ValueError, match="given"):
+        build().torch().load_state_dict({**state, "position": edited})
+    tampered = state["position"].replace('"offset": ', '"offset": 1')
+    assert tampered != state["position"] and edited != state["position"]
+    with pytest.raises(ValueError):
+        build().torch().load_state_dict({**state, "position": tampered})
