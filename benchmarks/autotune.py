@@ -28,7 +28,8 @@ Run (from the repository root, in the project's virtualenv):
     python -m benchmarks.autotune --workload gil --samples 8192 --settings auto,best   # 16 cores
 
 Target (issue 15): ``auto / best`` >= 0.95 on every workload.
-Last run: benchmarks/RESULTS.md, "Thirty-eighth session" (and "Automatic choice, paired first runs").
+Last run: benchmarks/history/2026-11-29-thirty-eighth-session-where-the-automatic-choice.md (and benchmarks/RESULTS.md,
+"Automatic choice, paired first runs").
 """
 
 from __future__ import annotations

@@ -37,7 +37,7 @@ the host's), carry it, and start the command with ``pip install -q
 PYTHONPATH=/tmp/site:$PWD/src:$PWD``. The first call there
 (~500 s of commands) cost ~530 s of device time.
 
-Last run: benchmarks/RESULTS.md ("16 cores" sections).
+Last run: benchmarks/RESULTS.md ("16 cores") and the 16-core runs in benchmarks/history/.
 """
 
 from __future__ import annotations

@@ -34,8 +34,9 @@ import.
 Last measured (2026-11-26, 2 cores, Python 3.11, ``--reps 4``), when the
 process-wide limit was the default: thread workers 4,805 samples/s limited
 (now ``opt-in``), 3,406 with the pool as is (now ``thread``; 0.71), process
-workers 8,807 (benchmarks/RESULTS.md, "BLAS threads beside thread workers").
-``--workload torch``: benchmarks/RESULTS.md, "Seventeenth session"; ``--workload tf``: "Thirty-first session".
+workers 8,807 (benchmarks/history/2026-11-26-blas-threads-beside-thread-workers.md).
+``--workload torch``: benchmarks/history/2026-11-26-seventeenth-session-16-cores-again-and-sixteen.md;
+``--workload tf``: benchmarks/history/2026-11-28-thirty-first-session-the-suite-at-2a22738.md.
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ Run from the repository root:
     python -m benchmarks.broken_epoch                  # ~1 minute on 2 cores
     python -m benchmarks.broken_epoch --rounds 1       # smoke test
 
-Last measured: benchmarks/RESULTS.md, "Broken-off epochs (issue 58)".
+Last measured: benchmarks/history/2026-12-01-broken-off-epochs.md.
 """
 
 from __future__ import annotations

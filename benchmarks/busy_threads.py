@@ -24,7 +24,8 @@ Run from the repository root (the peers need ``pip install torch``):
     python -m benchmarks.busy_threads               # ~3 minutes on 2 cores
     python -m benchmarks.busy_threads --quick       # smoke test: one round, two loaders
 
-Last measured: benchmarks/RESULTS.md, "Thirty-first session" (``--samples 4096``) and "Thirtieth session".
+Last measured: benchmarks/history/2026-11-28-thirty-first-session-the-suite-at-2a22738.md (``--samples 4096``)
+and benchmarks/history/2026-11-28-thirtieth-session-process-workers-started-beside-python.md.
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ Run from the repository root (needs ``pip install torch``):
     python -m benchmarks.consumer_step                 # ~2 minutes on 2 cores
     python -m benchmarks.consumer_step --rounds 1      # smoke test
 
-Last measured: benchmarks/RESULTS.md, "The consumer stays light (issue 58)".
+Last measured: benchmarks/history/2026-12-01-the-consumer-stays-light.md.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Run (from the repository root, in the project's virtualenv, machine quiet):
 
-    python -m benchmarks.decoders --markdown              # ~4 minutes; tables as in RESULTS.md
+    python -m benchmarks.decoders --markdown              # ~4 minutes; tables as in benchmarks/history/undated-decoders.md
     python -m benchmarks.decoders --only PNG --rounds 5   # some cases, fewer rounds
 
 Every library decodes the same bytes, held in memory (no file I/O), to the
@@ -23,7 +23,7 @@ libjpeg-turbo: ``apt-get install libturbojpeg0``; skipped when absent),
 OpenCV 5.0.0 (opencv-python-headless), pyspng 0.1.4 (libspng).
 
 Last run (2-core AMD EPYC, Python 3.11.7, 2026-11-22; other sessions kept
-the cores 50-100 % busy, see RESULTS.md "## Decoders" for every table):
+the cores 50-100 % busy, see benchmarks/history/undated-decoders.md for every table):
 
     images/s per core (x2 threads)  Pillow      simplejpeg   PyTurboJPEG  OpenCV       pyspng
     JPEG 500x375                    1092        1357         1278         1234

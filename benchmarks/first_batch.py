@@ -13,7 +13,7 @@ the end of describing to the first batch, the whole epoch, and ``close``.
 Run from the repository root:
     python -m benchmarks.first_batch [--reps 5] [--quick]
 
-Last measured: benchmarks/RESULTS.md, "First batch and close".
+Last measured: benchmarks/history/2026-11-25-eighth-session-issues-14-15-18.md, "First batch and close".
 """
 
 from __future__ import annotations

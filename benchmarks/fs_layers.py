@@ -18,7 +18,7 @@ MB/s, requests/s, and the CPU seconds per GiB of this process (the client:
 the server's CPU is not counted) -- on a shared host, MB/s move with the
 others' load, CPU s per GiB less so.
 
-Last run: benchmarks/RESULTS.md, section "## Filesystem layer: fsspec vs obstore".
+Last run: benchmarks/history/2026-11-23-filesystem-layer-fsspec-vs-obstore.md.
 """
 
 from __future__ import annotations

@@ -52,7 +52,7 @@ alone`` allows it, and ahead of ``dataloader``.
 
 Last measured: 2026-11-25 on one H100 80GB with 16 cores (torch
 2.11.0+cu130, torchvision 0.26.0, jax 0.11.2; table in RESULTS.md, "GPU:
-the owed run"): torch ceiling 64.3 ms a step, feedline 1.000 of it (GPU
+ResNet-50 fed from JPEG files"): torch ceiling 64.3 ms a step, feedline 1.000 of it (GPU
 off-step 0.00 ms), feedline-gpu-decode 0.682, dataloader 0.988; JAX
 ceiling 50.2 ms, feedline 1.006, dataloader 0.473. With the batched
 device resample (2026-11-26, one H200, 16 cores, ``--row

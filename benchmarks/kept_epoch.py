@@ -21,7 +21,7 @@ Each measurement runs in a fresh interpreter:
   each round runs the other checkout's feedline right after this one
   (paired, alternating), and the table shows both medians.
 
-Last result: see benchmarks/RESULTS.md ("Kept epochs").
+Last result: benchmarks/history/2026-12-01-kept-epochs-on-process-workers.md.
 """
 
 from __future__ import annotations

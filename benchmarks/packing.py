@@ -25,7 +25,7 @@ and `BestFitPackIterDataset` run on the same lengths with `num_packing_bins` = t
 it (a batch of `num_packing_bins` rows, each element into the first row it fits; an element that fits
 no row sends the whole batch out and starts a new one), so the comparison stands without grain too.
 
-Last result: the "Packing" section of benchmarks/RESULTS.md.
+Last result: benchmarks/history/2026-12-01-packing.md.
 """
 
 from __future__ import annotations

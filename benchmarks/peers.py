@@ -24,7 +24,7 @@ Run (from the repository root, in the project's virtualenv):
     python -m benchmarks.peers --quick                      # smoke test: small data, 2 rounds
 
 Target (issue 15): every ratio's median > 1.
-Last run: benchmarks/RESULTS.md, "Thirty-sixth session".
+Last run: benchmarks/history/2026-11-29-thirty-sixth-session-the-automatic-row-against.md.
 """
 
 from __future__ import annotations

@@ -27,8 +27,8 @@ sum of their PSS, read from ``/proc/PID/smaps_rollup`` mid-epoch: pages a
 zygote or the parent shares with them count once across all, and the
 zygote itself, a helper like the fork server, is not counted).
 
-Last run: benchmarks/RESULTS.md, sections "Thirty-fifth session" (--settings zygote,automatic,threads,serial),
-"Thirty-third session" (--setup 3) and "Thirty-second session".
+Last run: benchmarks/history/, the thirty-fifth session (--settings zygote,automatic,threads,serial),
+the thirty-third (--setup 3) and the thirty-second (files 2026-11-28-thirty-*-session-*.md).
 """
 
 from __future__ import annotations

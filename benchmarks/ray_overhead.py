@@ -43,7 +43,7 @@ Ray 2.60.0, NumPy 2.4.6; other agents' tests ran on the machine, load average 6.
 | 512x512x3 fill | 64 | 48.00 | 29.79 | 74.38 (+59.48) | 0.40x | 645 |
 
 (The 5 ms/sample cluster rows are noisy under this load: a rerun gave +12 ms for batch 32 and
-+185 ms for batch 256. The issue 8 run, 2026-11-22, is in benchmarks/RESULTS.md.)
++185 ms for batch 256. The issue 8 run, 2026-11-22, is in benchmarks/history/undated-ray-backend-overhead.md.)
 
 Story 2's per-sample CPU cost for docs/scaling.md's capacity model (`story2_pipeline`,
 lowest of 5 runs, the one no other process disturbed): 8.34 ms/sample (decode + crop + class ids 6.68, collate

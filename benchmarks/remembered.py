@@ -26,7 +26,7 @@ Last run (2026-11-27 10:30 UTC, 2-core VM, 8 rounds, commit 8af61da), samples/s 
     seg          89      89         89        1.00           1.00
 
 (Audio's first run loses its 7 % to the process workers' start beside threads that keep 1.5-1.7 of 2
-cores busy: benchmarks/RESULTS.md, "Twenty-second session".)
+cores busy: benchmarks/history/2026-11-27-twenty-second-session-imports-in-the-first.md.)
 """
 
 from __future__ import annotations

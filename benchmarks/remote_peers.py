@@ -40,7 +40,7 @@ Reported: samples/s, time to the first batch, both as ratios to ``feedline
 auto``, CPU seconds of the loader (its process and workers) and of the S3
 server, and the share of the cores other processes took during the run.
 
-Last run: benchmarks/RESULTS.md, section "## Remote data: feedline vs Mosaic Streaming and LitData".
+Last run: benchmarks/history/undated-remote-data-feedline-vs-mosaic-streaming-and.md.
 """
 
 from __future__ import annotations

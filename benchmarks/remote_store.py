@@ -38,7 +38,7 @@ loader (this process and its workers) and of the S3 server: on a shared
 host, where samples/s move with other processes' load, equal CPU seconds
 say that a variant costs the same.
 
-Last run: benchmarks/RESULTS.md, section "## Remote stores".
+Last run: benchmarks/history/undated-remote-stores.md.
 """
 
 from __future__ import annotations

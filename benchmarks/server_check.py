@@ -30,7 +30,7 @@ The automatic rows also print what the trial measured and why it chose
 (``why:`` lines on stderr).
 
 Last measured: 2026-11-27 on an H200 host with 16 cores (benchmarks/RESULTS.md,
-"Twenty-third session"): automatic / processes by hand ``gil`` 1.01,
+"16 cores: the suite's workloads"; benchmarks/history/2026-11-27-twenty-third-session-16-cores-again-the.md): automatic / processes by hand ``gil`` 1.01,
 ``jpeg`` 0.96, ``audio`` ~0.97 (every first run chose processes at once on
 the four scouts' verdict); the automatic row 1.09-1.34x DataLoader.
 """

@@ -25,8 +25,8 @@ GIL, so processes are what help), batches of 8 (6 MiB), two workers,
 - ``torch fork, room`` / ``torch fork, small /dev/shm``: ``DataLoader(num_workers=2)``
   over the same function (its workers hand batches over in shared memory too).
 
-Runs alternate, ``--reps`` rounds, medians. Last run: benchmarks/RESULTS.md,
-"Sixteenth session".
+Runs alternate, ``--reps`` rounds, medians. Last run:
+benchmarks/history/2026-11-26-sixteenth-session-memory-files-no-descriptor-per.md.
 """
 
 from __future__ import annotations

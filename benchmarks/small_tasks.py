@@ -24,8 +24,7 @@ tasks).
 Run from the repository root:
     python -m benchmarks.small_tasks [--epochs 6] [--quick]
 
-Last measured: see benchmarks/RESULTS.md, "Small tasks on the process
-backend".
+Last measured: benchmarks/history/2026-11-26-tenth-session-small-tasks.md.
 """
 
 from __future__ import annotations

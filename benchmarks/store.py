@@ -30,7 +30,7 @@ Run (from the repository root, in the project's virtualenv):
     converted with ``feedline convert`` (each image's own size) per encoding,
     and the read speed of each store (one thread, ``store[i]`` in random order).
 
-Last run: see the table in benchmarks/RESULTS.md, section "## Store".
+Last run: see benchmarks/history/undated-store.md (``--append`` writes a new "## Store" section into benchmarks/RESULTS.md).
 """
 
 from __future__ import annotations

@@ -44,7 +44,8 @@ cannot finish within the epoch. Reported per story: samples/s of each
 setting, the automatic choice against the best and the worst hand setting
 and against serial, and the automatic choice's ``stats().decision``.
 
-Last run: benchmarks/RESULTS.md, "Thirty-eighth session" (and "Story examples: automatic choice vs hand settings").
+Last run: benchmarks/history/2026-11-29-thirty-eighth-session-where-the-automatic-choice.md
+(and benchmarks/history/undated-story-examples-automatic-choice-vs-hand-settings.md).
 """
 
 from __future__ import annotations

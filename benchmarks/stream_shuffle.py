@@ -4,7 +4,7 @@ Run: `python -m benchmarks.stream_shuffle` (`--quick`: a smoke run on 4 000 samp
 A generator of 50 000 samples of 3x32x32 uint8 in 8 shards, batch 256, serial backend (so the
 consumer's window is timed, not process transport); best of 5 epochs per setting; the window's
 own time is `it.stats()` under "shuffle window".
-Last result: see the "Stream shuffle" section of benchmarks/RESULTS.md.
+Last result: benchmarks/history/2026-11-23-stream-shuffle-shuffle-on-a-generator.md.
 """
 
 from __future__ import annotations

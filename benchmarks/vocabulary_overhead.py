@@ -19,7 +19,7 @@ Tables:
    `map`, batches of 64: `batch()` of fixed 32-id arrays for reference, `padded_batch` (plain, with
    `lengths` and `mask`), `bucket_by_length` with 3 and 8 buckets.
 
-Last result: the "Pipeline steps: per-sample overhead" section of benchmarks/RESULTS.md.
+Last result: benchmarks/history/2026-11-23-pipeline-steps-per-sample-overhead.md.
 """
 
 from __future__ import annotations

@@ -1,7 +1,9 @@
-"""The process backend: worker processes started as fresh interpreters (``python -c``, never a fork).
+"""The process backend: worker processes forked from the fork server on Linux and macOS, fresh interpreters on Windows.
 
-One code path on every OS: ``multiprocessing``'s spawn would re-run an
-unguarded ``__main__``; our workers import only feedline and get the
+On Windows (or with ``FEEDLINE_FORKSERVER=0``) each worker is a fresh
+interpreter (``python -c``). Either way ``multiprocessing``'s spawn, which
+would re-run an unguarded ``__main__``, is never used: workers import only
+feedline and get the
 pipeline by value (cloudpickle). The protocol, in short (the full story
 is in docs/architecture.md, "Protocols"):
 - Start: an accept thread does the handshake (`Hello` in, `SendPart` out);
