@@ -32,3 +32,24 @@ def test_a_left_epoch_runs_no_more_samples_and_the_next_gets_every_sample_once(t
     # Each worker may begin the sample it had passed the check for as the epoch was left; nothing more of it runs.
     left_over = after - at_leave - N
     assert left_over <= WORKERS, f"{left_over} samples of the left epoch ran after it was left ({how}, {backend})"
+
+
+_OPEN_AT_EXIT = """
+import numpy as np
+import feedline as fl
+pipe = fl.from_arrays(np.arange(1000, dtype=np.float32)).map(lambda v: v + 1, backend={backend!r}, workers=2).batch(4)
+it = iter(pipe.torch())
+next(it)  # the loader's epoch is still open when the interpreter ends
+"""
+
+
+@pytest.mark.parametrize("backend", ["thread", "process"])
+def test_an_epoch_left_open_at_exit_ends_quietly(backend):
+    # closing the epoch while the interpreter ends (its modules half gone) must not print an ignored exception
+    pytest.importorskip("torch")
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", _OPEN_AT_EXIT.format(backend=backend)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "Traceback" not in done.stderr and "Exception ignored" not in done.stderr, done.stderr[-2000:]

@@ -21,6 +21,7 @@ so ``state()`` is exact at every batch boundary.
 from __future__ import annotations
 
 import collections
+import sys
 import time
 import warnings
 
@@ -472,8 +473,10 @@ class EpochIterator:
             self._runtime.learned_chunk = learned or self._runtime.learned_chunk
         self._runtime.publish(self.stats_)
 
-    def _abort(self) -> None:
+    def _abort(self, _finalizing=sys.is_finalizing) -> None:
         self._finished = True
+        if _finalizing():  # the interpreter is ending (a generator closed at exit): its modules may be gone, its workers go with it
+            return
         self._executor.cancel(self._generation)
         self._refresh()
         self._runtime.publish(self.stats_)
