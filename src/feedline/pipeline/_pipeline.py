@@ -149,7 +149,7 @@ class Pipeline:
             backend: ``"serial"``, ``"thread"``, ``"process"``, ``"ray"``,
                 ``fl.Ray(...)`` (Ray with settings: cluster address, resources
                 of each actor; see docs/scaling.md) or None to let feedline
-                choose (see the README's "Backends").
+                choose (see docs/automatic_choice.md).
             on_error: ``"raise"`` (default), ``"skip"`` (drop the sample,
                 count it in ``stats()`` and warn once per epoch), or a function
                 ``(index, error) -> replacement sample``.

@@ -10,7 +10,7 @@ without ``batch()``): draws are distinct across workers, batches and
 epochs, and a run with the same seed and the same task grid repeats them.
 Only process-wide state of a feedline worker is touched: threads and the
 calling thread run in the user's process, whose generators feedline
-leaves alone (README, "Augmentation that is the same every time").
+leaves alone (docs/vocabulary.md, "Augmentation that is the same every time").
 """
 
 from __future__ import annotations
