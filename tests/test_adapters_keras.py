@@ -9,14 +9,13 @@ guard and a lambda in its Sequence, as a user's script would be.
 
 from __future__ import annotations
 
-import json
-import os
 import subprocess
 import sys
 import textwrap
 
 import numpy as np
 import pytest
+from keras_script import run_keras_script
 
 import feedline as fl
 from feedline.adapters.keras import from_keras_sequence
@@ -125,15 +124,8 @@ _REPORTS: dict[str, dict] = {}
 def run_script(backend: str, folder) -> dict:
     """Run the script once per Keras backend (cached for the session); its JSON record."""
     if backend not in _REPORTS:
-        script = folder / f"train_{backend}.py"
-        script.write_text(SCRIPT)
-        env = dict(os.environ, KERAS_BACKEND=backend, TF_CPP_MIN_LOG_LEVEL="2")
-        run = subprocess.run([sys.executable, str(script)], check=False, capture_output=True, text=True, timeout=240, env=env)
-        lines = [line for line in run.stdout.splitlines() if line.startswith("REPORT ")]
-        assert run.returncode == 0 and lines, run.stdout[-3000:] + run.stderr[-3000:]
-        _REPORTS[backend] = json.loads(lines[-1][len("REPORT ") :])
+        _REPORTS[backend] = run_keras_script(SCRIPT, backend, folder / f"train_{backend}.py", timeout=240)
     data = _REPORTS[backend]
-    assert data["backend"] == backend
     return data
 
 

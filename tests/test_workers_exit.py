@@ -8,13 +8,10 @@ descendants with psutil, waiting a bounded time for workers to exit.
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 import textwrap
 
 import pytest
+from keras_script import run_keras_script
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -67,15 +64,7 @@ SCRIPT = textwrap.dedent(
 
 
 def run_script(backend: str, folder) -> dict:
-    script = folder / f"exit_{backend}.py"
-    script.write_text(SCRIPT)
-    env = dict(os.environ, KERAS_BACKEND=backend, TF_CPP_MIN_LOG_LEVEL="2")
-    run = subprocess.run([sys.executable, str(script)], check=False, capture_output=True, text=True, timeout=280, env=env)
-    lines = [line for line in run.stdout.splitlines() if line.startswith("REPORT ")]
-    assert run.returncode == 0 and lines, run.stdout[-3000:] + run.stderr[-3000:]
-    report = json.loads(lines[-1][len("REPORT "):])
-    assert report["backend"] == backend
-    return report
+    return run_keras_script(SCRIPT, backend, folder / f"exit_{backend}.py", timeout=280)
 
 
 @pytest.mark.parametrize("backend", ["tensorflow", "jax"])
