@@ -197,18 +197,18 @@ def test_nested_samples_keep_their_fields_together(no_leaks):
 
 
 def test_a_field_that_changes_kind_midway_is_batched_like_the_recut_does(no_leaks):
-    # Numbers are held as columns until a piece holds a None: from then on rows are kept one by one.
+    # Numbers are held as columns until a piece holds a string: from then on rows are kept one by one.
     def factory(shard, num_shards):
         for i in range(shard, 120, num_shards):
-            yield {"v": i, "tag": None if i == 70 else float(i)}
+            yield {"v": i, "tag": "seventy" if i == 70 else float(i)}
 
     build = lambda: fl.from_generator(factory, 3).shuffle(seed=4, window=20).batch(8)  # noqa: E731
     with build() as pipe:
         batches = list(pipe.epoch(0))
         assert sorted(int(v) for b in batches for v in b["v"]) == list(range(120))
         for b in batches:
-            assert [None if t is None else float(t) for t in b["tag"]] == [None if v == 70 else float(v) for v in b["v"]]
-            assert isinstance(b["tag"], list) == (70 in b["v"].tolist()), "only the batch with the None holds a list"
+            assert [t if isinstance(t, str) else float(t) for t in b["tag"]] == ["seventy" if v == 70 else float(v) for v in b["v"]]
+            assert isinstance(b["tag"], list) == (70 in b["v"].tolist()), "only the batch with the string holds a list"
         whole = [b["v"].tolist() for b in batches]
         for stop in range(len(whole) + 1):
             it = pipe.epoch(0)
@@ -216,6 +216,17 @@ def test_a_field_that_changes_kind_midway_is_batched_like_the_recut_does(no_leak
             state = it.state()
             it.close()
             assert head + [b["v"].tolist() for b in pipe.resume(state)] == whole
+
+
+def test_a_none_among_numbers_in_a_window_is_refused_naming_the_field(no_leaks):
+    # a None batches the same way wherever it falls: refused by name, never a list in one batch and an error in another
+    def factory(shard, num_shards):
+        for i in range(shard, 120, num_shards):
+            yield {"v": i, "tag": None if i == 70 else float(i)}
+
+    with fl.from_generator(factory, 3).shuffle(seed=4, window=20).batch(8) as pipe:
+        with pytest.raises(fl.SampleError, match=r"field \['tag'\] is None"):
+            list(pipe.epoch(0))
 
 
 # ------------------------------------------------------------------- errors
