@@ -22,9 +22,10 @@ from __future__ import annotations
 
 from .._errors import FeedlineError
 from .._optional import require
+from ..pipeline._checkpoint import between_epochs, decode, encode
 from ..pipeline._steps import Shard
 
-__all__ = ["epoch_batches", "even_steps", "map_structure", "require", "short_epoch", "steps_per_epoch"]
+__all__ = ["EpochPosition", "epoch_batches", "even_steps", "map_structure", "require", "steps_per_epoch"]
 
 
 def map_structure(fn, tree):
@@ -105,14 +106,13 @@ def steps_per_epoch(pipe, even: bool = True) -> int | None:
         return None
 
 
-def epoch_batches(pipe, steps: int | None = None, epoch: int | None = None):
+def epoch_batches(pipe, steps: int | None = None):
     """A generator over one epoch of ``pipe``, started lazily.
 
     Args:
         pipe: the pipeline.
         steps: from `even_steps`: yield exactly this many batches (stop
             early if the epoch has more); None yields the whole epoch.
-        epoch: which epoch (``pipe.epoch(epoch)``); None for the next one.
 
     The epoch starts at the first ``next()``, so an iterator that is created
     and dropped unused starts nothing. Closing the generator early cancels
@@ -123,20 +123,7 @@ def epoch_batches(pipe, steps: int | None = None, epoch: int | None = None):
             were skipped with ``on_error="skip"``), which would leave the
             other ranks waiting.
     """
-    iterator = iter(pipe) if epoch is None else pipe.epoch(epoch)
-    given = 0
-    try:
-        while steps is None or given < steps:
-            try:
-                batch = next(iterator)
-            except StopIteration:
-                break
-            given += 1
-            yield batch
-        if steps is not None and given < steps:
-            raise short_epoch(iterator.epoch, given, steps)
-    finally:
-        iterator.close()
+    return EpochPosition(pipe).epoch(steps)
 
 
 def short_epoch(epoch: int, given: int, steps: int) -> FeedlineError:
@@ -147,3 +134,60 @@ def short_epoch(epoch: int, given: int, steps: int) -> FeedlineError:
         "leave the others waiting; with sharded training use on_error='raise', or a function "
         "on_error=(index, error) -> replacement sample"
     )
+
+
+class EpochPosition:
+    """Runs a pipeline's epochs for an adapter and says where the live one stands, as a framework checkpoint.
+
+    Each `epoch` is one feedline epoch (``iter()`` of an adapter). The
+    live one is remembered, so that `state_dict` describes the position
+    after the last batch handed out, and `load_state_dict` makes the next
+    epoch continue there (``pipe.resume``) or, for a state taken between
+    epochs, start the next one. The layout: `feedline.pipeline._checkpoint`.
+    """
+
+    def __init__(self, pipe):
+        self.pipe = pipe
+        self.iterator = None  # the live epoch's iterator (None between epochs)
+        self.given = 0  # batches handed out in the live epoch
+        self.steps = None  # the live epoch's cap (even shards), or None
+        self.pending = None  # what load_state_dict asked the next epoch to be
+
+    def epoch(self, steps: int | None):
+        """A generator over the next epoch (or the loaded position's rest of it), started lazily."""
+        pending, self.pending = self.pending, None
+        if pending is not None and pending.get("state") is not None:
+            iterator, given = self.pipe.resume(pending["state"]), pending["given"]
+        else:
+            if pending is not None:
+                self.pipe.set_epoch(pending["next_epoch"])
+            iterator, given = iter(self.pipe), 0
+        self.iterator, self.given, self.steps = iterator, given, steps
+        try:
+            while steps is None or self.given < steps:
+                try:
+                    batch = next(iterator)
+                except StopIteration:
+                    break
+                self.given += 1
+                yield batch
+            if steps is not None and self.given < steps:
+                raise short_epoch(iterator.epoch, self.given, steps)
+        finally:
+            self.iterator = None
+            iterator.close()
+
+    def state_dict(self) -> dict:
+        """The position after the last batch handed out (see the module docstring)."""
+        if self.pending is not None:
+            position = self.pending  # loaded and not iterated yet: still that position
+        elif self.iterator is None or (self.steps is not None and self.given >= self.steps):
+            epoch = self.pipe._next_epoch if self.iterator is None else self.iterator.epoch + 1
+            position = between_epochs(epoch)
+        else:
+            position = {"next_epoch": self.iterator.epoch + 1, "state": self.iterator.state(), "given": self.given}
+        return encode(position)
+
+    def load_state_dict(self, state_dict: dict, where: str) -> None:
+        """Make the next epoch continue at ``state_dict``'s position; checked now, nothing runs."""
+        self.pending = decode(state_dict, where, self.pipe)

@@ -18,8 +18,7 @@ import numpy as np
 
 from .._errors import FeedlineError
 from .._helper_thread import OrderedHelper
-from ._common import even_steps, map_structure, require, steps_per_epoch
-from ._position import EpochPosition
+from ._common import EpochPosition, even_steps, map_structure, require, steps_per_epoch
 
 __all__ = ["TorchLoader", "to_torch"]
 
