@@ -19,7 +19,8 @@ Run from the repository root (needs ``pip install torch``):
     python -m benchmarks.consumer_step                 # ~2 minutes on 2 cores
     python -m benchmarks.consumer_step --rounds 1      # smoke test
 
-Last measured: benchmarks/history/2026-12-01-the-consumer-stays-light.md.
+Last measured: benchmarks/RESULTS.md, "The training process left alone"; before:
+benchmarks/history/2026-12-01-the-consumer-stays-light.md.
 """
 
 from __future__ import annotations

@@ -1,19 +1,53 @@
-"""Time to the first batch and to close, in a fresh interpreter each run (issue 14).
+"""Time to the first batch and to close, in a fresh interpreter each run (issues 14 and 55).
 
-What a user's script sees: ``import feedline``, describe the pipeline, then
-iterate (at once, or after some set-up of their own: building a model,
-opening files), then close. Each run is a new Python process, so nothing
-is warm that a first run of a script would not have (the fork server is
-started when the map is described). The map is a cheap float conversion of
-20 000 samples, batch 32, so start-up, not the work, decides the time.
+Two tables.
 
-Reported per setting (median and range over ``--reps`` runs): seconds from
-the end of describing to the first batch, the whole epoch, and ``close``.
+``--suite`` (issue 55): the suite's workloads (``gil``, ``jpeg``, ``seg``,
+``audio``, ``store``) and three whose dataset holds an array of ~300 MB in
+memory (``memory``: the store's photos decoded into RAM, the store's
+function; ``memory-gil``: 300 MB of float32 rows, the ``gil`` function on
+each row's first 64 values; ``memory-cheap``: the same rows, a cheap
+slice), each under the automatic choice (``from_arrays(data, index).map(fn)
+.batch(B)``, nothing remembered) against torch's ``DataLoader(num_workers=2)``
+with fork over the same function. The clock runs from describing the
+pipeline (building the DataLoader) to the first batch, worker start
+included; the libraries are imported before it, as a script's first lines
+do (``import feedline``, ``from torch.utils.data import DataLoader``).
+Settings alternate within each round, so a burst of foreign load touches
+both alike; ``auto / torch`` is the median of the rounds' own ratios.
+
+Without ``--suite`` (issue 14): a cheap float conversion of 20 000
+samples, batch 32, per backend setting, iterated at once or after 0.5 s of
+the user's own set-up; seconds from the end of describing to the first
+batch, the whole epoch, and ``close``.
 
 Run from the repository root:
+    python -m benchmarks.first_batch --suite [--reps 5] [--workload gil,memory]
     python -m benchmarks.first_batch [--reps 5] [--quick]
 
-Last measured: benchmarks/history/2026-11-25-eighth-session-issues-14-15-18.md, "First batch and close".
+Last measured: benchmarks/history/2026-11-25-eighth-session-issues-14-15-18.md, "First batch and close"
+(the settings). The suite, 2026-12-02 on the 2-core benchmark host shared with other sessions' tests
+(load average 1-2.5 during the run; earlier runs under 7-11 were too noisy to read), five rounds, each
+round running bb90552 ("before"), the change of issue 55 ("after", the held workers' pickling and the
+copy of their large arrays in a thread of their own, a dry run that keeps no bytes) and the DataLoader
+one after the other in a rotating order, fresh interpreters, seconds, medians (range):
+
+| workload | before | after | torch-fork | before / torch | after / torch | after / before |
+|---|---:|---:|---:|---:|---:|---:|
+| gil | 0.458 (0.389-0.479) | 0.446 (0.392-0.470) | 0.357 (0.321-0.383) | 1.28 | 1.28 | 0.98 |
+| jpeg | 1.062 (0.613-1.591) | 0.837 (0.714-1.149) | 0.535 (0.495-0.607) | 1.99 | 1.61 | 0.74 |
+| seg | 0.477 (0.220-0.653) | 0.459 (0.197-0.671) | 0.534 (0.294-0.873) | 0.89 | 0.81 | 0.94 |
+| audio | 0.236 (0.201-0.502) | 0.256 (0.214-0.509) | 0.207 (0.117-0.304) | 1.34 | 1.61 | 1.01 |
+| store | 0.480 (0.172-1.448) | 0.469 (0.184-2.630) | 0.396 (0.197-0.589) | 1.22 | 1.17 | 1.07 |
+| memory | 0.827 (0.283-1.308) | 0.800 (0.173-0.864) | 0.354 (0.175-0.616) | 2.14 | 2.19 | 0.91 |
+| memory-gil | 0.821 (0.562-0.918) | 0.637 (0.351-0.670) | 0.358 (0.180-0.379) | 2.41 | 1.87 | 0.72 |
+| memory-cheap | 0.031 (0.029-0.039) | 0.036 (0.031-0.044) | 0.041 (0.034-0.057) | 0.85 | 0.89 | 1.14 |
+
+(ratios: medians of the rounds' own.) Where the time goes (pyinstrument and the epoch's task spans):
+before, a 300 MB array cost the consumer most of a second at the trial's first sign of the GIL, copying
+it into shared memory for the held workers; after, the consumer takes the first batch as its thread
+task ends. What is left on GIL-bound work is the first task itself: it shares the GIL with the second
+thread's task, where DataLoader's first worker runs its batch alone.
 """
 
 from __future__ import annotations
@@ -56,6 +90,103 @@ print(json.dumps({"import": described - t0, "first": first - start, "epoch": end
                   "close": closed - end, "ran_as": ran_as}))
 """
 
+# One first batch of a suite workload, in a fresh interpreter: prints a JSON line.
+_SUITE_RUN = r"""
+import dataclasses, json, os, sys, time
+import numpy as np
+loader, name = sys.argv[1], sys.argv[2]
+from benchmarks.first_batch import suite_workload
+w = suite_workload(name)
+if loader == "torch-fork":
+    from torch.utils.data import DataLoader
+    from benchmarks.loaders import SampleDataset
+else:
+    import feedline as fl
+    fl.from_arrays  # the description layer's import, as a script's first use of it
+start = time.perf_counter()
+if loader == "torch-fork":
+    it = iter(DataLoader(SampleDataset(w), batch_size=w.batch_size, shuffle=False, num_workers=2))
+else:
+    pipe = fl.from_arrays(w.data, w.index).map(w.fn).batch(w.batch_size)
+    it = iter(pipe)
+batch = next(it)
+first = time.perf_counter() - start
+if list(np.asarray(batch[-1])) != list(range(w.batch_size)):
+    raise SystemExit(f"{loader} on {name}: the first batch is not samples 0..{w.batch_size - 1}")
+if loader == "torch-fork":
+    ran_as = "fork x2"
+    it._shutdown_workers()
+else:
+    ran_as = f"{pipe.stats().backend} x{pipe.stats().workers}"
+    pipe.close()
+print(json.dumps({"first": first, "ran_as": ran_as}))
+"""
+
+SUITE = ("gil", "jpeg", "seg", "audio", "store", "memory", "memory-gil", "memory-cheap")
+SUITE_LOADERS = ("feedline-auto", "torch-fork")
+MEMORY_ROWS = (75_000, 1_000)  # float32: 300 MB
+
+
+def _cheap(sample):
+    """A slice of the row, doubled: the work is nothing, start-up is everything."""
+    row, index = sample
+    return row[:16] * 2, index
+
+
+def _gil_head(sample):
+    """The ``gil`` workload's function on the row's first values."""
+    from .workloads import GIL_VALUES, gil_augment
+
+    row, index = sample
+    return gil_augment((row[:GIL_VALUES], index))
+
+
+def suite_workload(name: str):
+    """The workload ``name`` of the ``--suite`` table (see the module docstring)."""
+    import dataclasses
+
+    import numpy as np
+
+    from .workloads import build
+
+    if name == "memory":
+        w = build("store")
+        return dataclasses.replace(w, data=np.array(w.data))  # read into memory: no memory map
+    if name in ("memory-gil", "memory-cheap"):
+        w = build("gil", quick=True)
+        data = np.random.default_rng(0).random(MEMORY_ROWS, dtype=np.float32)
+        return dataclasses.replace(w, data=data, fn=_gil_head if name == "memory-gil" else _cheap)
+    return build(name)
+
+
+def run_suite_once(loader: str, name: str) -> dict:
+    env = dict(os.environ, FEEDLINE_REMEMBER="0")
+    out = subprocess.run([sys.executable, "-c", _SUITE_RUN, loader, name], capture_output=True, text=True,
+                         timeout=300, env=env)
+    if out.returncode != 0:
+        raise RuntimeError(f"a first-batch run ({loader} on {name}) failed:\n{out.stderr[-2000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def suite(names, reps: int) -> str:
+    """The ``--suite`` table: per workload, each loader's first batch (median and range) and the paired ratio."""
+    runs = {(name, loader): [] for name in names for loader in SUITE_LOADERS}
+    for name in names:
+        run_suite_once(SUITE_LOADERS[0], name)  # untimed: the workload's files are written and read once
+    for r in range(reps):
+        for name in names:
+            for loader in (SUITE_LOADERS if r % 2 == 0 else SUITE_LOADERS[::-1]):
+                runs[name, loader].append(run_suite_once(loader, name))
+    rows = []
+    for name in names:
+        auto, torch = runs[name, "feedline-auto"], runs[name, "torch-fork"]
+        ratios = [a["first"] / t["first"] for a, t in zip(auto, torch)]
+        rows.append([name, auto[-1]["ran_as"], _spread([a["first"] for a in auto]), _spread([t["first"] for t in torch]),
+                     f"{statistics.median(ratios):.2f} ({min(ratios):.2f}-{max(ratios):.2f})"])
+    return markdown_table(["workload", "auto ran as", "auto first batch s", "torch-fork first batch s",
+                           "auto / torch, paired"], rows, "llrrr")
+
+
 SETTINGS = [  # (label, backend, workers, seconds of the user's own set-up between describing and iterating)
     ("process x2, iterated at once", "process", 2, 0.0),
     ("process x2, 0.5 s of set-up first", "process", 2, 0.5),
@@ -82,7 +213,16 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.first_batch", description=__doc__.splitlines()[0])
     parser.add_argument("--reps", type=int, default=5, help="fresh-interpreter runs per setting (default 5)")
     parser.add_argument("--quick", action="store_true", help="one run of two settings: a smoke test")
+    parser.add_argument("--suite", action="store_true", help="the suite's workloads, automatic choice against DataLoader")
+    parser.add_argument("--workload", default=",".join(SUITE), help="with --suite: comma-separated workloads")
     args = parser.parse_args(argv)
+    if args.suite:
+        names = [n for n in args.workload.split(",") if n]
+        unknown = [n for n in names if n not in SUITE]
+        if unknown:
+            parser.error(f"unknown workload(s) {', '.join(unknown)}; choose from {', '.join(SUITE)}")
+        print(suite(names, args.reps))
+        return
     settings = SETTINGS[:1] + SETTINGS[4:5] if args.quick else SETTINGS
     reps = 1 if args.quick else args.reps
     runs = {label: [] for label, *_ in settings}

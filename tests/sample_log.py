@@ -42,22 +42,25 @@ def logged_pipeline(path, backend: str, *, n: int, batch: int, workers: int = 2,
     return fl.from_arrays(np.arange(n, dtype=np.int64)).shuffle(seed=3).map(fn, backend=backend, workers=workers).batch(batch)
 
 
-def leave_after(pipe, batches: int, how: str):
+def leave_after(pipe, batches: int, how: str, before_leaving=lambda: None):
     """Take ``batches`` batches of a new epoch of ``pipe``, then leave it ``how``; returns the next epoch's iterator.
 
     ``superseded`` leaves it by starting the next epoch while the old
     iterator is still referenced; the others leave it first (a ``for`` loop's
     ``break``, ``it.close()``, or the last reference dropped) and then start
-    the next epoch with ``iter(pipe)``.
+    the next epoch with ``iter(pipe)``. ``before_leaving()`` runs between the
+    last batch taken and leaving.
     """
     if how == "break":
         for taken, _ in enumerate(pipe, 1):
             if taken == batches:
+                before_leaving()
                 break
         return iter(pipe)
     it = iter(pipe)
     for _ in range(batches):
         next(it)
+    before_leaving()
     if how == "close":
         it.close()
     elif how == "del":

@@ -114,3 +114,106 @@ def test_without_jax_the_error_names_the_extra():
     script = "import sys; sys.modules['jax'] = None\nimport numpy as np, feedline as fl\ntry:\n    fl.from_arrays(np.arange(4)).batch(2).jax()\nexcept ImportError as e:\n    print(e)\n"
     out = subprocess.run([sys.executable, "-c", script], check=False, capture_output=True, text=True, timeout=60)
     assert "pip install 'feedline[jax]'" in out.stdout, out.stdout + out.stderr
+
+
+# ---------------------------------------------------------------- checkpoints: state_dict() / load_state_dict()
+def _checkpointed(backend: str = "serial", workers: int = 1, n: int = 40):
+    return fl.from_arrays(np.arange(n, dtype=np.int64)).shuffle(seed=3).map(lambda v: v + 1, backend=backend,
+                                                                             workers=workers).batch(4)
+
+
+def _values(batches) -> list[int]:
+    return [int(v) for b in batches for v in np.asarray(b).tolist()]
+
+
+@pytest.mark.parametrize(("before", "after"), [(("serial", 1), ("thread", 3)), (("thread", 2), ("process", 2))])
+@pytest.mark.parametrize("depth", [1, 3])
+def test_state_dict_mid_epoch_resumes_after_the_last_batch_handed_out(before, after, depth, no_leaks):
+    reference = _checkpointed()
+    whole = [_values(reference) for _ in range(2)]
+    pipe = _checkpointed(*before)
+    loader = pipe.jax(depth=depth)
+    it = iter(loader)
+    seen = _values(next(it) for _ in range(3))  # `depth` more batches are already on their way to the device
+    saved = json.loads(json.dumps(loader.state_dict()))  # it survives JSON, as Orbax writes it
+    it.close()
+    pipe.close()
+    with _checkpointed(*after) as again:
+        fresh = again.jax(depth=depth)
+        fresh.load_state_dict(saved)
+        assert fresh.state_dict() == saved  # loaded, not iterated yet: still that position
+        rest, following = _values(fresh), _values(fresh)
+    assert seen + rest == whole[0]
+    assert following == whole[1]
+
+
+def test_state_dict_before_the_first_batch_and_between_epochs_starts_that_epoch():
+    reference = _checkpointed()
+    whole = [_values(reference) for _ in range(3)]
+    loader = _checkpointed().jax()
+    assert _values(_reloaded(loader.state_dict())) == whole[0]  # nothing iterated: epoch 0
+    _values(loader)
+    it = iter(loader)  # epoch 1 started, nothing handed out yet
+    after_one = loader.state_dict()
+    assert _values(_reloaded(after_one)) == whole[1]
+    _values(it)
+    assert _values(_reloaded(loader.state_dict())) == whole[2]  # epoch 1 ended: the next is epoch 2
+
+
+def _reloaded(state: dict):
+    loader = _checkpointed().jax()
+    loader.load_state_dict(state)
+    return loader
+
+
+def test_state_dict_at_every_batch_of_a_resumed_epoch_resumes_again():
+    whole = _values(_checkpointed())
+    loader = _checkpointed().jax(depth=2)
+    it = iter(loader)
+    seen = _values([next(it)])
+    for _ in range(4):  # save after each batch, resume in a new loader, take one more batch there
+        loader = _reloaded(loader.state_dict())
+        it = iter(loader)
+        seen += _values([next(it)])
+    assert seen + _values(it) == whole
+
+
+def test_load_state_dict_refuses_another_pipelines_state():
+    loader = _checkpointed().jax()
+    it = iter(loader)
+    next(it)
+    saved = loader.state_dict()
+    other = _checkpointed(n=41).jax()  # another dataset length
+    with pytest.raises(ValueError, match="fingerprint"):
+        other.load_state_dict(saved)
+    with pytest.raises(ValueError, match="JaxLoader.load_state_dict"):
+        other.load_state_dict({"position": "{}"})
+
+
+def test_sharded_loader_state_after_its_last_step_starts_the_next_epoch():
+    # 41 samples on 2 ranks: 21 and 20, batches of 4: 6 and 5; even_batches stops both after 5
+    def rank(r):
+        return fl.from_arrays(np.arange(41)).shuffle(seed=1).shard(r, 2).batch(4)
+
+    loader = rank(0).jax()
+    assert len(loader) == 5
+    it = iter(loader)
+    for _ in range(5):
+        next(it)
+    saved = loader.state_dict()  # after its last step (its 6th batch is never taken): the next epoch
+    fresh = rank(0).jax()
+    fresh.load_state_dict(saved)
+    expected = rank(0).jax()
+    _values(expected)
+    assert _values(fresh) == _values(expected)  # epoch 1, whole
+
+
+def test_a_pipeline_without_positions_iterates_and_its_state_dict_says_why():
+    pipe = fl.from_arrays(np.arange(24)).map(lambda v: v, backend="thread", workers=2, ordered=False).batch(4)
+    with pipe:
+        loader = pipe.jax()
+        it = iter(loader)
+        first = _values([next(it)])
+        with pytest.raises(fl.FeedlineError, match="ordered=False"):
+            loader.state_dict()
+        assert sorted(first + _values(it)) == list(range(24))

@@ -238,8 +238,6 @@ def test_without_keras_the_error_names_the_extra():
 def test_sequence_copies_sent_to_workers_do_not_inherit_from_keras():
     import keras  # in the test extra; imported in-process on its default backend (fit runs in subprocesses)
 
-    from feedline.adapters.keras import _detach_from_keras
-
     class Plain(keras.utils.Sequence):
         def __init__(self, **kwargs):
             super().__init__(**kwargs)
@@ -248,19 +246,21 @@ def test_sequence_copies_sent_to_workers_do_not_inherit_from_keras():
         def __len__(self):
             return 2
 
-        def __getitem__(self, i):
-            return np.full(2, i * self.scale)
+        def __getitem__(self, i):  # the batch, and what the copy that workers index is
+            return np.full(2, i * self.scale), np.array([isinstance(self, keras.utils.Sequence), type(self).__name__])
 
     class UsesSuper(Plain):
         def __getitem__(self, i):
-            return super().__getitem__(i) + 1
+            x, what = super().__getitem__(i)
+            return x + 1, what
 
-    detached = _detach_from_keras(Plain())
-    assert not isinstance(detached, keras.utils.Sequence)
-    assert type(detached).__name__ == "Plain" and detached[1].tolist() == [3, 3] and len(detached) == 2
-    kept = UsesSuper()
-    assert _detach_from_keras(kept) is kept, "zero-argument super() needs the real class"
-    assert [int(b[0]) for b in from_keras_sequence(kept, shuffle=False, backend="serial")] == [1, 4]
+    def batches(seq):
+        with from_keras_sequence(seq, shuffle=False, backend="serial") as pipe:
+            return [(x.tolist(), what.tolist()) for x, what in pipe]
+
+    assert batches(Plain()) == [([0, 0], ["False", "Plain"]), ([3, 3], ["False", "Plain"])]
+    assert batches(UsesSuper()) == [([1, 1], ["True", "UsesSuper"]), ([4, 4], ["True", "UsesSuper"])], (
+        "zero-argument super() needs the real class: the original is indexed")
 
 
 def test_pydataset_with_num_batches_and_no_len_is_accepted():

@@ -9,6 +9,8 @@ lose or duplicate a batch, or leave the interpreter changed, if broken.
 from __future__ import annotations
 
 import collections
+import contextlib
+import dataclasses
 import os
 import subprocess
 import sys
@@ -24,7 +26,15 @@ import feedline as fl
 from feedline import testing
 from feedline.backends import Executor
 from feedline.backends._thread import ThreadExecutor
+from feedline.engine.choice import DEFAULT_POLICY, Phase
 from feedline.worker import Task
+
+
+@pytest.fixture
+def choice_policy():
+    """``choice_policy(**changes)``: trials started in the test decide under the default policy with ``changes``."""
+    with contextlib.ExitStack() as stack:
+        yield lambda **changes: stack.enter_context(testing.choice_policy(dataclasses.replace(DEFAULT_POLICY, **changes)))
 
 
 def slow_identity(v):
@@ -69,6 +79,82 @@ def test_queued_thread_tasks_are_taken_back_in_submission_order_and_never_run():
         assert [e.key for e in events] == [(0, 0)]
         assert executor.wait(0.2) == [] and executor.outstanding() == 0, "a task taken back must not run here too"
     finally:
+        executor.close()
+
+
+def test_queued_process_tasks_no_worker_holds_yet_are_taken_back_in_key_order_and_never_run(no_leaks):
+    from feedline.backends.process import ProcessExecutor
+
+    part = fl.from_arrays(np.arange(40)).map(slow_identity, backend="process").batch(8).plan.part
+    executor = ProcessExecutor(part, 1)
+    try:
+        executor.set_window_share(1)  # the worker holds one task at a time: the others wait in the backlog
+        assert executor.wait_ready(60), "the worker did not come up"
+        for number in (0, 3, 1, 2):
+            executor.submit((0, number), Task(epoch=0, number=number, indices=np.arange(8 * number, 8 * number + 8)))
+        taken = executor.take_queued()
+        assert [key for key, _ in taken] == [(0, 1), (0, 2), (0, 3)], "the backlog, in key order"
+        assert executor.outstanding() == 1
+        assert [e.key for e in _collect(executor, 1)] == [(0, 0)]
+        assert executor.wait(0.2) == [] and executor.outstanding() == 0, "a task taken back must not run here too"
+    finally:
+        executor.close()
+
+
+class _Bare(Executor):
+    """An executor with only what every backend must have: the capabilities are `Executor`'s defaults."""
+
+    workers = 3
+
+
+def test_an_executor_without_the_trials_capabilities_sees_nothing_steers_nothing_and_gives_nothing_back():
+    # the trial drives every executor through these; one that lacks a mechanism must answer so that its tasks
+    # simply finish where they are
+    bare = _Bare()
+    bare.watch_progress(True)
+    assert bare.side_by_side() is None, "no clocks: the trial starts the process workers instead of judging"
+    assert bare.runnable_waits() == [0.0, 0.0, 0.0] and bare.running_rates() == []
+    bare.pause_beyond(1)
+    bare.narrow(1)
+    assert bare.resume(give_back=True) == []
+    assert bare.take_queued() == [] and bare.abandon_running() == [] and bare.take_returned() == []
+
+
+def test_the_trials_stand_in_for_a_backend_not_started_holds_nothing_and_has_the_neutral_capabilities():
+    from feedline.engine._trial import NotStarted
+
+    waiting = NotStarted(4, "thread", cores=2)
+    assert waiting.outstanding() == 0 and waiting.wait(0) == [] and waiting.side_by_side() is None
+    assert waiting.take_queued() == [] and waiting.resume(give_back=True) == [] and waiting.take_returned() == []
+    with pytest.raises(RuntimeError, match="never started"):
+        waiting.submit((0, 0), Task(epoch=0, number=0, indices=np.arange(4)))
+
+
+_go_on = threading.Event()
+
+
+def waits_for_the_test(v):
+    _go_on.wait(30)
+    return v
+
+
+def test_thread_clocks_read_side_by_side_name_their_fields():
+    _go_on.clear()
+    executor = ThreadExecutor(_thread_part(waits_for_the_test), workers=2)
+    executor.watch_progress(True)
+    try:
+        executor.submit((0, 0), Task(epoch=0, number=0, indices=np.arange(8)), affinity=0)  # on thread 0
+        deadline = time.monotonic() + 30
+        while (clocks := executor.side_by_side()) is not None and clocks[0].begun == 0 and time.monotonic() < deadline:
+            time.sleep(0.005)
+        if clocks is None:
+            pytest.skip("no per-thread CPU clocks here")
+        assert [clock.busy for clock in clocks] == [True, False] and clocks[0].begun == 1 and clocks[1].begun == 0
+        assert all(clock.cpu >= 0 and clock.idle >= 0 for clock in clocks)
+        _go_on.set()
+        assert len(_collect(executor, 1)) == 1
+    finally:
+        _go_on.set()
         executor.close()
 
 
@@ -316,10 +402,9 @@ def _drifting(flag: str):
     return work
 
 
-def test_the_choice_is_tried_again_when_the_winners_rate_falls_and_the_output_is_unchanged(monkeypatch, tmp_path, no_leaks):
-    from feedline.engine import _trial
+def test_the_choice_is_tried_again_when_the_winners_rate_falls_and_the_output_is_unchanged(choice_policy, tmp_path, no_leaks):
 
-    monkeypatch.setattr(_trial, "RETRIAL_AFTER", 0.0)  # revisit at once (10 s by default)
+    choice_policy(retrial_after=0.0)  # revisit at once
     flag = tmp_path / "slow"
     pipe = fl.from_arrays(np.arange(4000)).map(_drifting(str(flag)), workers=2).batch(4)
     out, decision = [], ""
@@ -365,11 +450,10 @@ def _waits_then_computes(v):
     return v
 
 
-def test_threads_grown_for_io_that_meet_the_gil_are_tried_against_processes_and_the_output_is_unchanged(monkeypatch, no_leaks):
+def test_threads_grown_for_io_that_meet_the_gil_are_tried_against_processes_and_the_output_is_unchanged(choice_policy, no_leaks):
     """Threads that won on I/O and were grown are measured again; if the GIL caps them, processes are tried at the same count."""
-    from feedline.engine import _trial
 
-    monkeypatch.setattr(_trial, "GIL_LIMIT", (0.0, 1e9))  # any grown pool counts as capped: the mechanics, not the threshold
+    choice_policy(gil_cap=1e9)  # any grown pool counts as capped: the mechanics, not the threshold
     pipe = fl.from_arrays(np.arange(960)).map(_waits_then_computes).batch(8)
     decision, trial, grew = "", {}, False
     with pipe:
@@ -388,8 +472,16 @@ def test_threads_grown_for_io_that_meet_the_gil_are_tried_against_processes_and_
 
 
 # ------------------------------------------------------------- the GIL verdict, on scripted clocks
-class _ScriptedThreads:
-    """Two threads as the trial reads them: CPU clocks and samples begun, advanced by the test."""
+def _script_clock(monkeypatch, clock) -> None:
+    """The trial's modules read ``clock`` (``perf_counter``, ``thread_time``) instead of the real one."""
+    from feedline.engine import _trial, _trial_again, _trial_gil, _trial_handover, _trial_start
+
+    for module in (_trial, _trial_again, _trial_gil, _trial_handover, _trial_start):
+        monkeypatch.setattr(module, "time", clock)
+
+
+class _ScriptedThreads(Executor):
+    """Two threads as the trial reads them through the `Executor` capabilities: CPU clocks and samples begun, advanced by the test."""
 
     name, workers, restarts = "thread", 2, 0
 
@@ -409,24 +501,15 @@ class _ScriptedThreads:
     def runnable_waits(self) -> list[float]:
         return [self.runnable / self.workers * self.now] * self.workers  # ``runnable`` cores' worth between them
 
-    def watch_progress(self, on: bool) -> None:
-        pass
-
     def pause_beyond(self, keep: int) -> None:
         self.kept_running = keep
 
     def narrow(self, keep: int) -> None:
         self.narrowed_to = keep
 
-    def resume(self, give_back: bool = False) -> bool:
+    def resume(self, give_back: bool = False) -> list:
         self.narrowed_to = None
-        return False
-
-    def take_queued(self) -> list:
         return []
-
-    def close(self) -> None:
-        pass
 
 
 class _ScriptedScouts(_ScriptedThreads):
@@ -434,7 +517,7 @@ class _ScriptedScouts(_ScriptedThreads):
 
     def __init__(self, kept: float, kept_grown: float, cores: int = 16):
         super().__init__(kept, 400, begun=2, cores=cores)
-        from feedline.engine._trial import first_threads
+        from feedline.engine.choice import first_threads
 
         self.workers = first_threads(16, cores)
         self.kept_grown, self.grown_to = kept_grown, None
@@ -445,25 +528,26 @@ class _ScriptedScouts(_ScriptedThreads):
 
 
 def test_on_many_cores_a_few_scout_threads_are_judged_first_and_the_whole_pool_before_threads_win(monkeypatch):
-    from feedline.engine._trial import SCOUT_THREADS, first_threads
+    from feedline.engine.choice import DEFAULT_POLICY as P
+    from feedline.engine.choice import first_threads
 
-    assert first_threads(16, 16) == SCOUT_THREADS < 16 and first_threads(2, 16) == 2
-    assert first_threads(16, 2) == SCOUT_THREADS and first_threads(SCOUT_THREADS, 2) == SCOUT_THREADS  # (see below)
+    assert first_threads(16, 16) == P.scouts < 16 and first_threads(2, 16) == 2
+    assert first_threads(16, 2) == P.scouts and first_threads(P.scouts, 2) == P.scouts  # (see below)
     # scouts held back by the GIL: the processes start, and no more threads do
     scouts, notes = _ScriptedScouts(kept=1.0, kept_grown=1.0), []
     assert _verdict_after(monkeypatch, scouts, 0.1, workers=16, notes=notes) == "process"
     assert scouts.grown_to is None and scouts.kept_running == 0
-    assert f"the first {SCOUT_THREADS} of 16, started to judge" in notes[0], "the report says why 4 threads of 16"
+    assert f"the first {P.scouts} of 16, started to judge" in notes[0], "the report says why 4 threads of 16"
     # scouts that lose a little of their cores to the GIL lose more as sixteen (jpeg: 3.35-3.7 of 4, 6 of 16)
-    scouts = _ScriptedScouts(kept=0.93 * SCOUT_THREADS, kept_grown=15.6)
+    scouts = _ScriptedScouts(kept=0.93 * P.scouts, kept_grown=15.6)
     assert _verdict_after(monkeypatch, scouts, 0.3, workers=16) == "process"
     assert scouts.grown_to is None
     # scouts that keep their cores busy say nothing of sixteen threads: those are judged again, and lose here ...
-    scouts = _ScriptedScouts(kept=0.99 * SCOUT_THREADS, kept_grown=5.5)
+    scouts = _ScriptedScouts(kept=0.99 * P.scouts, kept_grown=5.5)
     assert _verdict_after(monkeypatch, scouts, 0.3, workers=16) == "process"
     assert scouts.grown_to == 16
     # ... or keep the work when sixteen keep their cores busy too
-    scouts, notes = _ScriptedScouts(kept=0.99 * SCOUT_THREADS, kept_grown=15.6), []
+    scouts, notes = _ScriptedScouts(kept=0.99 * P.scouts, kept_grown=15.6), []
     assert _verdict_after(monkeypatch, scouts, 0.3, workers=16, notes=notes) == "thread"
     assert scouts.grown_to == 16 and notes[0].startswith("16 threads side by side kept"), notes
 
@@ -482,7 +566,7 @@ def test_scouts_are_judged_while_the_fork_server_started_with_the_map_imports_wh
     # 16 cores: the server starts importing when the map is described (0.35-0.8 s on an H200 host). Judged only after
     # it, story 1's GIL-bound scouts got their verdict ~0.4 s in and the workers were up at 0.77-1.20 s (0.41-0.52 by
     # hand); story 2's decoded crops ran on four scouts alone until the workers came, twelve cores idle
-    from feedline.engine._trial import EVIDENCE_SPAN, SCOUT_THREADS
+    from feedline.engine.choice import DEFAULT_POLICY as P
 
     held = _Pausing(kept=1.0, kept_grown=1.0)
     assert _verdict_after(monkeypatch, held, 0.1, workers=16, server_up=False, importing=0.4, started_with_map=True,
@@ -491,11 +575,11 @@ def test_scouts_are_judged_while_the_fork_server_started_with_the_map_imports_wh
     assert held.kept_running == 0 and held.paused_at == pytest.approx(0.4, abs=0.011), held.paused_at
     # scouts that keep their cores busy become the whole pool meanwhile; sixteen threads on 16 cores are judged only
     # once the server is up (its imports would take a core from them)
-    busy = _ScriptedScouts(kept=0.99 * SCOUT_THREADS, kept_grown=15.6)
+    busy = _ScriptedScouts(kept=0.99 * P.scouts, kept_grown=15.6)
     assert _verdict_after(monkeypatch, busy, 0.35, workers=16, server_up=False, importing=0.4, started_with_map=True) is None
     assert busy.grown_to == 16
-    busy = _ScriptedScouts(kept=0.99 * SCOUT_THREADS, kept_grown=15.6)
-    assert _verdict_after(monkeypatch, busy, 0.4 + EVIDENCE_SPAN + 0.02, workers=16, server_up=False, importing=0.4,
+    busy = _ScriptedScouts(kept=0.99 * P.scouts, kept_grown=15.6)
+    assert _verdict_after(monkeypatch, busy, 0.4 + P.evidence_span + 0.02, workers=16, server_up=False, importing=0.4,
                           started_with_map=True) == "thread"
     # two threads on 2 cores leave the server no core: not judged beside it (as before)
     two = _ScriptedThreads(1.0, 400, begun=2)
@@ -506,10 +590,10 @@ def test_scouts_are_judged_while_the_fork_server_started_with_the_map_imports_wh
 def test_scouts_that_wait_become_the_whole_pool_before_their_first_tasks_are_in(monkeypatch, cores):
     # workers=32 on 2 cores for a map that waits on I/O (4 ms a sample, tasks of 64 ms): four scouts ran alone until
     # their first tasks showed the wait (0.33 s for the epoch against 0.28 for threads set by hand; 0.30 now)
-    from feedline.engine._trial import EARLY_SPAN
+    from feedline.engine.choice import DEFAULT_POLICY as P
 
     scouts = _ScriptedScouts(kept=0.04, kept_grown=0.3, cores=cores)
-    assert _verdict_after(monkeypatch, scouts, EARLY_SPAN + 0.02, workers=16) is None  # no verdict: they wait ...
+    assert _verdict_after(monkeypatch, scouts, P.early_span + 0.02, workers=16) is None  # no verdict: they wait ...
     assert scouts.grown_to == 16, "... but the whole pool should wait with them at once"
 
 
@@ -519,14 +603,14 @@ def test_a_pool_measured_on_tasks_that_ran_beside_few_of_its_workers_is_credited
     # 2 cores busy: threads won a first run (360 samples/s against 345 for processes) on work processes run faster.
     from types import SimpleNamespace
 
-    from feedline.engine._trial import _Measure
+    from feedline.engine._trial_measure import Measure
 
-    alone = _Measure(16, 2)
+    alone = Measure(16, 2)
     for _ in range(16):  # each task ran on a core of its own: 8 rows in 10 ms
         alone.add(SimpleNamespace(span=(0.0, 0.01), rows=8, cpu=0.01))
     assert alone.claimed_cores == pytest.approx(16) and alone.cores_busy == pytest.approx(2)
     assert alone.per_second == pytest.approx(2 * 8 / 0.01), "no more than 2 cores' worth"
-    shared = _Measure(16, 2)
+    shared = Measure(16, 2)
     for _ in range(16):  # the whole pool side by side: each thread an eighth of a core, 8 rows in 80 ms
         shared.add(SimpleNamespace(span=(0.0, 0.08), rows=8, cpu=0.01))
     assert shared.cores_busy == pytest.approx(2) and shared.per_second == pytest.approx(16 * 8 / 0.08)
@@ -535,18 +619,18 @@ def test_a_pool_measured_on_tasks_that_ran_beside_few_of_its_workers_is_credited
 def test_scouts_that_other_programs_keep_off_the_cores_are_not_taken_for_threads_that_wait(monkeypatch):
     # Four GIL-bound scouts on 2 cores while the sixteen process workers of the pipeline before them exited used
     # under half a core between them, as scouts waiting on files do: the whole pool was started (1 run in ~30).
-    from feedline.engine._trial import EARLY_SPAN, START_PROCESSES_AFTER
+    from feedline.engine.choice import DEFAULT_POLICY as P
 
     starved = _ScriptedScouts(kept=0.3, kept_grown=0.3, cores=2)
     starved.runnable = 1.2  # runnable, not waiting: they would have used 1.5 cores
-    assert _verdict_after(monkeypatch, starved, EARLY_SPAN + 0.05, workers=16) is None
+    assert _verdict_after(monkeypatch, starved, P.early_span + 0.05, workers=16) is None
     assert starved.grown_to is None, "threads kept off the cores say nothing of I/O: no growth"
     starved = _ScriptedScouts(kept=0.3, kept_grown=0.3, cores=2)
     starved.runnable = 1.2
-    assert _verdict_after(monkeypatch, starved, START_PROCESSES_AFTER + 0.05, workers=16) == "process"  # in time, as ever
+    assert _verdict_after(monkeypatch, starved, P.verdict_due + 0.05, workers=16) == "process"  # in time, as ever
     waiting = _ScriptedScouts(kept=0.3, kept_grown=0.3, cores=2)
     waiting.runnable = 0.05
-    assert _verdict_after(monkeypatch, waiting, EARLY_SPAN + 0.05, workers=16) is None and waiting.grown_to == 16
+    assert _verdict_after(monkeypatch, waiting, P.early_span + 0.05, workers=16) is None and waiting.grown_to == 16
 
 
 def test_threads_measured_alone_leave_out_the_pieces_of_the_epochs_last_batches(monkeypatch):
@@ -555,7 +639,7 @@ def test_threads_measured_alone_leave_out_the_pieces_of_the_epochs_last_batches(
     from feedline.engine import _trial
 
     threads = _ScriptedThreads(1.0, 400, begun=2)
-    monkeypatch.setattr(_trial, "time", types.SimpleNamespace(perf_counter=lambda: threads.now, thread_time=lambda: 0.0))
+    _script_clock(monkeypatch, types.SimpleNamespace(perf_counter=lambda: threads.now, thread_time=lambda: 0.0))
     trial = _trial.BackendTrial(threads, _Started, 2)
     try:
         trial._threads_alone_from = 0.0  # the threads run alone from here (`_advance`)
@@ -570,8 +654,8 @@ def test_threads_measured_alone_leave_out_the_pieces_of_the_epochs_last_batches(
 
 def test_many_more_threads_than_cores_are_judged_by_a_few_scouts_first(no_leaks):
     # workers=16 (or 64) on 2 cores, Python that holds the GIL: every thread had to be past its first sample, so no
-    # verdict came within START_PROCESSES_AFTER; 16 threads then kept running beside the starting workers
-    from feedline.engine._trial import SCOUT_THREADS
+    # verdict came within P.verdict_due; 16 threads then kept running beside the starting workers
+    from feedline.engine.choice import DEFAULT_POLICY as P
 
     pipe = fl.from_arrays(np.arange(640)).map(slower_pure_python, workers=16).batch(8)
     with pipe:
@@ -580,7 +664,7 @@ def test_many_more_threads_than_cores_are_judged_by_a_few_scouts_first(no_leaks)
     assert out == list(range(1, 641))
     if stats.cores < 2 or "threads side by side" not in stats.decision:
         pytest.skip(f"the trial did not judge threads side by side here: {stats.decision}")
-    assert f"{SCOUT_THREADS} threads side by side (the first {SCOUT_THREADS} of 16, started to judge)" in stats.decision, stats.decision
+    assert f"{P.scouts} threads side by side (the first {P.scouts} of 16, started to judge)" in stats.decision, stats.decision
     assert stats.backend == "process", stats.decision
 
 
@@ -631,10 +715,12 @@ def _verdict_after(monkeypatch, threads: _ScriptedThreads, seconds: float, make_
 
     asked: list = [0.0] if started_with_map else []
     clock = types.SimpleNamespace(perf_counter=lambda: threads.now, thread_time=lambda: 0.0)  # the consumer: idle
-    monkeypatch.setattr(_trial, "time", clock)
-    monkeypatch.setattr(_trial, "warming_up", lambda: bool(asked) and threads.now < asked[0] + importing)
-    monkeypatch.setattr(_trial, "warmed_up", lambda: server_up or (bool(asked) and threads.now >= asked[0] + importing))
-    monkeypatch.setattr(_trial, "warm_up", lambda backend: asked.append(threads.now))
+    _script_clock(monkeypatch, clock)
+    from feedline.engine import _trial_start
+
+    monkeypatch.setattr(_trial_start, "warming_up", lambda: bool(asked) and threads.now < asked[0] + importing)
+    monkeypatch.setattr(_trial_start, "warmed_up", lambda: server_up or (bool(asked) and threads.now >= asked[0] + importing))
+    monkeypatch.setattr(_trial_start, "warm_up", lambda backend: asked.append(threads.now))
     trial = _trial.BackendTrial(threads, make_processes, workers, **trial_args)
     try:
         while threads.now < seconds:
@@ -656,57 +742,57 @@ def _verdict_after(monkeypatch, threads: _ScriptedThreads, seconds: float, make_
 
 
 def test_threads_that_plainly_hold_the_gil_start_the_processes_on_early_evidence(monkeypatch):
-    from feedline.engine._trial import EARLY_SPAN, EVIDENCE_SPAN
+    from feedline.engine.choice import DEFAULT_POLICY as P
 
     # two threads of short pure-Python samples, past their first: one core between them
-    assert _verdict_after(monkeypatch, _ScriptedThreads(1.0, 400, begun=2), EARLY_SPAN + 0.01) == "process"
+    assert _verdict_after(monkeypatch, _ScriptedThreads(1.0, 400, begun=2), P.early_span + 0.01) == "process"
     # the same while the first samples still run (imports, first calls): the whole stretch decides
-    assert _verdict_after(monkeypatch, _ScriptedThreads(1.0, 20, begun=1), EARLY_SPAN + 0.01) is None
-    # (their first samples end 50 ms in, as the whole stretch is due: the stretch past them decides, EARLY_SPAN on)
-    assert _verdict_after(monkeypatch, _ScriptedThreads(1.0, 20, begun=1), EVIDENCE_SPAN + 0.01) is None
-    assert _verdict_after(monkeypatch, _ScriptedThreads(1.0, 20, begun=1), EVIDENCE_SPAN + EARLY_SPAN + 0.01) == "process"
+    assert _verdict_after(monkeypatch, _ScriptedThreads(1.0, 20, begun=1), P.early_span + 0.01) is None
+    # (their first samples end 50 ms in, as the whole stretch is due: the stretch past them decides, P.early_span on)
+    assert _verdict_after(monkeypatch, _ScriptedThreads(1.0, 20, begun=1), P.evidence_span + 0.01) is None
+    assert _verdict_after(monkeypatch, _ScriptedThreads(1.0, 20, begun=1), P.evidence_span + P.early_span + 0.01) == "process"
     # audio-like: 1.5 of 2 cores is not plain: judged on the whole stretch, still processes
-    assert _verdict_after(monkeypatch, _ScriptedThreads(1.5, 400, begun=2), EARLY_SPAN + 0.01) is None
-    assert _verdict_after(monkeypatch, _ScriptedThreads(1.5, 400, begun=2), EVIDENCE_SPAN + 0.01) == "process"
+    assert _verdict_after(monkeypatch, _ScriptedThreads(1.5, 400, begun=2), P.early_span + 0.01) is None
+    assert _verdict_after(monkeypatch, _ScriptedThreads(1.5, 400, begun=2), P.evidence_span + 0.01) == "process"
     # threads that keep both cores busy keep the work, and never early
-    assert _verdict_after(monkeypatch, _ScriptedThreads(1.95, 400, begun=2), EVIDENCE_SPAN + 0.01) == "thread"
+    assert _verdict_after(monkeypatch, _ScriptedThreads(1.95, 400, begun=2), P.evidence_span + 0.01) == "thread"
 
 
 def test_threads_that_keep_almost_no_core_busy_are_not_judged_held_back_by_the_gil(monkeypatch):
-    from feedline.engine._trial import EVIDENCE_SPAN, START_PROCESSES_AFTER
+    from feedline.engine.choice import DEFAULT_POLICY as P
 
     # threads that wait (files, the network, sleep) use a few per cent of a core between them; the GIL's holder
     # runs, so threads it holds back keep ~1 core busy. Waiting threads are left to the I/O shortcut (their tasks'
     # CPU share): judged held back, every thread paused on a many-core machine and the shortcut never came.
     for cores in (2, 16):
-        assert _verdict_after(monkeypatch, _ScriptedThreads(0.05, 100, begun=2, cores=cores), 2 * EVIDENCE_SPAN) is None
+        assert _verdict_after(monkeypatch, _ScriptedThreads(0.05, 100, begun=2, cores=cores), 2 * P.evidence_span) is None
         threads = _ScriptedThreads(0.05, 100, begun=2, cores=cores)
-        assert _verdict_after(monkeypatch, threads, START_PROCESSES_AFTER + 0.01) == "process"
+        assert _verdict_after(monkeypatch, threads, P.verdict_due + 0.01) == "process"
         assert threads.kept_running is None, "no verdict on the GIL: no thread paused"
 
 
 def test_the_early_verdict_counts_from_when_every_thread_is_past_its_first_sample(monkeypatch):
-    from feedline.engine._trial import EARLY_SPAN, EVIDENCE_SPAN
+    from feedline.engine.choice import DEFAULT_POLICY as P
 
     # each thread's first sample ends 10 ms in (as with 16 threads that hold the GIL: their first samples end one
     # after another): the early stretch starts then, instead of the whole stretch deciding 50 ms in
-    assert EARLY_SPAN + 0.015 < EVIDENCE_SPAN
-    assert _verdict_after(monkeypatch, _ScriptedThreads(1.0, 130, begun=1), EARLY_SPAN + 0.015) == "process"
+    assert P.early_span + 0.015 < P.evidence_span
+    assert _verdict_after(monkeypatch, _ScriptedThreads(1.0, 130, begun=1), P.early_span + 0.015) == "process"
 
 
 def test_threads_just_short_of_keeping_their_cores_busy_are_judged_over_a_longer_stretch(monkeypatch):
-    from feedline.engine._trial import CLOSE_CALL_SPAN, EARLY_WORKERS_SHARE, EVIDENCE_SPAN, KEEP_CORES
+    from feedline.engine.choice import DEFAULT_POLICY as P
 
     # store reads kept 1.70-1.91 of 2 cores over 50 ms stretches, the same work every epoch: a reading just under
-    # KEEP_CORES started the workers on an 8-task epoch. In that band only a stretch CLOSE_CALL_SPAN long decides
-    close = (EARLY_WORKERS_SHARE + KEEP_CORES) / 2 * 2
-    assert _verdict_after(monkeypatch, _ScriptedThreads(close, 400, begun=2), EVIDENCE_SPAN + 0.01) is None
-    assert _verdict_after(monkeypatch, _ScriptedThreads(close, 400, begun=2), CLOSE_CALL_SPAN + 0.01) == "process"
+    # P.keep_share started the workers on an 8-task epoch. In that band only a stretch P.close_call_span long decides
+    close = (P.close_call_share + P.keep_share) / 2 * 2
+    assert _verdict_after(monkeypatch, _ScriptedThreads(close, 400, begun=2), P.evidence_span + 0.01) is None
+    assert _verdict_after(monkeypatch, _ScriptedThreads(close, 400, begun=2), P.close_call_span + 0.01) == "process"
     # a reading under the band starts them after 50 ms, as before
-    below = EARLY_WORKERS_SHARE * 2 - 0.1
-    assert _verdict_after(monkeypatch, _ScriptedThreads(below, 400, begun=2), EVIDENCE_SPAN + 0.01) == "process"
+    below = P.close_call_share * 2 - 0.1
+    assert _verdict_after(monkeypatch, _ScriptedThreads(below, 400, begun=2), P.evidence_span + 0.01) == "process"
     # a short low reading that the longer stretch does not bear out leaves the work with the threads
-    assert _verdict_after(monkeypatch, _BusierLater(close, later=1.99, until=EVIDENCE_SPAN), CLOSE_CALL_SPAN + 0.05) == "thread"
+    assert _verdict_after(monkeypatch, _BusierLater(close, later=1.99, until=P.evidence_span), P.close_call_span + 0.05) == "thread"
 
 
 class _BusierLater(_ScriptedThreads):
@@ -737,14 +823,14 @@ class _ColdFirstSamples(_BusierLater):
 
 
 def test_threads_are_judged_past_their_cold_first_samples(monkeypatch):
-    from feedline.engine._trial import EARLY_SPAN, EVIDENCE_SPAN
+    from feedline.engine.choice import DEFAULT_POLICY as P
 
     # jpeg in a new interpreter: both threads' first samples kept one core busy for 30 ms, then both cores. Judged on
     # the whole stretch, 1.5 of 2 looked held back by the GIL (processes: 0.80 of threads by hand); past the first
     # samples, threads keep the work
-    assert _verdict_after(monkeypatch, _ColdFirstSamples(1.0, 1.95, until=0.03), EVIDENCE_SPAN + EARLY_SPAN) == "thread"
+    assert _verdict_after(monkeypatch, _ColdFirstSamples(1.0, 1.95, until=0.03), P.evidence_span + P.early_span) == "thread"
     # threads that hold the GIL past their first samples too are still judged so
-    assert _verdict_after(monkeypatch, _ColdFirstSamples(1.0, 1.0, until=0.03), EVIDENCE_SPAN + EARLY_SPAN) == "process"
+    assert _verdict_after(monkeypatch, _ColdFirstSamples(1.0, 1.0, until=0.03), P.evidence_span + P.early_span) == "process"
 
 
 _IMPORTS_PROBE = """
@@ -776,7 +862,7 @@ def test_the_automatic_choice_loads_the_process_backend_before_its_threads_start
 
 
 def test_threads_past_their_first_samples_get_no_verdict_beside_the_fork_servers_imports(monkeypatch):
-    from feedline.engine._trial import EVIDENCE_SPAN
+    from feedline.engine.choice import DEFAULT_POLICY as P
 
     # cold first samples showed the first sign and started the fork server; beside its imports threads that release the
     # GIL kept ~1 of 2 cores busy, as threads that hold it do: no verdict until it is up, then threads
@@ -784,7 +870,7 @@ def test_threads_past_their_first_samples_get_no_verdict_beside_the_fork_servers
     assert _verdict_after(monkeypatch, threads, 0.15, server_up=False, importing=0.2, trials=trials) is None
     assert trials[0]._server_early == "importing", "the first sign started the fork server"
     busy_once_up = _BusierLater(1.0, later=1.95, until=0.215)
-    assert _verdict_after(monkeypatch, busy_once_up, 0.2 + 2 * EVIDENCE_SPAN, server_up=False, importing=0.2) == "thread"
+    assert _verdict_after(monkeypatch, busy_once_up, 0.2 + 2 * P.evidence_span, server_up=False, importing=0.2) == "thread"
     # threads still in their first samples (story 1's 70 ms Keras batches) are judged beside the imports as before,
     # so that the workers can start as soon as the server is up
     assert _verdict_after(monkeypatch, _ScriptedThreads(1.0, 5, begun=1), 0.15, server_up=False, importing=0.2) == "process"
@@ -824,7 +910,7 @@ def test_the_first_sign_of_the_gil_starts_the_workers_held_and_the_verdict_hands
 
 
 def test_no_stretch_is_judged_while_held_workers_connect_and_threads_that_win_close_them_unused(monkeypatch):
-    from feedline.engine._trial import EVIDENCE_SPAN
+    from feedline.engine.choice import DEFAULT_POLICY as P
 
     # the workers' start takes CPU beside the threads, as the server's imports do: threads that keep both cores busy
     # once the server is up get no verdict while the workers connect (the plain one only), and the workers go unused
@@ -832,19 +918,20 @@ def test_no_stretch_is_judged_while_held_workers_connect_and_threads_that_win_cl
     assert _verdict_after(monkeypatch, busy_once_up, 0.29, server_up=False, importing=0.2,
                           park=_parking(busy_once_up, 0.3, parked)) is None, "judged while the workers connected"
     busy_once_up, parked = _BusierLater(1.0, later=1.95, until=0.215), []
-    assert _verdict_after(monkeypatch, busy_once_up, 0.3 + 2 * EVIDENCE_SPAN, server_up=False, importing=0.2,
+    assert _verdict_after(monkeypatch, busy_once_up, 0.3 + 2 * P.evidence_span, server_up=False, importing=0.2,
                           park=_parking(busy_once_up, 0.3, parked)) == "thread"
     assert len(parked) == 1 and parked[0].closed and not parked[0].released
 
 
 def test_held_workers_slow_to_connect_leave_the_plain_verdict_alone_only_for_a_while(monkeypatch):
-    from feedline.engine._trial import CONNECTING_SKIPPED, EARLY_SPAN
+    from feedline.engine._trial_start import CONNECTING_SKIPPED
+    from feedline.engine.choice import DEFAULT_POLICY as P
 
     # map(workers=16) on 2 cores, GIL-bound: sixteen held workers took 0.22-0.3 s to connect beside four scouts that
     # hold the GIL the hand-shake needs, and the verdict waited for them (0.43-0.47 s; first tasks 0.46-0.61 s against
     # 0.15 s by hand; 0.87 of processes by hand, 0.95 with the wait bounded, 6 paired rounds)
-    up = 0.01 + 0.1  # the first sign after `SERVER_SPAN`, then the server's imports
-    due = up + CONNECTING_SKIPPED + EARLY_SPAN + 0.03
+    up = 0.01 + 0.1  # the first sign after `P.sign_span`, then the server's imports
+    due = up + CONNECTING_SKIPPED + P.early_span + 0.03
     held = _ScriptedThreads(1.0, 400, begun=2)
     assert _verdict_after(monkeypatch, held, due, server_up=False, importing=0.1,
                           park=_parking(held, 0.6, [])) == "process", "the verdict waited for every worker to connect"
@@ -904,7 +991,8 @@ class _ImportingFirst(_ColdFirstSamples):
 
 
 def test_stretches_in_which_modules_are_imported_start_no_fork_server_and_give_no_verdict(monkeypatch):
-    from feedline.engine._trial import EVIDENCE_SPAN, IMPORTS_SKIPPED, START_PROCESSES_AFTER
+    from feedline.engine._trial_gil import IMPORTS_SKIPPED
+    from feedline.engine.choice import DEFAULT_POLICY as P
 
     # story 2's user code imports OpenCV in its first sample: one thread imports, the other waits on the module's
     # lock, one core of two busy for ~0.1 s; that started the fork server (whose imports then took a core from threads
@@ -912,7 +1000,7 @@ def test_stretches_in_which_modules_are_imported_start_no_fork_server_and_give_n
     # again past them (up to `IMPORTS_SKIPPED` of them)
     trials: list = []
     threads = _ImportingFirst(1.0, 1.95, until=0.1, monkeypatch=monkeypatch)
-    assert _verdict_after(monkeypatch, threads, 0.1 + 2 * EVIDENCE_SPAN, server_up=False, importing=0.2,
+    assert _verdict_after(monkeypatch, threads, 0.1 + 2 * P.evidence_span, server_up=False, importing=0.2,
                           trials=trials) == "thread"
     assert threads.imported > 10 and trials[0]._server_early == "", "the fork server was started"
     # without imports the same first samples are a sign of the GIL, and start the server
@@ -923,8 +1011,8 @@ def test_stretches_in_which_modules_are_imported_start_no_fork_server_and_give_n
     # so do imports longer than `IMPORTS_SKIPPED`, from then on: the workers' own imports then overlap the threads'
     # (0.6 s of imports before GIL-bound work: epochs 1.2 s with all of it left out, 1.09 s now, the serial loop 1.0 s)
     trials.clear()
-    long_import, due = _ImportingFirst(1.0, 1.0, until=0.6, monkeypatch=monkeypatch), IMPORTS_SKIPPED + 2 * EVIDENCE_SPAN
-    assert due + 0.01 < START_PROCESSES_AFTER  # (not the verdict every trial gets by then)
+    long_import, due = _ImportingFirst(1.0, 1.0, until=0.6, monkeypatch=monkeypatch), IMPORTS_SKIPPED + 2 * P.evidence_span
+    assert due + 0.01 < P.verdict_due  # (not the verdict every trial gets by then)
     assert _verdict_after(monkeypatch, long_import, due + 0.01, server_up=False, importing=0.2, trials=trials) == "process"
     assert trials[0]._server_early == "importing", "a long import held the fork server back"
 
@@ -974,6 +1062,8 @@ from feedline.backends import warming_up
 from feedline.engine import _choice, _runtime, _trial
 
 _runtime.default_workers = _choice.default_workers = lambda: 16  # the fork server starts as the map is described
+from feedline import _startup
+_startup.speculation = _startup.Speculation(cores=_runtime.default_workers)
 seen = {}
 for name in ("_start_processes", "_pause_threads"):
     if not hasattr(_trial.BackendTrial, name):
@@ -990,9 +1080,13 @@ def pure_python(v):
     return v + 1 + total * 0
 
 with fl.from_arrays(np.arange(640)).map(pure_python).batch(8) as pipe:
-    it = iter(pipe)
-    assert sorted(int(v) for b in it for v in b) == list(range(1, 641)), "lost or duplicated"
+    for _ in range(20):  # the trial goes on across epochs: a slow machine ends the first before its verdict
+        it = iter(pipe)
+        assert sorted(int(v) for b in it for v in b) == list(range(1, 641)), "lost or duplicated"
+        if it.stats().trial:
+            break
     print(it.stats().backend, seen.get("_start_processes"), seen.get("_pause_threads"))
+    print(it.stats().decision)
 """
 
 
@@ -1004,8 +1098,9 @@ def test_gil_bound_scouts_start_the_workers_while_the_fork_server_imports_and_pa
     for _ in range(3):  # a new interpreter each: the server imports from the map on
         done = subprocess.run([sys.executable, "-c", _SIXTEEN_CORES], capture_output=True, text=True, timeout=120, env=env)
         assert done.returncode == 0, done.stderr[-2000:]
-        backend, started_importing, paused_importing = done.stdout.split()
-        assert backend == "process", done.stdout
+        chosen, decision = done.stdout.splitlines()
+        backend, started_importing, paused_importing = chosen.split()
+        assert backend == "process", decision
         assert paused_importing != "True", "threads paused while the fork server still imported"
         during.append(started_importing == "True")
     assert any(during), "no verdict came while the fork server imported (in 3 new interpreters)"
@@ -1023,75 +1118,75 @@ class _Recorded:
 
 
 def test_threads_that_leave_a_core_idle_start_the_workers_before_the_verdict_where_the_fork_server_is_up(monkeypatch):
-    from feedline.engine._trial import EARLY_SPAN, EVIDENCE_SPAN, SERVER_SPAN
+    from feedline.engine.choice import DEFAULT_POLICY as P
 
     # audio-like: 1.5 of 2 cores busy is no early verdict, but the idle half core starts the workers after two
-    # stretches of SERVER_SPAN from when every thread is past its first sample (10 ms in here), long before the whole
+    # stretches of P.sign_span from when every thread is past its first sample (10 ms in here), long before the whole
     # stretch decides
     threads, trials = _ScriptedThreads(1.5, 400, begun=2), []
     made = _Recorded(threads)
-    assert _verdict_after(monkeypatch, threads, EARLY_SPAN + 0.01, made, server_up=True, trials=trials) is None
-    assert len(made.made) == 1 and made.made[0][0] <= 0.005 + 2 * SERVER_SPAN + 0.005, made.made
+    assert _verdict_after(monkeypatch, threads, P.early_span + 0.01, made, server_up=True, trials=trials) is None
+    assert len(made.made) == 1 and made.made[0][0] <= 0.005 + 2 * P.sign_span + 0.005, made.made
     assert trials[0].early_workers_at is not None
     # the verdict takes those workers: no second start
     threads, made = _ScriptedThreads(1.5, 400, begun=2), None
     made = _Recorded(threads)
-    assert _verdict_after(monkeypatch, threads, EVIDENCE_SPAN + 0.01, made, server_up=True) == "process"
-    assert len(made.made) == 1 and made.made[0][0] < EVIDENCE_SPAN
+    assert _verdict_after(monkeypatch, threads, P.evidence_span + 0.01, made, server_up=True) == "process"
+    assert len(made.made) == 1 and made.made[0][0] < P.evidence_span
     # no fork server up: its start would take the idle core the threads are judged by; the verdict starts them
     threads = _ScriptedThreads(1.5, 400, begun=2)
     made = _Recorded(threads)
-    assert _verdict_after(monkeypatch, threads, 3 * EVIDENCE_SPAN, made, server_up=False) == "process"
-    assert len(made.made) == 1 and made.made[0][0] >= EVIDENCE_SPAN
+    assert _verdict_after(monkeypatch, threads, 3 * P.evidence_span, made, server_up=False) == "process"
+    assert len(made.made) == 1 and made.made[0][0] >= P.evidence_span
     # threads that keep their cores busy never start a worker
     threads = _ScriptedThreads(1.95, 400, begun=2)
     made = _Recorded(threads)
-    assert _verdict_after(monkeypatch, threads, EVIDENCE_SPAN + 0.01, made, server_up=True) == "thread"
+    assert _verdict_after(monkeypatch, threads, P.evidence_span + 0.01, made, server_up=True) == "thread"
     assert made.made == []
 
 
 def test_threads_held_back_in_their_first_long_samples_start_the_workers_before_the_verdict_where_the_server_is_up(monkeypatch):
-    from feedline.engine._trial import EVIDENCE_SPAN, SERVER_SPAN
+    from feedline.engine.choice import DEFAULT_POLICY as P
 
     # story 1 after a training script's set-up (the fork server up): each thread runs one 70 ms Keras batch of Python,
     # so no thread is past its first sample before the whole stretch decides; one core of two busy over two stretches
-    # of SERVER_SPAN starts the workers then (their start took 0.06-0.07 s beside the threads: story 1 with a second
+    # of P.sign_span starts the workers then (their start took 0.06-0.07 s beside the threads: story 1 with a second
     # of set-up ran 0.86 of processes by hand when they started at the verdict, 0.90 now)
     threads, trials = _ScriptedThreads(1.0, 10, begun=1), []
     made = _Recorded(threads)
-    assert _verdict_after(monkeypatch, threads, EVIDENCE_SPAN + 0.01, made, server_up=True, trials=trials) == "process"
-    assert len(made.made) == 1 and made.made[0][0] <= 0.005 + 2 * SERVER_SPAN + 0.005, made.made
+    assert _verdict_after(monkeypatch, threads, P.evidence_span + 0.01, made, server_up=True, trials=trials) == "process"
+    assert len(made.made) == 1 and made.made[0][0] <= 0.005 + 2 * P.sign_span + 0.005, made.made
     assert trials[0].early_workers_at is not None
     # first samples are cold (imports, first calls): short of the plain sign, only the verdict starts workers
     threads = _ScriptedThreads(1.3, 10, begun=1)
     made = _Recorded(threads)
-    assert _verdict_after(monkeypatch, threads, 3 * EVIDENCE_SPAN, made, server_up=True) in ("process", "thread", None)
-    assert not made.made or made.made[0][0] >= EVIDENCE_SPAN, f"workers started early, at {made.made[0][0]:.3f} s"
+    assert _verdict_after(monkeypatch, threads, 3 * P.evidence_span, made, server_up=True) in ("process", "thread", None)
+    assert not made.made or made.made[0][0] >= P.evidence_span, f"workers started early, at {made.made[0][0]:.3f} s"
     # no fork server up: the workers wait for the verdict, as before
     threads = _ScriptedThreads(1.0, 10, begun=1)
     made = _Recorded(threads)
-    assert _verdict_after(monkeypatch, threads, 3 * EVIDENCE_SPAN, made, server_up=False) == "process"
-    assert len(made.made) == 1 and made.made[0][0] >= EVIDENCE_SPAN
+    assert _verdict_after(monkeypatch, threads, 3 * P.evidence_span, made, server_up=False) == "process"
+    assert len(made.made) == 1 and made.made[0][0] >= P.evidence_span
 
 
 def test_workers_started_on_a_first_sign_that_the_verdict_does_not_bear_out_are_closed(monkeypatch):
-    from feedline.engine._trial import EVIDENCE_SPAN
+    from feedline.engine.choice import DEFAULT_POLICY as P
 
     threads, trials = _BusierLater(1.65, later=2.0, until=0.03), []
     made = _Recorded(threads)
-    assert _verdict_after(monkeypatch, threads, EVIDENCE_SPAN + 0.02, made, server_up=True, trials=trials) == "thread"
+    assert _verdict_after(monkeypatch, threads, P.evidence_span + 0.02, made, server_up=True, trials=trials) == "thread"
     assert len(made.made) == 1, "two stretches of 10 ms kept 1.65 of 2 cores busy: the workers started"
     assert made.made[0][1].closed and trials[0]._early is None, "threads won: the early workers are gone"
 
 
 def test_threads_off_their_cores_for_one_short_stretch_start_no_workers_early(monkeypatch):
-    from feedline.engine._trial import EVIDENCE_SPAN
+    from feedline.engine.choice import DEFAULT_POLICY as P
 
     # jpeg-like threads (1.95 of 2 cores busy) that kept 1.3 over the first 10 ms (a thread off its core for a few
     # milliseconds): the next 10 ms do not bear the sign out, so no worker starts to take the threads' cores
     threads = _BusierLater(1.3, later=1.95, until=0.015)
     made = _Recorded(threads)
-    assert _verdict_after(monkeypatch, threads, EVIDENCE_SPAN + 0.02, made, server_up=True) == "thread"
+    assert _verdict_after(monkeypatch, threads, P.evidence_span + 0.02, made, server_up=True) == "thread"
     assert made.made == [], f"workers started on one short stretch, at {made.made[0][0]:.3f} s"
 
 
@@ -1144,13 +1239,11 @@ def _warm_fork_server() -> None:
 
 
 @pytest.mark.parametrize("workers", [2, 16])  # 16 threads and 16 workers starting on 2 cores: the big-machine case
-def test_gil_bound_work_beside_a_fork_server_that_is_up_starts_the_workers_before_the_verdict(workers, no_leaks, monkeypatch):
-    from feedline.engine import _trial
+def test_gil_bound_work_beside_a_fork_server_that_is_up_starts_the_workers_before_the_verdict(workers, no_leaks, choice_policy):
 
-    # threads this plainly held back are judged EARLY_SPAN past their first samples, as the workers' sign is borne out
-    # (two SERVER_SPANs): the verdict waits longer here, as it does for threads that keep 1.5 of 2 cores busy (audio)
-    monkeypatch.setattr(_trial, "EARLY_SPAN", 4 * _trial.SERVER_SPAN)
-    monkeypatch.setattr(_trial, "EVIDENCE_SPAN", 8 * _trial.SERVER_SPAN)
+    # threads this plainly held back are judged `early_span` past their first samples, as the workers' sign is borne
+    # out (two `sign_span`s): the verdict waits longer here, as it does for threads that keep 1.5 of 2 cores busy
+    choice_policy(early_span=4 * DEFAULT_POLICY.sign_span, evidence_span=8 * DEFAULT_POLICY.sign_span)
     _warm_fork_server()
     pipe = fl.from_arrays(np.arange(192)).map(slower_pure_python, workers=workers).batch(4)
     with pipe:
@@ -1232,14 +1325,14 @@ def _measured_alone(monkeypatch, kept_grown: float, seconds: float) -> tuple[str
 
     threads = _ScriptedScouts(kept=0.99 * 4, kept_grown=kept_grown)
     clock = types.SimpleNamespace(perf_counter=lambda: threads.now, thread_time=lambda: 0.0)
-    monkeypatch.setattr(_trial, "time", clock)
+    _script_clock(monkeypatch, clock)
     trial = _trial.BackendTrial(threads, _Started, 16)
     try:
         trial._cores_kept, trial._judged = 0.99 * 4, 4  # the scouts' verdict: not held back
         trial._thread_rows, trial._thread_cpu = 400.0, 1.0  # their CPU rate: 400 samples per CPU second
         for _ in range(16):  # the processes' measurement: 16 tasks of 32 rows in 0.1 s each = 5,120 samples/s
             trial._measure[trial.processes].add(types.SimpleNamespace(span=(0.0, 0.1), rows=32, cpu=0.1))
-        trial._ready = True
+        trial.phase = Phase.MEASURING_PROCESSES
         while threads.now < seconds and trial.winner is None:
             threads.advance(0.005)
             trial._advance()
@@ -1249,11 +1342,11 @@ def _measured_alone(monkeypatch, kept_grown: float, seconds: float) -> tuple[str
 
 
 def test_threads_measured_alone_that_keep_too_few_cores_busy_lose_before_their_tasks_are_in(monkeypatch):
-    from feedline.engine._trial import EVIDENCE_SPAN
+    from feedline.engine.choice import DEFAULT_POLICY as P
 
     # sixteen jpeg threads on 16 cores kept ~5.5 busy: at 400 samples per CPU second they reach 2,200 samples/s,
     # under the processes' 5,120 / 1.1; their tasks took ~0.5 s each, and the epoch waited for sixteen of them
-    winner, note = _measured_alone(monkeypatch, kept_grown=5.5, seconds=EVIDENCE_SPAN + 0.03)
+    winner, note = _measured_alone(monkeypatch, kept_grown=5.5, seconds=P.evidence_span + 0.03)
     assert winner == "process", note
     assert "16 threads alone kept 5.5 of 16 cores busy, 2,200 samples/s at their CPU rate" in note, note
     # sixteen that keep 15 cores busy could reach 6,000: they are measured to the end (no verdict without tasks)
@@ -1364,7 +1457,7 @@ def test_threads_that_lose_to_much_faster_processes_hand_over_the_tasks_they_hol
     try:
         trial._start_processes()
         trial._check_ready()
-        trial._threads_again = True  # the processes were measured: threads are measured alone now
+        trial.phase = Phase.MEASURING_THREADS  # the processes were measured: threads are measured alone now
         tasks = {(0, n): Task(epoch=0, number=n, indices=np.arange(40 * n, 40 * n + 40)) for n in range(8)}
         for n in range(6):
             trial.submit((0, n), tasks[(0, n)])
@@ -1398,7 +1491,7 @@ def test_the_threads_bound_on_many_cores_keeps_what_the_scouts_gil_waits_allow()
 
 
 def test_threads_grown_from_scouts_keep_busy_what_one_gil_allows():
-    from feedline.engine._trial import grown_busy
+    from feedline.engine.choice import grown_busy
 
     assert grown_busy(4, 4.0, 16) == 16 and grown_busy(16, 6.0, 16) == 6.0, "nothing lost, or the pool itself: as seen"
     assert grown_busy(4, 3.9, 16) < grown_busy(4, 3.99, 16) < 16, "the more the scouts lose, the less the pool keeps"
@@ -1414,7 +1507,7 @@ def _at_once(monkeypatch, kept: float, share_of_bound: float) -> tuple[str | Non
     from feedline.engine import _trial
 
     threads = _ScriptedThreads(kept, 400, begun=2)
-    monkeypatch.setattr(_trial, "time", types.SimpleNamespace(perf_counter=lambda: threads.now, thread_time=lambda: 0.0))
+    _script_clock(monkeypatch, types.SimpleNamespace(perf_counter=lambda: threads.now, thread_time=lambda: 0.0))
     trial = _trial.BackendTrial(threads, _Started, 2)
     try:
         trial._cores_kept, trial._judged = kept, 2
@@ -1422,9 +1515,9 @@ def _at_once(monkeypatch, kept: float, share_of_bound: float) -> tuple[str | Non
         rows = share_of_bound * trial._thread_bound() * 0.1 / 2  # two tasks, two workers, 0.1 s each
         for _ in range(2):
             trial._measure[trial.processes].add(types.SimpleNamespace(span=(0.0, 0.1), rows=rows, cpu=0.1))
-        trial._ready = True
+        trial.phase = Phase.MEASURING_PROCESSES
         trial._advance()
-        return trial.winner, trial._threads_again
+        return trial.winner, trial.phase is Phase.MEASURING_THREADS
     finally:
         trial.close()
 
@@ -1445,13 +1538,13 @@ def _from_first_tasks(monkeypatch, kept: float, multiple: float, tasks: int) -> 
     from feedline.engine import _trial
 
     threads = _ScriptedScouts(kept=kept, kept_grown=kept)
-    monkeypatch.setattr(_trial, "time", types.SimpleNamespace(perf_counter=lambda: threads.now, thread_time=lambda: 0.0))
+    _script_clock(monkeypatch, types.SimpleNamespace(perf_counter=lambda: threads.now, thread_time=lambda: 0.0))
     trial = _trial.BackendTrial(threads, _Started, 16)
     try:
         trial._cores_kept, trial._judged = kept, 4
         trial._thread_rows, trial._thread_cpu = 300.0, 1.0  # 300 samples per CPU second
         rows = multiple * trial._thread_bound() * 0.1 / 16  # tasks of 0.1 s; sixteen workers deliver ``multiple`` x
-        trial._ready = True
+        trial.phase = Phase.MEASURING_PROCESSES
         for worker in range(tasks):
             trial._observe(trial.processes, types.SimpleNamespace(span=(0.0, 0.1), rows=rows, cpu=0.1, worker=worker))
             trial._advance()
@@ -1463,15 +1556,15 @@ def _from_first_tasks(monkeypatch, kept: float, multiple: float, tasks: int) -> 
 def test_processes_far_past_what_gil_bound_threads_could_reach_win_on_their_first_cold_tasks(monkeypatch):
     # 16 cores: story 1's epoch held 12 tasks for 16 workers, each worker's first is its warm-up, and no trial decided
     # (no verdict in the report, nothing remembered) while the processes ran the gil workload at 14-17x the threads' bound
-    from feedline.engine._trial import FEW_TASKS
+    from feedline.engine.choice import DEFAULT_POLICY as P
 
-    winner, note = _from_first_tasks(monkeypatch, kept=1.0, multiple=12.0, tasks=FEW_TASKS)
+    winner, note = _from_first_tasks(monkeypatch, kept=1.0, multiple=12.0, tasks=P.scouts)
     assert winner == "process", note
-    assert f"processes' first {FEW_TASKS} tasks" in note and "1200% of the most 16 threads could reach" in note, note
-    assert _from_first_tasks(monkeypatch, kept=1.0, multiple=12.0, tasks=FEW_TASKS - 1)[0] is None, "too few tasks yet"
-    assert _from_first_tasks(monkeypatch, kept=1.0, multiple=1.5, tasks=FEW_TASKS)[0] is None, "not far past: measured"
+    assert f"processes' first {P.scouts} tasks" in note and "1200% of the most 16 threads could reach" in note, note
+    assert _from_first_tasks(monkeypatch, kept=1.0, multiple=12.0, tasks=P.scouts - 1)[0] is None, "too few tasks yet"
+    assert _from_first_tasks(monkeypatch, kept=1.0, multiple=1.5, tasks=P.scouts)[0] is None, "not far past: measured"
     # scouts that kept their cores busy: their bound counts their own cold first tasks, so the processes are measured
-    assert _from_first_tasks(monkeypatch, kept=3.6, multiple=12.0, tasks=FEW_TASKS)[0] is None
+    assert _from_first_tasks(monkeypatch, kept=3.6, multiple=12.0, tasks=P.scouts)[0] is None
 
 
 def test_gil_bound_threads_that_other_programs_keep_off_the_cpus_are_not_taken_for_io(no_leaks, cpus_held_by_other_programs):

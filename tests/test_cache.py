@@ -11,7 +11,6 @@ import numpy as np
 import pytest
 
 import feedline as fl
-from feedline._fingerprint import digest
 
 pytest.importorskip("pyarrow")
 
@@ -191,28 +190,30 @@ def test_print_shows_the_cache_and_what_it_holds(tmp_path):
 
 
 # ------------------------------------------------------------- fingerprints
+def cache_fingerprint(fn, path="s", **options) -> str:
+    """The fingerprint a cache of ``from_arrays(...).map(fn)`` records: what decides whether the store is still valid."""
+    return fl.from_arrays(np.arange(4)).map(fn, **options).cache(str(path)).source.fingerprint()
+
+
 def test_fingerprint_follows_helper_functions_and_captured_values():
     namespace = {"__name__": "user_code"}
     exec("def helper(x):\n    return x + 1\ndef decode(x):\n    return helper(x) * 2\n", namespace)
-    before = digest(namespace["decode"])
+    before = cache_fingerprint(namespace["decode"])
     exec("def helper(x):\n    return x + 2\n", namespace)
-    assert digest(namespace["decode"]) != before
+    assert cache_fingerprint(namespace["decode"]) != before
     scale = 3
     f = lambda x: x * scale  # noqa: E731 - a lambda that captures a variable is the case under test
-    captured = digest(f)
+    captured = cache_fingerprint(f)
     scale = 4
-    assert digest(f) != captured
+    assert cache_fingerprint(f) != captured
 
 
 def test_fingerprint_ignores_how_the_work_runs(tmp_path):
-    from feedline.pipeline._cache import CacheSource
-
     def decode(x):
         return x
 
-    one = CacheSource(fl.from_arrays(np.arange(4)).map(decode, workers=1, backend="serial"), tmp_path / "s")
-    two = CacheSource(fl.from_arrays(np.arange(4)).map(decode, workers=2, backend="process"), tmp_path / "s")
-    assert one.fingerprint() == two.fingerprint()
+    one = cache_fingerprint(decode, tmp_path / "s", workers=1, backend="serial")
+    assert cache_fingerprint(decode, tmp_path / "s", workers=2, backend="process") == one
 
 
 def test_fingerprint_is_stable_across_interpreters(tmp_path):
@@ -220,9 +221,8 @@ def test_fingerprint_is_stable_across_interpreters(tmp_path):
 
     code = (
         "import numpy as np, feedline as fl\n"
-        "from feedline.pipeline._cache import CacheSource\n"
         "def decode(x):\n    return np.flip(x)\n"
-        "print(CacheSource(fl.from_arrays(np.arange(8)).map(decode), 'x').fingerprint())\n"
+        "print(fl.from_arrays(np.arange(8)).map(decode).cache('x').source.fingerprint())\n"
     )
     runs = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout for _ in range(2)}
     assert len(runs) == 1

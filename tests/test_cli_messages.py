@@ -25,6 +25,7 @@ from conftest import damage_after_sos  # noqa: E402
 
 from feedline.cli import main
 from feedline.store import open_store
+from feedline.testing import explain_demo
 
 PYTHON_SPEAK = ("overwrite=True", "on_error", "map(", "strict=False", "rows_per_file", "workers=")
 
@@ -82,7 +83,7 @@ def test_a_bad_src_says_so_once(photos, tmp_path, src):
 
 def test_the_python_api_does_not_speak_cli(tmp_path):
     from feedline.store import StoreError
-    from feedline.store._convert import convert
+    from feedline.testing import convert
 
     with pytest.raises(StoreError) as info:
         convert(tmp_path / "nothing", tmp_path / "s", progress=False)
@@ -155,15 +156,11 @@ def test_ctrl_c_during_convert_prints_one_line_and_exits_130(tmp_path, backend):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["many"]  # no store, no temporary directory
 
 
-def test_ctrl_c_in_any_command_is_one_line_and_130(monkeypatch, capsys):
-    import feedline._demo
-
-    def interrupted(**_):
-        raise KeyboardInterrupt
-
-    monkeypatch.setattr(feedline._demo, "run", interrupted)
-    assert main(["demo"]) == 130
-    assert capsys.readouterr().err == "feedline demo: interrupted\n"
+def test_ctrl_c_in_any_command_is_one_line_and_130(tmp_path, capsys):
+    target = tmp_path / "interrupted.py"
+    target.write_text("def pipe():\n    raise KeyboardInterrupt  # Ctrl-C while the pipeline is built\n")
+    assert main(["bench", f"{target}:pipe"]) == 130
+    assert capsys.readouterr().err == "feedline bench: interrupted\n"
 
 
 # -------------------------------------------------------------------- demo
@@ -174,9 +171,7 @@ class FakeStats:
 
 
 def test_demo_explains_a_first_epoch_that_start_up_dominates():
-    from feedline._demo import explain
-
-    lines = explain(200, naive=0.54, cold=0.71, warm=0.30, cold_stats=FakeStats(trial={"thread": 1}), warm_stats=FakeStats())
+    lines = explain_demo(200, naive=0.54, cold=0.71, warm=0.30, cold_stats=FakeStats(trial={"thread": 1}), warm_stats=FakeStats())
     assert lines[0].startswith("  speed-up 1.80x per epoch once running (process x2") and "first epoch 0.76x" in lines[0]
     assert "includes start-up (0.41 s more than the next epoch" in lines[1] and "measuring threads against processes" in lines[1]
     assert "from about 342 samples, even the first epoch is faster" in lines[1]
@@ -190,10 +185,8 @@ def test_demo_explains_a_first_epoch_that_start_up_dominates():
     (FakeStats(batches=2), "per-epoch costs"),
 ])
 def test_demo_says_why_there_is_no_speed_up(stats, reason):
-    from feedline._demo import explain
-
     load = 3.0 if stats.cpu_share == 0.5 else 0.1
-    lines = explain(64, naive=0.2, cold=0.5, warm=0.21, cold_stats=stats, warm_stats=stats, load=load)
+    lines = explain_demo(64, naive=0.2, cold=0.5, warm=0.21, cold_stats=stats, warm_stats=stats, load=load)
     assert len(lines) == 2 and lines[1].startswith("  no speed-up at this size: ") and reason in lines[1]
 
 

@@ -9,7 +9,7 @@ import sys
 import pytest
 from cgroups import cgroup_limited, run_in
 
-from feedline.engine._cores import cpu_quota
+from feedline.testing import cpu_quota
 
 
 def _tree(tmp_path, own: str, files: dict[str, str]):
@@ -59,7 +59,7 @@ def test_no_cgroup_files_mean_no_quota(tmp_path):
 
 _CHILD = """
 import numpy as np, feedline as fl
-from feedline.engine._cores import usable_cores
+from feedline._cores import usable_cores
 with fl.from_arrays(np.arange(64)).map(lambda v: v + 1).batch(8) as pipe:
     out = [b.tolist() for b in pipe]
     stats = pipe.stats()

@@ -75,22 +75,18 @@ def is_live_worker(pid: int) -> bool:
 
 def segments_of(consumer_pid: int) -> list[str]:
     """Names of the consumer's segments, in /dev/shm, in the spill folder and memory files (where /dev/shm was full)."""
-    from feedline.transport._shm import spill_dir
-
     names = []
-    for folder in ("/dev/shm", spill_dir()):
-        if folder and os.path.isdir(folder):
+    for folder in testing.segment_folders():
+        if os.path.isdir(folder):
             names += [n for n in os.listdir(folder) if n.startswith(f"feedline_{consumer_pid}_")]
     return sorted(names) + sorted(memory_files(f"feedline_{consumer_pid}_"))
 
 
 def remove_segments_of(consumer_pid: int) -> None:
     """Remove what a failed test's consumer left, wherever it is."""
-    from feedline.transport._shm import unlink
-
     for name in segments_of(consumer_pid):
         if not name.startswith("/memfd:"):  # memory files go with the processes that hold them
-            unlink(name)
+            testing.remove_segment(name)
 
 
 class PidWatcher:

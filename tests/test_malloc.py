@@ -13,6 +13,8 @@ import sys
 
 import pytest
 
+import feedline as fl
+
 pytestmark = pytest.mark.skipif(platform.system() != "Linux" or platform.libc_ver()[0] != "glibc",
                                 reason="glibc's heap thresholds (Linux with glibc only)")
 
@@ -54,16 +56,26 @@ def test_the_programs_own_heap_settings_or_feedline_malloc_0_are_left_alone_even
     assert _faults(FEEDLINE_TUNE_PROCESS="1", MALLOC_TOP_PAD_="0") > 25 * _ROUND, "a MALLOC_ variable chose its heap"
 
 
-def test_process_workers_get_the_thresholds_in_their_environment_unless_turned_off(monkeypatch):
-    from feedline._malloc import MALLOC_VARS
-    from feedline.backends.process._executor import worker_env
+_HEAP_VARS = ("MALLOC_TRIM_THRESHOLD_", "MALLOC_MMAP_THRESHOLD_")
 
-    for var in MALLOC_VARS:
+
+def _heap_vars(_):
+    return tuple(os.environ.get(var) for var in _HEAP_VARS)
+
+
+def _in_a_process_worker() -> tuple:
+    with fl.from_sequence([0]).map(_heap_vars, backend="process", workers=1) as pipe:
+        [seen] = list(pipe)
+    return tuple(seen)
+
+
+def test_process_workers_get_the_thresholds_in_their_environment_unless_turned_off(monkeypatch, no_leaks):
+    for var in _HEAP_VARS:
         monkeypatch.delenv(var, raising=False)
     monkeypatch.delenv("FEEDLINE_MALLOC", raising=False)
-    assert all(worker_env()[var] == value for var, value in MALLOC_VARS.items())
+    assert all(value is not None and value.isdigit() for value in _in_a_process_worker()), "a threshold is missing"
     monkeypatch.setenv("FEEDLINE_MALLOC", "0")
-    assert not set(MALLOC_VARS) & set(worker_env())
+    assert _in_a_process_worker() == (None, None)
     monkeypatch.setenv("MALLOC_TRIM_THRESHOLD_", "4096")
     monkeypatch.delenv("FEEDLINE_MALLOC")
-    assert worker_env()["MALLOC_TRIM_THRESHOLD_"] == "4096", "the program's own setting wins"
+    assert _in_a_process_worker()[0] == "4096", "the program's own setting wins"

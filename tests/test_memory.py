@@ -79,5 +79,5 @@ def test_slow_consumer_holds_at_most_the_prefetch_depth(backend, no_leaks):
         import time
 
         time.sleep(0.5)  # a slow training step: workers must not run ahead unboundedly
-        produced.append(it._in_flight + len(it._done) + len(it._out))
+        produced.append(testing.batches_ahead(it))
     assert produced[0] <= 3

@@ -9,6 +9,9 @@ helper the padding and bucket tests use).
 from __future__ import annotations
 
 import json
+import re
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -290,15 +293,117 @@ def test_any_packing_holds_every_sample_once_and_resumes_anywhere(lengths, fit, 
         assert head + [as_lists(b) for b in pipe.resume(state)] == whole
 
 
-def test_shard_gives_each_rank_its_own_samples_to_pack(no_leaks):
+def fails_on_sevens(sample):
+    if int(sample["id"][0]) % 7 == 0:
+        raise ValueError("a bad sample")
+    return sample
+
+
+def ranked(build, count: int, backend: str, workers: int | None) -> tuple[list, list]:
+    """Each rank's batches and stats: ``build(pipe)`` after ``shuffle(seed=5).shard(rank, count, even="drop")``.
+
+    ``count=0``: the whole epoch, not sharded.
+    """
+    batches, stats = [], []
+    for rank in range(count) if count else [None]:
+        pipe = fl.from_sequence(list(range(97))).shuffle(seed=5)
+        if rank is not None:
+            pipe = pipe.shard(rank, count, even="drop")
+        with build(pipe.map(token_sample(LENGTHS_97), backend=backend, workers=workers)) as pipe:
+            batches.append([as_lists(b) for b in pipe])
+            stats.append(pipe.stats())
+    return batches, stats
+
+
+LENGTHS_97 = lengths_of(97, seed=11)
+
+
+def packed_after_filter_and_skip(pipe):
+    return pipe.map(fails_on_sevens, on_error="skip").filter(lambda s: int(s["id"][0]) % 5 != 0).pack(16, buffer=4).batch(2)
+
+
+def test_sharded_ranks_take_equal_numbers_of_packed_batches_after_filter_and_skip(backend, no_leaks):
+    kept = [i for i in range(97) if i % 7 and i % 5]
+    with pytest.warns(RuntimeWarning, match="skipped"):
+        whole = ranked(packed_after_filter_and_skip, 0, "serial", None)[0][0]
+        whole_batches = len(whole)
+        for count in (2, 3, 4):
+            batches, stats = ranked(packed_after_filter_and_skip, count, backend, 2)
+            steps = whole_batches // count
+            assert [len(b) for b in batches] == [steps] * count, "every rank runs the same number of steps"
+            for rank in range(count):  # rank r takes batches r, r + count, ... of the whole epoch's packing
+                assert batches[rank] == whole[rank : steps * count : count], (count, rank)
+            seen = [i for b in batches for batch in b for i, _ in segments({k: np.asarray(v) for k, v in batch.items()})]
+            dropped = sum(s.dropped_samples for s in stats)
+            assert len(seen) == len(set(seen)) == len(kept) - dropped, "every kept sample once, less the dropped ones"
+            assert set(seen) <= set(kept)
+            assert sum(s.dropped_batches for s in stats) == whole_batches - steps * count < count
+            assert all(s.dropped_batches in (0, 1) for s in stats)
+            assert dropped == sum(len(segments({k: np.asarray(v) for k, v in b.items()})) for b in whole[steps * count :])
+
+
+def test_sharded_ranks_take_equal_numbers_of_budget_batches_after_filter_and_skip(backend, no_leaks):
+    def build(pipe):
+        return (pipe.map(fails_on_sevens, on_error="skip").filter(lambda s: int(s["id"][0]) % 5 != 0)
+                .batch_by_budget(30, length_fn=lambda s: len(s["tokens"])))
+
+    with pytest.warns(RuntimeWarning, match="skipped"):
+        whole = ranked(build, 0, "serial", None)[0][0]
+        for count in (2, 4):
+            batches, stats = ranked(build, count, backend, 2)
+            steps = len(whole) // count
+            assert [len(b) for b in batches] == [steps] * count
+            for rank in range(count):
+                assert batches[rank] == whole[rank : steps * count : count], (count, rank)
+            assert sum(s.dropped_samples for s in stats) == sum(len(b["tokens"]) for b in whole[steps * count :])
+
+
+def test_a_rank_of_dealt_packed_batches_resumes_exactly_at_every_batch(backend, no_leaks):
+    lengths = lengths_of(40)
+
+    def build():
+        return (fl.from_sequence(list(range(40))).shuffle(seed=2).shard(1, 3, even="drop")
+                .map(token_sample(lengths), backend=backend, workers=2)
+                .filter(lambda s: int(s["id"][0]) % 6 != 1).pack(16, buffer=3).batch(2))
+
+    whole = resume_everywhere(build, convert=as_lists)
+    assert whole, "rank 1 has batches to resume in"
+
+
+def test_a_rank_with_the_exact_partition_packs_only_its_own_samples(no_leaks):
     lengths = lengths_of(101)
     seen = []
     for rank in range(3):
-        pipe = (fl.from_sequence(list(range(101))).shuffle(seed=0).shard(rank, 3, even="drop")
+        pipe = (fl.from_sequence(list(range(101))).shuffle(seed=0).shard(rank, 3)
                 .map(token_sample(lengths), backend="thread", workers=2).pack(16).batch(2))
         with pipe:
             seen += [i for b in pipe for i, _ in segments(b)]
-    assert len(seen) == len(set(seen)) == 99
+            assert pipe.stats().dropped_batches == 0
+    assert sorted(seen) == list(range(101))
+
+
+def test_dealt_batches_refuse_padding_and_report_what_they_drop(no_leaks):
+    base = fl.from_sequence([np.arange(n) for n in (3, 4, 2, 5, 1)])
+    with pytest.raises(ValueError, match=r"even=.pad.*give sizes= \(each sample.s length\) to pad"):
+        iter(base.shard(0, 2, even="pad").pack(6))
+    pipe = base.shard(1, 2, even="drop").pack(6, fit="first", buffer=1)  # rows [3], [4, 2], [5, 1]: rank 1 drops none ...
+    with pipe:
+        assert [r[0].tolist() for r in pipe] == [[0, 1, 2, 3, 0, 1]]
+    pipe = base.shard(0, 2, even="drop").pack(6, fit="first", buffer=1)  # ... rank 0 takes row 0, drops row 2
+    with pipe:
+        assert [r[0].tolist() for r in pipe] == [[0, 1, 2, 0, 0, 0]]
+        stats = pipe.stats()
+    assert (stats.dropped_batches, stats.dropped_samples) == (1, 2)
+    assert "dropped 1 batch (2 samples) of the epoch's last, incomplete round" in str(stats)
+    assert stats.as_dict()["dropped_batches"] == 1
+    with pipe:
+        it = iter(pipe)
+        next(it)
+        state = json.loads(json.dumps(it.state()))
+        it.close()
+        assert state["deal"] == {"made": 1}
+        with pytest.raises(ValueError, match=r"state\['deal'\] must be a dict"):
+            pipe.resume({**state, "deal": {"made": -1}})
 
 
 # --------------------------------------------------------------- 4. budget
@@ -377,3 +482,22 @@ def test_budget_counts_what_length_fn_says(no_leaks):
         fl.from_sequence([[1]]).batch_by_budget(0)
     with pytest.raises(TypeError, match=r"len\(\) is unknown after batch_by_budget"):
         len(fl.from_sequence([[1]]).batch_by_budget(4))
+
+
+# -------------------------------------------------------------- 6. profile
+def test_the_bench_profile_shows_padding_share_and_packing_efficiency(tmp_path):
+    script = tmp_path / "packed.py"
+    script.write_text(
+        "import numpy as np, feedline as fl\n"
+        "def build():\n"
+        "    docs = [np.arange(n % 7 + 1) for n in range(60)]\n"
+        "    return fl.from_sequence(docs).map(lambda d: d, backend='serial').pack(8).batch(2)\n"
+    )
+    done = subprocess.run([sys.executable, "-m", "feedline.cli", "bench", f"{script}:build"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert re.search(r"padding \d+\.\d% of [\d,]+ item slots; packing efficiency \d+\.\d%", done.stdout), done.stdout
+    done = subprocess.run([sys.executable, "-m", "feedline.cli", "bench", f"{script}:build", "--json"],
+                          capture_output=True, text=True, timeout=120)
+    report = json.loads(done.stdout[done.stdout.index("{"):])
+    assert 0 < report["packing_efficiency"] < 1 and report["padding_share"] == pytest.approx(1 - report["packing_efficiency"])

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import feedline as fl
-from feedline._errors import SampleError
+from feedline import SampleError
 
 
 # ------------------------------------------------------------------ helpers

@@ -7,7 +7,6 @@ import signal
 import subprocess
 import sys
 import time
-import weakref
 
 import cloudpickle
 import numpy as np
@@ -16,7 +15,6 @@ from conftest import pid_alive, wait_for
 
 import feedline as fl
 from feedline import testing
-from feedline.backends.process._preload import libraries_to_preload
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="zygotes count threads in /proc (Linux)")
 
@@ -63,12 +61,6 @@ def _run(lib, workers=4):
     return {r[1] for r in rows}, {r[2] for r in rows}
 
 
-def _zygotes_started() -> int:
-    from feedline.backends.process import _forkserver
-
-    return sum(len(server.zygotes) for server in _forkserver._servers)
-
-
 def test_workers_fork_from_a_zygote_that_imported_the_installed_library_once(installed_library, monkeypatch, no_leaks):
     monkeypatch.delenv("FEEDLINE_FORKSERVER", raising=False)
     monkeypatch.delenv("FEEDLINE_PRELOAD", raising=False)
@@ -99,14 +91,12 @@ def test_describing_a_process_map_starts_its_libraries_importing_before_the_firs
 
 
 def _few_cores_and_no_other_pipelines(monkeypatch):
-    """Under `START_AHEAD_CORES` (the zygote starts only after a pause), with no pipeline another test left iterating."""
-    from feedline.engine import _runtime
+    """Under `StartPolicy.ahead_cores` (the zygote starts only after a pause), with no pipeline another test left iterating."""
+    from feedline import _startup
 
     monkeypatch.delenv("FEEDLINE_FORKSERVER", raising=False)
     monkeypatch.delenv("FEEDLINE_PRELOAD", raising=False)
-    monkeypatch.setattr(_runtime, "default_workers", lambda: 4)
-    monkeypatch.setattr(_runtime, "_live", weakref.WeakSet())
-    monkeypatch.setattr(_runtime, "_start_after_set_up", _runtime._StartAfterSetUp())
+    monkeypatch.setattr(_startup, "speculation", _startup.Speculation(cores=lambda: 4))  # and no runtime registered yet
 
 
 def test_an_automatic_map_left_a_moment_before_iterating_starts_its_zygote_on_few_cores(installed_library, monkeypatch,
@@ -167,13 +157,13 @@ def test_a_pipeline_a_consumer_is_taking_batches_from_holds_back_the_zygote_whil
 
 
 def test_describing_an_automatic_map_on_many_cores_starts_its_zygote_at_once(installed_library, monkeypatch, no_leaks):
-    """On `START_AHEAD_CORES` cores or more the import takes one core of many: it starts as the map is described."""
-    from feedline.engine import _runtime
+    """On `StartPolicy.ahead_cores` cores or more the import takes one core of many: it starts as the map is described."""
+    from feedline import _startup
 
     monkeypatch.delenv("FEEDLINE_FORKSERVER", raising=False)
     monkeypatch.delenv("FEEDLINE_PRELOAD", raising=False)
-    monkeypatch.setattr(_runtime, "default_workers", lambda: 16)
-    monkeypatch.setattr(_runtime, "START_AFTER_IDLE", 3600.0)  # so that only the describe-time start can import it
+    policy = _startup.StartPolicy(after_idle=3600.0)  # so that only the describe-time start can import it
+    monkeypatch.setattr(_startup, "speculation", _startup.Speculation(policy, cores=lambda: 16))
     lib, importers = installed_library("feedline_test_lib_n")
     fl.from_arrays(np.arange(64)).map(lambda s: lib.double(s)).batch(8)
     assert wait_for(lambda: importers(), 15), "describing the map should start its zygote importing the library"
@@ -234,9 +224,9 @@ def test_a_library_that_starts_a_thread_when_imported_is_imported_by_each_worker
     assert set(importers()) - workers, "the zygote tried it first"
     assert workers <= set(importers()), "then every worker imported it itself"
     assert parents <= set(testing.helper_pids()) and not parents & set(importers()), "forked by the server"
-    started = _zygotes_started()
+    started = testing.zygote_count()
     _run(lib)
-    assert _zygotes_started() == started, "no zygote tries that package again"
+    assert testing.zygote_count() == started, "no zygote tries that package again"
 
 
 def test_preloading_turned_off_leaves_each_worker_to_import_its_libraries(installed_library, monkeypatch, no_leaks):
@@ -262,8 +252,8 @@ def test_only_installed_libraries_are_preloaded_never_the_users_own_modules_or_t
     monkeypatch.setitem(sys.modules, "feedline_test_own_module", mine)
     data = cloudpickle.dumps((lambda s: (lib.double(s), mine.triple(s), json.dumps(s), np.zeros(1)), lib.double,
                               mine.triple, "feedline_test_lib_d is also a string here"))
-    assert libraries_to_preload(data) == ("feedline_test_lib_d",)
-    assert libraries_to_preload(cloudpickle.dumps(lambda: "feedline_test_lib_d" in sys.modules)) == (), (
+    assert testing.libraries_to_preload(data) == ("feedline_test_lib_d",)
+    assert testing.libraries_to_preload(cloudpickle.dumps(lambda: "feedline_test_lib_d" in sys.modules)) == (), (
         "a string that names a module is not a use of it")
 
 
@@ -278,9 +268,9 @@ def test_libraries_named_after_an_instance_of_a_class_defined_in_the_script_are_
             return self.transform(i)
 
     data = cloudpickle.dumps((Dataset(lib.double), lambda s: s))
-    assert libraries_to_preload(data) == ("feedline_test_lib_k",), "named in the state of the instance"
+    assert testing.libraries_to_preload(data) == ("feedline_test_lib_k",), "named in the state of the instance"
     data = cloudpickle.dumps((Dataset(abs), lambda s: lib.double(s)))
-    assert libraries_to_preload(data) == ("feedline_test_lib_k",), "named by a map after the instance"
+    assert testing.libraries_to_preload(data) == ("feedline_test_lib_k",), "named by a map after the instance"
 
 
 def test_a_worker_forked_by_a_zygote_that_dies_is_replaced_and_the_epoch_is_complete(installed_library, tmp_path,
@@ -418,14 +408,14 @@ def test_automatic_choice_keeps_its_threads_working_while_the_zygote_imports(ins
             total += k * k % 7
         return lib.double(s) + 0 * total
 
-    zygotes = _zygotes_started()
+    zygotes = testing.zygote_count()
     pipe = fl.from_arrays(np.arange(1200)).map(held, workers=2).batch(8)
     with pipe:
         start = time.perf_counter()
         rows = sorted(int(v) for batch in pipe for v in batch)
         stats = pipe.stats()
     assert rows == [2 * i for i in range(1200)], "every sample once"
-    if _zygotes_started() == zygotes:
+    if testing.zygote_count() == zygotes:
         pytest.skip(f"the trial started no process workers here: {stats.decision}")
     ends = sorted(end - start for _, _, end, _, _ in stats.task_spans)
     gaps = [b - a for a, b in zip(ends, ends[1:])]

@@ -23,7 +23,6 @@ import numpy as np
 import pytest
 
 import feedline as fl
-from feedline._tree import collate_into
 
 # ------------------------------------------------------------ helpers
 
@@ -56,11 +55,9 @@ def assert_same_batches(got: list, want: list):
 
 
 def expected_batches(samples: list, size: int, drop_remainder: bool = False) -> list:
-    """Hand-made: the default collate of the kept samples, ``size`` at a time."""
-    chunks = [samples[i : i + size] for i in range(0, len(samples), size)]
-    if drop_remainder and chunks and len(chunks[-1]) < size:
-        chunks.pop()
-    return [collate_into(chunk, list(range(len(chunk)))) for chunk in chunks]
+    """The default collate of the kept samples, ``size`` at a time: whole batches of a serial pipeline, nothing re-cut."""
+    with fl.from_sequence(samples).batch(size, drop_remainder=drop_remainder) as pipe:
+        return list(pipe)
 
 
 # ------------------------------------------------ 1. re-cut batches of any sample
@@ -159,14 +156,12 @@ def test_recut_collates_each_batch_as_its_samples_would_be(backend, value, no_le
     assert_same_batches(got, expected_batches([make(i) for i in range(12) if i != 1], 3))
 
 
-def test_slice_and_join_leave_a_batch_with_a_list_sample_intact():
-    from feedline._tree import concat_pieces, slice_rows
-
-    samples = [[np.full(2, i), f"s{i}", (i, None)] for i in range(5)]
-    a, b = collate_into(samples[:2], [0, 1]), collate_into(samples[2:], [2, 3, 4])
-    joined = concat_pieces([a, b], rows=[2, 3])
-    assert_same_batch(joined, collate_into(samples, list(range(5))))
-    assert_same_batch(slice_rows(joined, 1, 4), collate_into(samples[1:4], [1, 2, 3]))
+def test_slice_and_join_leave_a_batch_with_a_list_sample_intact(backend, no_leaks):
+    make = lambda i: [np.full(2, int(i)), f"s{int(i)}", (int(i), None)]  # noqa: E731
+    pipe = fl.from_arrays(np.arange(12)).filter(lambda i: int(i) != 1).map(make, backend=backend, workers=2).batch(3)
+    with pipe:
+        got = list(pipe)  # one sample filtered out: every batch after it is cut from two tasks' rows and joined
+    assert_same_batches(got, expected_batches([make(i) for i in range(12) if i != 1], 3))
 
 
 def test_a_custom_collate_without_rows_is_refused_with_what_to_do():
@@ -317,7 +312,7 @@ def test_labels_from_parent_folders(backend, image_tree, no_leaks):
 def test_labels_from_parent_folders_are_those_of_feedline_convert(image_tree, tmp_path, no_leaks):
     pytest.importorskip("pyarrow")
     from feedline.store import open_store
-    from feedline.store._convert import convert
+    from feedline.testing import convert
 
     root, _ = image_tree
     convert(root, tmp_path / "s", backend="serial", progress=False)

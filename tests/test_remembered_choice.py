@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import json
 import os
 import subprocess
@@ -13,9 +15,18 @@ import pytest
 from conftest import snapshot
 
 import feedline as fl
-from feedline.engine import _remembered, _trial
+from feedline import testing
+from feedline.engine import _remembered
+from feedline.engine.choice import DEFAULT_POLICY
 
 pytestmark = pytest.mark.usefixtures("no_leaks")
+
+
+@pytest.fixture
+def choice_policy():
+    """``choice_policy(**changes)``: trials started in the test decide under the default policy with ``changes``."""
+    with contextlib.ExitStack() as stack:
+        yield lambda **changes: stack.enter_context(testing.choice_policy(dataclasses.replace(DEFAULT_POLICY, **changes)))
 
 
 def waits(i):
@@ -162,8 +173,8 @@ def test_the_file_keeps_only_the_most_recently_used_entries(choices, monkeypatch
     assert "remembered" not in _run(waits_longer)[1].decision
 
 
-def test_a_remembered_winner_that_no_longer_delivers_runs_the_trial_again(choices, monkeypatch):
-    monkeypatch.setattr(_trial, "RETRIAL_AFTER", 0.0)
+def test_a_remembered_winner_that_no_longer_delivers_runs_the_trial_again(choices, choice_policy):
+    choice_policy(retrial_after=0.0)
     _trials(workers=2)  # a count set by hand: the worker tuner leaves it (the drift check compares per worker)
     entries = _entries(choices)
     (entry,) = entries.values()

@@ -21,12 +21,18 @@ import test_shard_formats  # noqa: E402
 from test_shard_formats import WDS_SHARDS, write_array_records  # noqa: E402
 
 import feedline as fl  # noqa: E402
-from feedline.sources._tfrecord import masked_crc32c  # noqa: E402
-from feedline.store._remote_cache import ShardCache  # noqa: E402
+from feedline import testing  # noqa: E402
 
+BACKEND_ENV = "FEEDLINE_FS_BACKEND"  # the client for remote URLs: fsspec, obstore or auto
 s3_server, shards = remote_servers.s3_server, test_shard_formats.shards  # fixtures (shards: 3 WebDataset tars)
 
 TFR_FILES = (9, 5, 8)  # records per TFRecord file
+
+
+def masked_crc32c(data: bytes) -> int:
+    """The CRC TFRecord stores: CRC32C rotated right by 15 plus 0xa282ead8 (tensorflow/core/lib/hash/crc32c.h)."""
+    crc = pytest.importorskip("google_crc32c").value(data)
+    return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
 
 
 def write_tfrecords(folder) -> list[bytes]:
@@ -62,7 +68,7 @@ def epoch(pipe, fn, backend: str) -> tuple[list, dict]:
 
 
 def cached_files(cache_dir) -> list[str]:
-    return sorted(os.path.basename(path) for _, _, path in ShardCache(str(cache_dir), 1 << 40).files())
+    return sorted(os.path.basename(path) for _, _, path in testing.shard_cache(cache_dir).files())
 
 
 @pytest.mark.parametrize("backend", ["thread", "process"])
@@ -131,7 +137,7 @@ def test_small_cache_evicts_shards_and_still_reads_every_sample_once(shards, s3_
     got, _ = epoch(remote, wds_pair, "thread")
     assert sorted(key for key, _, _ in got) == sorted(e["__key__"] for e in expected)
     # Two workers may download two shards at once, and a file being written is not evicted: one shard over, at most.
-    assert ShardCache(str(cache), 1 << 40).used_bytes() <= 2 * largest + 1024
+    assert testing.shard_cache(cache).used_bytes() <= 2 * largest + 1024
     assert remote.source.files.cache.counts()["evicted"] >= 1
 
 
@@ -198,12 +204,10 @@ def test_remote_parquet_folder_equals_local_and_is_downloaded_once(s3_server, ba
 def test_both_filesystem_layers_download_the_same_shards(shards, s3_server, backend, tmp_path, monkeypatch, no_leaks):
     if backend == "obstore":
         pytest.importorskip("obstore")
-    from feedline.store._remote_fs import BACKEND_ENV, Location
-
     folder, expected = shards
     url = s3_server.upload("remote-formats", f"layer-{backend}", str(folder))
     monkeypatch.setenv(BACKEND_ENV, backend)  # process workers inherit it
-    assert Location(url, s3_server.storage_options).backend == backend
+    assert testing.remote_client("s3", s3_server.storage_options) == backend
     remote = fl.from_webdataset(f"{url}/shard-{{000..002}}.tar", decode=False,
                                 storage_options=s3_server.storage_options, cache_dir=tmp_path / "cache")
     got, _ = epoch(remote, wds_pair, "process")
@@ -215,8 +219,7 @@ def test_both_filesystem_layers_download_the_same_shards(shards, s3_server, back
 
 def test_obstore_is_chosen_only_where_it_reads_the_same_url_and_options(monkeypatch):
     pytest.importorskip("obstore")
-    from feedline.store._remote_fs import BACKEND_ENV, choose_backend
-
+    choose_backend = testing.remote_client
     monkeypatch.delenv(BACKEND_ENV, raising=False)
     assert choose_backend("s3", {"key": "k", "secret": "s", "endpoint_url": "http://127.0.0.1:9"}) == "obstore"
     assert choose_backend("https", {}) == "obstore"

@@ -23,8 +23,8 @@ from conftest import snapshot, wait_for  # noqa: E402
 from remote_servers import Faults  # noqa: E402
 
 import feedline as fl  # noqa: E402
+from feedline import testing  # noqa: E402
 from feedline.store import StoreError, StoreWriter, open_store  # noqa: E402
-from feedline.store._remote_cache import ShardCache  # noqa: E402
 
 s3_server, http_server = remote_servers.s3_server, remote_servers.http_server  # fixtures
 
@@ -54,7 +54,7 @@ def _steps(pipe, backend=None):
 
 
 def _cache_files(cache_dir) -> list[str]:
-    return sorted(os.path.basename(path) for _, _, path in ShardCache(str(cache_dir), 1 << 40).files())
+    return sorted(os.path.basename(path) for _, _, path in testing.shard_cache(cache_dir).files())
 
 
 def test_epoch_from_s3_equals_local_store(local_store, s3_server, backend, tmp_path, no_leaks):
@@ -81,7 +81,7 @@ def test_cache_evicts_least_recently_used_file(tmp_path):
     source.mkdir()
     for name in "abcd":
         (source / name).write_bytes(name.encode() * 1000)
-    cache = ShardCache(str(tmp_path / "cache"), limit=3000)
+    cache = testing.shard_cache(tmp_path / "cache", limit=3000)
 
     def get(name):
         time.sleep(0.01)  # distinct mtimes on coarse clocks
@@ -107,7 +107,7 @@ def test_epoch_through_a_small_cache_stays_within_its_limit(local_store, http_se
     sizes = [os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(local_store) for f in fs if f.endswith(".arrow")]
     limit = 5 * max(sizes)  # 5 of 16 files
     pipe = fl.from_store(web.url("train.store"), cache_dir=tmp_path / "cache", cache_limit=limit).batch(16)
-    cache = ShardCache(str(tmp_path / "cache"), limit)
+    cache = testing.shard_cache(tmp_path / "cache", limit)
     got = []
     with pipe:
         for batch in pipe:
@@ -218,7 +218,7 @@ def test_injected_failures_still_deliver_every_sample_once(local_store, http_ser
             seen.extend(batch["label"].tolist())
     assert sorted(seen) == list(range(ROWS)) and seen == list(range(ROWS))
     assert {kind for _, kind in web.injected} == {"500", "reset", "truncate"}
-    assert pipe._source.counts()["retries"] >= 1  # (aiohttp itself retries some resets on a reused connection)
+    assert pipe.source.counts()["retries"] >= 1  # (aiohttp itself retries some resets on a reused connection)
 
 
 def test_download_that_keeps_failing_names_file_and_sample(local_store, http_server, tmp_path, no_leaks):
@@ -250,7 +250,7 @@ def test_read_ahead_fetches_files_in_plan_order_and_stays_bounded(local_store, h
     time.sleep(0.3)
     assert len(fetched()) == 2  # nothing read yet: the read-ahead waits
     assert [int(store[int(i)]["label"]) for i in order] == order.tolist()
-    assert wait_for(lambda: store._ahead.done, timeout=30)
+    assert wait_for(lambda: testing.read_ahead(store).done, timeout=30)
     parts = list(dict.fromkeys(int(i) // PER_FILE for i in order))
     assert fetched() == [f"/train.store/{g}/part-{p:05d}.arrow" for p in parts for g in ("raw", "zstd")]
     store.close()
@@ -260,7 +260,7 @@ def test_credentials_stay_out_of_reprs_and_errors(local_store, s3_server, http_s
     url = s3_server.upload("feedline", "secret/train.store", local_store)
     secret = s3_server.storage_options["secret"]
     pipe = fl.from_store(url, storage_options=s3_server.storage_options, cache_dir=tmp_path / "cache").batch(8)
-    shown = [repr(pipe), str(pipe), repr(pipe._source), pipe._source.describe(), repr(pipe._source.location)]
+    shown = [repr(pipe), str(pipe), repr(pipe.source), pipe.source.describe(), repr(pipe.source.location)]
     assert not any(secret in s or s3_server.storage_options["key"] in s for s in shown), shown
     with pytest.raises(StoreError) as info:
         fl.from_store(url.replace("secret/", "absent/"), storage_options=s3_server.storage_options, retries=0,
@@ -270,7 +270,7 @@ def test_credentials_stay_out_of_reprs_and_errors(local_store, s3_server, http_s
     with pytest.raises(StoreError) as info:
         fl.from_store(web.url("nothing.store").replace("http://", "http://user:hunter22@"), retries=0)
     assert "hunter22" not in str(info.value) and "***@" in str(info.value)
-    clone = pickle.loads(pickle.dumps(pipe._source))  # explicit options travel to workers
+    clone = pickle.loads(pickle.dumps(pipe.source))  # explicit options travel to workers
     assert clone.location.options == s3_server.storage_options and len(clone) == ROWS
 
 
@@ -306,7 +306,7 @@ def test_read_ahead_ends_when_nobody_reads(local_store, http_server, tmp_path, m
     web = http_server(os.path.dirname(local_store))
     store = open_store(web.url("train.store"), cache_dir=tmp_path / "cache", concurrency=1)
     store.read_ahead(np.arange(ROWS))
-    assert wait_for(lambda: store._ahead.done, timeout=20)
+    assert wait_for(lambda: testing.read_ahead(store).done, timeout=20)
     assert len([p for p in web.order if p.endswith(".arrow")]) == 2  # stopped at its bound, never past it
     store.close()
 
@@ -363,9 +363,7 @@ def test_store_counts_downloads_for_stats_once_each(local_store, http_server, tm
 
 
 def test_stats_show_source_counts_only_when_there_are_some():
-    from feedline.engine._stats import Stats
-
-    stats = Stats("thread", 2, 4, "chosen by a test")
+    stats = fl.Stats("thread", 2, 4, "chosen by a test")
     assert stats.as_dict()["source_counts"] == {} and "source:" not in str(stats)
     stats.add_counts({"remote download retries": 2})
     stats.add_counts({"remote download retries": 1, "remote downloads": 5})
@@ -379,7 +377,7 @@ def test_read_ahead_fetches_the_first_files_alone_then_widens(local_store, http_
     store = open_store(web.url("train.store"), cache_dir=tmp_path / "cache", concurrency=4)
     order = np.roll(np.arange(ROWS), -3 * PER_FILE)  # starts in part 3
     store.read_ahead(order)
-    assert wait_for(lambda: store._ahead.fetched == 8, timeout=30)
+    assert wait_for(lambda: testing.read_ahead(store).fetched == 8, timeout=30)
     events = [(kind, path.rsplit("/", 2)[-2] + "/" + path.rsplit("/", 1)[-1]) for kind, path in web.events
               if path.endswith(".arrow")]
     first = {"raw/part-00003.arrow", "zstd/part-00003.arrow"}

@@ -17,7 +17,7 @@ import pytest
 from conftest import snapshot
 
 import feedline as fl
-from feedline.engine import _state
+from feedline import testing
 
 
 def twice(x):
@@ -115,7 +115,7 @@ def test_fields_must_fit_the_pipeline_and_each_other(no_leaks):
     with build("batched") as pipe:  # 30 samples, batches of 4: 8 tasks
         state = state_after(pipe, 3)
         for k in range(9):  # every position of the epoch (8: its end) validates, with a digest to match
-            assert pipe.resume(_state.seal({**state, "task": k, "batches": k})) is not None
+            assert pipe.resume(testing.seal_state({**state, "task": k, "batches": k})) is not None
         refused(pipe, {**state, "task": 9}, "task", "8 tasks of 4 samples")
         refused(pipe, {**state, "offset": 1}, "offset", "a multiple of the batch size, 4")
         refused(pipe, {**state, "task": 4}, "task", "state['batches'] is 3")
@@ -189,7 +189,7 @@ def test_an_unbatched_generator_resumes_inside_a_task(no_leaks):
         refused(pipe, {**state, "offset": 64}, "offset", "at most 64 items")
         shard = pipe.plan.epoch_shards(1)[0]
         streams = {**state["streams"], "exhausted": [shard]}
-        refused(pipe, _state.seal({**state, "streams": streams}), "offset", "exhausted")
+        refused(pipe, testing.seal_state({**state, "streams": streams}), "offset", "exhausted")
 
 
 def test_an_edit_that_passes_every_range_check_is_caught_by_the_digest(no_leaks):
@@ -291,9 +291,9 @@ def test_state_digest_survives_json_and_pickle():
 
     state = {"version": 1, "epoch": 0, "batches": 1, "skipped": [[(0, 2), "r"]], "fingerprint": "f", "task": 0,
              "offset": 0, "streams": {"positions": {0: 3, 10: 1, 2: 4}, "exhausted": [2], "cursor": 1}, "seeds": [np.int64(3)]}
-    _state.seal(state)
-    assert _state.digest(json.loads(json.dumps(state, default=int))) == state["digest"]
-    assert _state.digest(pickle.loads(pickle.dumps(state))) == state["digest"]
+    testing.seal_state(state)
+    assert testing.seal_state(json.loads(json.dumps(state, default=int)))["digest"] == state["digest"]
+    assert testing.seal_state(pickle.loads(pickle.dumps(state)))["digest"] == state["digest"]
 
 
 # ------------------------------------------------ recombined pipelines

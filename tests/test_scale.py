@@ -482,7 +482,8 @@ def test_closing_gives_up_waking_a_listener_whose_queue_is_full():
     import socket
     from multiprocessing.connection import Listener
 
-    from feedline.backends.process._executor import _listen_address, _wake_listener
+    from feedline.backends.process._connections import listen_address as _listen_address
+    from feedline.backends.process._connections import wake_listener as _wake_listener
 
     listener = Listener(_listen_address(), backlog=1)
     assert isinstance(listener.address, bytes)

@@ -265,7 +265,7 @@ def test_fault_suite_passes_with_every_segment_in_a_memory_file(memfd_env, tmp_p
 
 
 def test_dev_shm_bounds_the_batches_in_flight_only_where_segments_have_nowhere_else_to_go(monkeypatch):
-    from feedline.transport._shm import bounded_room
+    from feedline.testing import bounded_shared_memory as bounded_room
 
     if not os.path.isdir("/dev/shm"):
         pytest.skip("no /dev/shm here")

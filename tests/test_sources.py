@@ -142,24 +142,6 @@ def test_from_arrays_reads_a_memory_mapped_array(tmp_path, backend, no_leaks):
     np.testing.assert_array_equal(got[order], data * 2)
 
 
-def test_from_arrays_memory_mapped_array_is_not_copied_to_workers(tmp_path):
-    from feedline.transport._transfer import SharedArrays, dumps_for_workers
-
-    big = np.lib.format.open_memmap(tmp_path / "big.npy", mode="w+", dtype=np.float32, shape=(1024, 1024))
-    big[-1] = 7.0
-    big.flush()
-    del big
-    x = np.load(tmp_path / "big.npy", mmap_mode="r")
-    pipe = fl.from_arrays(x).map(lambda r: r, backend="process", workers=1)
-    shared = SharedArrays()
-    try:
-        pickled = dumps_for_workers(pipe.plan.part, shared)
-        assert shared.names == [], "a memory-mapped array was put in shared memory instead of reopened"
-    finally:
-        shared.close()
-    assert len(pickled) < 64 * 1024, f"the 4 MiB memory-mapped array travelled in a {len(pickled)}-byte pickle"
-
-
 def test_from_arrays_memory_mapped_rows_reach_process_workers(tmp_path, no_leaks):
     big = np.lib.format.open_memmap(tmp_path / "big.npy", mode="w+", dtype=np.float32, shape=(512, 1024))
     big[:] = np.arange(512, dtype=np.float32)[:, None]
@@ -171,24 +153,19 @@ def test_from_arrays_memory_mapped_rows_reach_process_workers(tmp_path, no_leaks
     np.testing.assert_array_equal(got, np.arange(512) * 1024.0)
 
 
-def test_from_arrays_large_in_memory_array_reaches_workers_through_shared_memory():
-    from feedline.transport._transfer import SharedArrays, dumps_for_workers
-
-    x = np.ones((1024, 1024), dtype=np.float32)  # 4 MiB
-    pipe = fl.from_arrays(x).map(lambda r: r, backend="process", workers=2)
-    shared = SharedArrays()
-    try:
-        pickled = dumps_for_workers(pipe.plan.part, shared)
-        assert len(shared.names) == 1
-    finally:
-        shared.close()
-    assert len(pickled) < 64 * 1024
-
-
 def test_from_arrays_rejects_arrays_of_unequal_length():
     with pytest.raises(ValueError, match="equal length") as info:
         fl.from_arrays(np.zeros((5, 2)), np.zeros(4))
     assert "5" in str(info.value) and "4" in str(info.value)
+
+
+@pytest.mark.parametrize("pack", [tuple, list])
+def test_from_arrays_refuses_its_arrays_in_one_tuple_or_list_saying_to_pass_them_apart(pack):
+    x, y = np.zeros((5, 2)), np.ones((5, 2))  # equal shapes: NumPy alone would stack them into two samples
+    with pytest.raises(ValueError, match=r"separate arguments, from_arrays\(x, y\)") as info:
+        fl.from_arrays(pack([x, y]))
+    assert f"one {pack.__name__} of 2 arrays" in str(info.value)
+    assert [r.tolist() for r in samples(fl.from_arrays(pack([[1, 2], [3, 4]])))] == [[1, 2], [3, 4]]  # (nested lists: one array)
 
 
 def test_from_arrays_rejects_dict_arrays_of_unequal_length_naming_them():

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import os
 import signal
 import subprocess
@@ -18,9 +17,9 @@ pytest.importorskip("cv2")
 pytest.importorskip("simplejpeg")
 
 import feedline as fl
+from feedline.cli import main
 from feedline.store import StoreError, open_store
-from feedline.store._cli import add_commands
-from feedline.store._convert import convert
+from feedline.testing import convert
 
 
 def picture(h: int, w: int, seed: int) -> np.ndarray:
@@ -48,10 +47,7 @@ def image_folder(tmp_path):
 
 
 def run_cli(*argv) -> int:
-    parser = argparse.ArgumentParser(prog="feedline")
-    add_commands(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args([str(a) for a in argv])
-    return args.handler(args)
+    return main([str(a) for a in argv])
 
 
 def test_convert_an_image_folder_to_a_fixed_size_with_labels_from_folders(image_folder, tmp_path, no_leaks):
@@ -170,12 +166,12 @@ def test_convert_of_a_folder_without_media_says_so(tmp_path):
 
 def test_an_interrupted_convert_leaves_no_store(image_folder, tmp_path, monkeypatch, no_leaks):
     root, _ = image_folder
-    from feedline.store import _writer
+    from feedline.store import StoreWriter
 
     def interrupted(self, rows):
         raise KeyboardInterrupt  # Ctrl-C while writing
 
-    monkeypatch.setattr(_writer.StoreWriter, "write_rows", interrupted)
+    monkeypatch.setattr(StoreWriter, "write_rows", interrupted)
     with pytest.raises(KeyboardInterrupt):
         convert(root, tmp_path / "s", backend="serial", progress=False)
     assert sorted(os.listdir(tmp_path)) == ["photos"]

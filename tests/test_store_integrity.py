@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import errno
 import json
 import os
@@ -16,8 +15,8 @@ pytest.importorskip("pyarrow")
 pytest.importorskip("xxhash")
 
 import feedline as fl
+from feedline.cli import main
 from feedline.store import StoreError, StoreWriter, open_store, verify_store
-from feedline.store._cli import add_commands
 
 N = 400
 SHAPE = (32, 32, 3)
@@ -83,10 +82,7 @@ def flip_bytes(path, part: int, group: str, batch: int | None, count: int = 8) -
 
 
 def run_cli(*argv) -> int:
-    parser = argparse.ArgumentParser(prog="feedline")
-    add_commands(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args([str(a) for a in argv])
-    return args.handler(args)
+    return main([str(a) for a in argv])
 
 
 def strip_checksums(path) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import doctest
 import importlib
+import io
 import os
 import pickle
 import pkgutil
@@ -27,7 +28,6 @@ pytest.importorskip("simplejpeg")
 
 import feedline as fl
 import feedline.vision as fv
-from feedline.vision import _geometry
 
 
 # ------------------------------------------------------------------ images
@@ -314,18 +314,30 @@ def test_bad_files_follow_on_error_in_a_pipeline(files, tmp_path, backend, no_le
 
 
 # ----------------------------------------------------------------------- ops
+def _blank_jpeg(height: int, width: int) -> bytes:
+    out = io.BytesIO()
+    Image.fromarray(np.zeros((height, width, 3), np.uint8)).save(out, "JPEG")
+    return out.getvalue()
+
+
+def _box(image: bytes, rng, scale, ratio) -> tuple:
+    """The crop box `random_resized_crop` draws: the planned crop draws the same one from the same numbers."""
+    return fv.plan_random_resized_crop(image, 8, rng, scale=scale, ratio=ratio, flip=None).box
+
+
 def test_random_resized_crop_box_follows_torchvision_rules():
     rng = np.random.default_rng(0)
     areas, ratios = [], []
+    image = _blank_jpeg(375, 500)
     for _ in range(300):
-        top, left, h, w = _geometry.random_resized_box(375, 500, rng, (0.08, 1.0), (3 / 4, 4 / 3))
+        top, left, h, w = _box(image, rng, (0.08, 1.0), (3 / 4, 4 / 3))
         assert 0 <= top and top + h <= 375 and 0 <= left and left + w <= 500 and h > 0 and w > 0
         areas.append(h * w / (375 * 500))
         ratios.append(w / h)
     assert 0.07 <= min(areas) and max(areas) <= 1.0
     assert 0.74 <= min(ratios) and max(ratios) <= 1.35
     # Impossible aspect ratios fall back to the largest centred crop of an allowed ratio.
-    assert _geometry.random_resized_box(100, 1000, rng, (0.9, 1.0), (1.0, 1.0)) == (0, 450, 100, 100)
+    assert _box(_blank_jpeg(100, 1000), rng, (0.9, 1.0), (1.0, 1.0)) == (0, 450, 100, 100)
 
 
 def test_random_resized_crop_is_the_same_for_a_file_and_its_decoded_array(files):
@@ -344,20 +356,24 @@ def test_reduced_decode_gives_nearly_the_same_crop_as_full_decode(files):
             fast = fv.random_resized_crop(files["jpeg_large"], size, np.random.default_rng(seed))
             assert fast.shape == full.shape == (size, size, 3)
             assert np.abs(fast.astype(int) - full).mean() < 4.0
-            box = _geometry.random_resized_box(768, 1024, np.random.default_rng(seed), (0.08, 1.0), (3 / 4, 4 / 3))
-            reduced_seen.add(_geometry.reduction(box[2], box[3], size, size))
+            reduced_seen.add(_reduction(_box(files["jpeg_large"], np.random.default_rng(seed), (0.08, 1.0), (3 / 4, 4 / 3)), size))
     assert reduced_seen >= {2, 4}  # the test did exercise DCT-domain reduction
+
+
+def _reduction(box, size: int) -> int:
+    """The decode scale the crop uses: the largest of 8, 4, 2, 1 that keeps the box at least ``size`` each way."""
+    return next(f for f in (8, 4, 2, 1) if box[2] // f >= size and box[3] // f >= size)
 
 
 def test_reduced_decode_really_decodes_at_the_smaller_scale(files):
     """The crop equals: decode at 1/f, cut the scaled box, resize; so the full image was never decoded."""
     seed, size = 3, 96
-    rng = np.random.default_rng(seed)
-    box = _geometry.random_resized_box(768, 1024, rng, (0.08, 1.0), (3 / 4, 4 / 3))
-    f = _geometry.reduction(box[2], box[3], size, size)
+    box = _box(files["jpeg_large"], np.random.default_rng(seed), (0.08, 1.0), (3 / 4, 4 / 3))
+    f = _reduction(box, size)
     assert f > 1
     small = fv.decode(files["jpeg_large"], reduce=f)
-    top, left, h, w = _geometry.scale_box(box, f, small.shape[0], small.shape[1])
+    top, left = round(box[0] / f), round(box[1] / f)  # the box at 1/f, rounded to pixels
+    h, w = round((box[0] + box[2]) / f) - top, round((box[1] + box[3]) / f) - left
     by_hand = cv2.resize(small[top : top + h, left : left + w], (size, size), interpolation=cv2.INTER_AREA)
     np.testing.assert_array_equal(fv.random_resized_crop(files["jpeg_large"], size, np.random.default_rng(seed)), by_hand)
 

@@ -46,6 +46,8 @@ def test_describing_a_process_map_starts_the_fork_server_ahead_of_iteration():
         "from feedline import testing\n"
         "from feedline.engine import _runtime\n"
         "_runtime.default_workers = lambda: 4\n"  # few cores: an automatic map starts nothing ahead (the next test)
+        "from feedline import _startup\n"
+        "_startup.speculation = _startup.Speculation(cores=_runtime.default_workers)\n"  # the start-up policy counts the same cores
         "p = fl.from_arrays(np.arange(4))\n"
         "p.map(lambda s: s, backend='thread')\n"
         "p.map(lambda s: s)\n"
@@ -64,6 +66,8 @@ def test_describing_an_automatic_map_starts_the_fork_server_ahead_only_on_many_c
         "from feedline import testing\n"
         "from feedline.engine import _runtime\n"
         "_runtime.default_workers = lambda: int(sys.argv[1])\n"
+        "from feedline import _startup\n"
+        "_startup.speculation = _startup.Speculation(cores=_runtime.default_workers)\n"  # the start-up policy counts the same cores
         "p = fl.from_arrays(np.arange(4))\n"
         "p.map(lambda s: s, workers=1)\n"  # one worker: never processes
         "print(len(testing.helper_pids()))\n"
@@ -80,6 +84,8 @@ _SET_UP = (  # describe an automatic map, then either iterate at once or set up 
     "from feedline import testing\n"
     "from feedline.engine import _runtime\n"
     "_runtime.default_workers = lambda: int(sys.argv[1])\n"
+    "from feedline import _startup\n"
+    "_startup.speculation = _startup.Speculation(cores=_runtime.default_workers)\n"  # the start-up policy counts the same cores
     "p = fl.from_arrays(np.arange(64)).map(lambda s: s).batch(8)\n"
     "if sys.argv[2] == 'iterate':\n"
     "    with p:\n"
@@ -105,6 +111,8 @@ _HELD_AT_ONCE = (  # GIL-bound work on 2 cores, iterated at once: is a fork serv
     "from feedline import testing\n"
     "from feedline.engine import _runtime, _trial\n"
     "_runtime.default_workers = lambda: 2\n"
+    "from feedline import _startup\n"
+    "_startup.speculation = _startup.Speculation(cores=_runtime.default_workers)\n"  # the start-up policy counts the same cores
     "at_verdict = []\n"
     "start = _trial.BackendTrial._start_processes\n"
     "def recording(self):\n"
@@ -135,6 +143,8 @@ _PARKED_AT_VERDICT = (  # GIL-bound work on 2 cores in a new interpreter: were i
     "import numpy as np, feedline as fl\n"
     "from feedline.engine import _runtime, _trial\n"
     "_runtime.default_workers = lambda: 2\n"
+    "from feedline import _startup\n"
+    "_startup.speculation = _startup.Speculation(cores=_runtime.default_workers)\n"  # the start-up policy counts the same cores
     "held, seen = [], []\n"
     "park, start = _trial.BackendTrial._park_workers, _trial.BackendTrial._start_processes\n"
     "def parking(self):\n"
@@ -213,10 +223,11 @@ def test_held_process_workers_closed_unused_leave_nothing_behind(no_leaks):
 
     part = fl.from_arrays(np.arange(16)).map(where_am_i, backend="process").batch(4).plan.part
     held = ProcessExecutor(part, 3, held=True)
-    pids = held.worker_pids()
     deadline = time.monotonic() + 60
     while held.connecting() and time.monotonic() < deadline:
         time.sleep(0.01)
+    pids = held.worker_pids()  # (forked beside the consumer: known once they connect)
+    assert len(pids) == 3
     held.close()
     assert wait_for(lambda: not any(pid_alive(pid) for pid in pids), 15), "every held worker should be gone"
 
@@ -297,6 +308,8 @@ def test_automatic_choice_whose_threads_keep_the_cores_busy_never_starts_a_fork_
         "from feedline import testing\n"
         "from feedline.engine import _runtime\n"
         "_runtime.default_workers = lambda: 2\n"  # 2 cores (on 8 or more the map starts the server when described)
+        "from feedline import _startup\n"
+        "_startup.speculation = _startup.Speculation(cores=_runtime.default_workers)\n"  # the start-up policy counts the same cores
         "import zlib\n"
         "data = np.random.default_rng(0).integers(0, 4, 1 << 19, dtype=np.uint8).tobytes()\n"
         "def heavy(s):\n"

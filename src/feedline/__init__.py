@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING
 
 # Public names are imported on first use (PEP 562). A process worker imports
 # `feedline.backends.process._main`, which imports this package first: keeping it
-# lazy spares every worker the consumer-side modules (measured ~40 ms of a
-# ~150 ms worker start on the 2-core CI machine).
+# lazy spares every worker the consumer-side modules (a large share of a worker's
+# start; benchmarks/RESULTS.md, "Where the defaults come from").
 _WHERE = {
     "DecodeError": "._errors",
     "EpochIterator": ".engine",
@@ -28,13 +28,14 @@ _WHERE = {
     "SharedMemoryFull": "._errors",
     "Stats": ".engine",
     "WorkerError": "._errors",
+    "combine_states": ".engine._elastic",
     "concatenate": ".sources",
     "from_array_record": ".sources",
     "from_arrays": ".sources",
     "from_files": ".sources",
     "from_generator": ".sources",
     "from_hf_dataset": ".store",
-    "from_keras_sequence": ".adapters.keras",
+    "from_keras_sequence": ".adapters._keras_sequence",
     "from_parquet": ".store",
     "from_ray_dataset": ".sources._ray",
     "from_sequence": ".sources",
@@ -42,6 +43,7 @@ _WHERE = {
     "from_tfrecord": ".sources",
     "from_webdataset": ".sources",
     "mix": ".sources",
+    "get_worker_info": ".worker._info",
 }
 
 if TYPE_CHECKING:  # for type checkers and IDEs; at run time see __getattr__
@@ -53,13 +55,15 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time see __getattr__
         SharedMemoryFull,
         WorkerError,
     )
-    from .adapters.keras import from_keras_sequence
+    from .adapters._keras_sequence import from_keras_sequence
     from .engine import EpochIterator, Stats
+    from .engine._elastic import combine_states
     from .pipeline import Pipeline, Ray
     from .sources import from_array_record, from_arrays, from_files, from_generator, from_sequence, from_tfrecord, from_webdataset
     from .sources._compose import concatenate, mix
     from .sources._ray import from_ray_dataset
     from .store import from_hf_dataset, from_parquet, from_store
+    from .worker._info import get_worker_info
 
 
 def __getattr__(name: str):
@@ -91,6 +95,7 @@ __all__ = [
     "SharedMemoryFull",
     "Stats",
     "WorkerError",
+    "combine_states",
     "concatenate",
     "from_array_record",
     "from_arrays",
@@ -105,6 +110,7 @@ __all__ = [
     "from_tfrecord",
     "from_webdataset",
     "mix",
+    "get_worker_info",
 ]
 
 if sorted(__all__) != sorted(_WHERE):  # pragma: no cover - a name added to one list only

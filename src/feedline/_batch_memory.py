@@ -1,9 +1,8 @@
 """Where batches that live in this process get their memory: new arrays, and large ones used again.
 
 A fresh NumPy array of tens of MiB costs more than filling it: the kernel
-maps and zeroes every page on first touch (a 38 MiB batch of 3x224x224
-images was gathered at 0.41 of the copy rate into new arrays, 0.62 into
-arrays used before; benchmarks/store_gather.py). So the thread and serial
+maps and zeroes every page on first touch (gathering image batches into
+arrays used before is markedly faster: benchmarks/store_gather.py). So the thread and serial
 backends hand large batch arrays out again once nobody holds them.
 
 Ownership rule: an array handed out is the caller's, and whoever holds a

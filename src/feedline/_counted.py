@@ -55,6 +55,12 @@ class CountedSetting:
                 state, cls._state = cls._state, None
                 self.undo(state)
 
+    @classmethod
+    def holders(cls) -> int:
+        """Live holds; read under the lock, so a release in progress has undone the setting by the time this reads 0."""
+        with cls._lock:
+            return cls._holders
+
     @staticmethod
     def apply():
         """Apply the setting; what it returns is given to `undo`."""

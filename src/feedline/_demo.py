@@ -14,7 +14,7 @@ import os
 import tempfile
 import time
 
-from .cli import _Progress
+from ._progress import Progress
 from .engine._remembered import STARTED_ON_IT
 
 __all__ = ["explain", "load_and_augment", "run"]
@@ -80,7 +80,7 @@ def _naive(samples, batch_size):
 
 def _feedline_epoch(pipe, total: int, label: str) -> tuple[float, int]:
     """Run one epoch of ``pipe``; (seconds, samples)."""
-    progress = _Progress(total, label)
+    progress = Progress(total, label)
     t0 = time.perf_counter()
     count = 0
     for done, (x, _) in enumerate(pipe, 1):
@@ -165,7 +165,7 @@ def run(*, samples: int, size: int, batch: int, workers: int | None = None, data
     pairs = list(zip(paths, labels))
 
     total = -(-len(pairs) // batch)
-    progress = _Progress(total, "plain loop")
+    progress = Progress(total, "plain loop")
     t0 = time.perf_counter()
     naive_batches = 0
     for _ in _naive(pairs, batch):

@@ -72,6 +72,7 @@ class _Walker:
             self.hasher.update(data)
 
     def visit(self, obj, depth: int) -> None:
+        """Feed ``obj`` into the digest: plain values by repr, containers item by item, code by what it does."""
         if isinstance(obj, _PLAIN):
             self.put(type(obj).__name__, repr(obj))
             return
@@ -82,40 +83,53 @@ class _Walker:
             self.put("seen", _qualified(type(obj)))
             return
         self.seen.add(id(obj))
-        if isinstance(obj, np.ndarray):
-            self._array(obj)
-        elif isinstance(obj, np.generic):
-            self.put("npscalar", obj.dtype.str, obj.tobytes())
-        elif isinstance(obj, (list, tuple)):
-            self.put(type(obj).__name__, len(obj))
-            for item in obj:
-                self.visit(item, depth + 1)
-        elif isinstance(obj, dict):
-            self.put("dict", len(obj))
-            for key in sorted(obj, key=repr):
-                self.visit(key, depth + 1)
-                self.visit(obj[key], depth + 1)
-        elif isinstance(obj, (set, frozenset)):
-            self.put("set", sorted(digest(item) for item in obj))
-        elif isinstance(obj, types.FunctionType):
-            self._function(obj, depth)
-        elif isinstance(obj, types.MethodType):
-            self.put("method")
-            self.visit(obj.__func__, depth + 1)
-            self.visit(obj.__self__, depth + 1)
-        elif isinstance(obj, functools.partial):
-            self.put("partial")
-            self.visit(obj.func, depth + 1)
-            self.visit(obj.args, depth + 1)
-            self.visit(obj.keywords, depth + 1)
-        elif isinstance(obj, (types.BuiltinFunctionType, types.ModuleType, type)) or (hasattr(obj, "__qualname__") and _is_library(obj)):
-            self.put("named", _qualified(obj))
-            if isinstance(obj, type) and not _is_library(obj):
-                self._class(obj, depth)
+        for kinds, handler in self._VISITORS:
+            if isinstance(obj, kinds):
+                handler(self, obj, depth)
+                return
+        if hasattr(obj, "__qualname__") and _is_library(obj):
+            self._visit_named(obj, depth)
         elif isinstance(obj, os.PathLike):
             self.put("path", os.fspath(obj))
         else:
             self._instance(obj, depth)
+
+    def _visit_array(self, obj: np.ndarray, depth: int) -> None:
+        self._array(obj)
+
+    def _visit_numpy_scalar(self, obj: np.generic, depth: int) -> None:
+        self.put("npscalar", obj.dtype.str, obj.tobytes())
+
+    def _visit_sequence(self, obj, depth: int) -> None:
+        self.put(type(obj).__name__, len(obj))
+        for item in obj:
+            self.visit(item, depth + 1)
+
+    def _visit_dict(self, obj: dict, depth: int) -> None:
+        self.put("dict", len(obj))
+        for key in sorted(obj, key=repr):
+            self.visit(key, depth + 1)
+            self.visit(obj[key], depth + 1)
+
+    def _visit_set(self, obj, depth: int) -> None:
+        self.put("set", sorted(digest(item) for item in obj))
+
+    def _visit_method(self, obj: types.MethodType, depth: int) -> None:
+        self.put("method")
+        self.visit(obj.__func__, depth + 1)
+        self.visit(obj.__self__, depth + 1)
+
+    def _visit_partial(self, obj: functools.partial, depth: int) -> None:
+        self.put("partial")
+        self.visit(obj.func, depth + 1)
+        self.visit(obj.args, depth + 1)
+        self.visit(obj.keywords, depth + 1)
+
+    def _visit_named(self, obj, depth: int) -> None:
+        """Builtins, modules, classes and library objects: by name (a class of the user's code also by its members)."""
+        self.put("named", _qualified(obj))
+        if isinstance(obj, type) and not _is_library(obj):
+            self._class(obj, depth)
 
     def _array(self, a: np.ndarray) -> None:
         self.put("ndarray", a.dtype.str, a.shape)
@@ -169,6 +183,19 @@ class _Walker:
             state = _state(obj)
         if state is not None:
             self.visit(state, depth + 1)
+
+    # What `visit` does with a new object, by type: the first match wins (subclasses included).
+    _VISITORS = (
+        (np.ndarray, _visit_array),
+        (np.generic, _visit_numpy_scalar),
+        ((list, tuple), _visit_sequence),
+        (dict, _visit_dict),
+        ((set, frozenset), _visit_set),
+        (types.FunctionType, _function),
+        (types.MethodType, _visit_method),
+        (functools.partial, _visit_partial),
+        ((types.BuiltinFunctionType, types.ModuleType, type), _visit_named),
+    )
 
 
 def _global_names(code: types.CodeType) -> set[str]:

@@ -180,7 +180,7 @@ def _describe(tree) -> str:
     return type(tree).__name__
 
 
-_NUMBER_TYPES = (int, float, complex, np.number, np.bool_)  # concrete types: an ABC check costs ~1 us per leaf
+_NUMBER_TYPES = (int, float, complex, np.number, np.bool_)  # concrete types: an ABC check is slower, and it runs per leaf
 
 
 def _is_numeric(x) -> bool:
@@ -428,21 +428,11 @@ def _join(nodes: list, rows: list, path: str):
 
 
 def _join_column(parts: list, rows: list, path: str):
-    for p, (part, count) in enumerate(zip(parts, rows)):
-        got = _column_rows(part) if isinstance(part, (np.ndarray, list)) else None
-        if got is None or (count is not None and got != count):
-            what = _kind(part) if got is None or got < 0 else f"{_kind(part)} in a batch of {count} samples"
-            raise _Mismatch(p, path, what, about_samples=False)
+    """One column of a batch from its pieces: arrays concatenated, lists chained, mixed pieces as `_Rows`."""
+    _check_column_rows(parts, rows, path)
     if all(isinstance(part, np.ndarray) for part in parts):
-        head = parts[0]
-        for p, part in enumerate(parts):
-            if part.shape[1:] != head.shape[1:]:
-                raise _Mismatch(p, path, f"an array of shape {part.shape[1:]} where {{first}} has shape {head.shape[1:]}")
-            try:
-                np.result_type(head.dtype, part.dtype)
-            except TypeError:
-                raise _Mismatch(p, path, f"an array of dtype {part.dtype} where {{first}} has dtype {head.dtype}") from None
-        if all(part.dtype == head.dtype for part in parts):
+        _check_array_pieces(parts, path)
+        if all(part.dtype == parts[0].dtype for part in parts):
             return np.concatenate(parts, axis=0)
     elif all(type(part) is list for part in parts):
         return [v for part in parts for v in part]
@@ -451,6 +441,27 @@ def _join_column(parts: list, rows: list, path: str):
     # different dtypes): keep one item per row and collate the rows of each
     # batch cut from them again, so a batch is what collating its samples gives.
     return _Rows(v for part in parts for v in part)
+
+
+def _check_column_rows(parts: list, rows: list, path: str) -> None:
+    """Refuse a piece that is not a column, or whose rows differ from its batch's sample count (when known)."""
+    for p, (part, count) in enumerate(zip(parts, rows)):
+        got = _column_rows(part) if isinstance(part, (np.ndarray, list)) else None
+        if got is None or (count is not None and got != count):
+            what = _kind(part) if got is None or got < 0 else f"{_kind(part)} in a batch of {count} samples"
+            raise _Mismatch(p, path, what, about_samples=False)
+
+
+def _check_array_pieces(parts: list, path: str) -> None:
+    """Refuse array pieces whose rows differ in shape from the first piece's, or whose dtypes do not combine."""
+    head = parts[0]
+    for p, part in enumerate(parts):
+        if part.shape[1:] != head.shape[1:]:
+            raise _Mismatch(p, path, f"an array of shape {part.shape[1:]} where {{first}} has shape {head.shape[1:]}")
+        try:
+            np.result_type(head.dtype, part.dtype)
+        except TypeError:
+            raise _Mismatch(p, path, f"an array of dtype {part.dtype} where {{first}} has dtype {head.dtype}") from None
 
 
 class _Rows(list):

@@ -1,8 +1,9 @@
-"""A small window into a running pipeline, for tests and benchmarks (not for training code).
+"""A small window into feedline's machinery, for tests and benchmarks (not for training code).
 
-Tests that check the machinery (worker processes, the prefetch window)
-need to see it; they use these functions instead of private attributes,
-so the inside can change without breaking them.
+Tests that check the machinery (worker processes, the prefetch window,
+shared memory, the remote cache) need to see it; they use these functions
+instead of private modules and attributes, so the inside can change
+without breaking them (tests/test_tests_use_public_names.py checks that).
 
 >>> import numpy as np, feedline as fl
 >>> from feedline import testing
@@ -17,22 +18,72 @@ True
 
 from __future__ import annotations
 
-__all__ = ["executor", "helper_pids", "runtime", "wait_ready", "worker_pids"]
+__all__ = [
+    "batches_ahead",
+    "bounded_shared_memory",
+    "choice_policy",
+    "convert",
+    "cpu_quota",
+    "executor",
+    "explain_demo",
+    "helper_pids",
+    "libraries_to_preload",
+    "order_draws",
+    "read_ahead",
+    "remote_client",
+    "remove_segment",
+    "runtime",
+    "seal_state",
+    "segment_folders",
+    "shard_cache",
+    "switch_interval_holds",
+    "wait_ready",
+    "worker_pids",
+    "zygote_count",
+]
 
 
 def runtime(pipe):
-    """The pipeline's `feedline.engine.Runtime` (backend, workers, depth, decision), or None before it runs."""
+    """The pipeline's `feedline.engine.Runtime` (backend, workers, depth, decision), or None before it runs.
+
+    >>> import numpy as np, feedline as fl
+    >>> pipe = fl.from_arrays(np.arange(4)).map(abs, backend="thread", workers=2).batch(2)
+    >>> runtime(pipe) is None
+    True
+    >>> _ = list(pipe)
+    >>> runtime(pipe).backend, runtime(pipe).workers
+    ('thread', 2)
+    >>> pipe.close()
+    """
     return pipe._runtime
 
 
 def executor(pipe):
-    """The running `feedline.backends.Executor`, or None before the pipeline runs."""
+    """The running `feedline.backends.Executor`, or None before the pipeline runs.
+
+    >>> import numpy as np, feedline as fl
+    >>> pipe = fl.from_arrays(np.arange(4)).map(abs, backend="thread", workers=2).batch(2)
+    >>> executor(pipe) is None
+    True
+    >>> _ = list(pipe)
+    >>> executor(pipe) is not None
+    True
+    >>> pipe.close()
+    """
     rt = pipe._runtime
     return rt.executor if rt is not None else None
 
 
 def worker_pids(pipe) -> list[int]:
-    """Process ids of the pipeline's worker processes (empty for serial and thread backends)."""
+    """Process ids of the pipeline's worker processes (empty for serial and thread backends).
+
+    >>> import numpy as np, feedline as fl
+    >>> pipe = fl.from_arrays(np.arange(4)).map(abs, backend="process", workers=2).batch(2)
+    >>> _ = list(pipe)
+    >>> len(worker_pids(pipe))
+    2
+    >>> pipe.close()
+    """
     ex = executor(pipe)
     return ex.worker_pids() if ex is not None else []
 
@@ -42,6 +93,10 @@ def helper_pids() -> list[int]:
 
     A fork server lives until this process exits; its children are the
     process workers (so a worker's parent is a fork server, not this process).
+
+    >>> import os
+    >>> os.getpid() in helper_pids()  # this process is never one of its own helpers
+    False
     """
     from .backends.process._forkserver import server_pids
 
@@ -49,6 +104,255 @@ def helper_pids() -> list[int]:
 
 
 def wait_ready(pipe, timeout: float | None = None) -> bool:
-    """Block until every worker of a running pipeline can take tasks; False on timeout."""
+    """Block until every worker of a running pipeline can take tasks; False on timeout (or before it runs).
+
+    >>> import numpy as np, feedline as fl
+    >>> pipe = fl.from_arrays(np.arange(8)).map(abs, backend="thread", workers=2).batch(2)
+    >>> wait_ready(pipe, timeout=0.1)  # not running yet
+    False
+    >>> it = iter(pipe)
+    >>> _ = next(it)
+    >>> wait_ready(pipe, timeout=30)
+    True
+    >>> pipe.close()
+    """
     ex = executor(pipe)
     return ex.wait_ready(timeout) if ex is not None else False
+
+
+def batches_ahead(it) -> int:
+    """Batches an epoch iterator has in flight or finished but not yet handed out: what the prefetch depth bounds.
+
+    >>> import numpy as np, feedline as fl
+    >>> pipe = fl.from_arrays(np.arange(8)).map(abs, backend="thread", workers=2).batch(2)
+    >>> it = iter(pipe)
+    >>> _ = list(it)
+    >>> batches_ahead(it)  # an epoch read to its end holds none
+    0
+    >>> pipe.close()
+    """
+    return it._in_flight + len(it._done) + len(it._out)
+
+
+def read_ahead(store):
+    """A remote store's background read-ahead (``done``: it has ended; ``fetched``: files fetched), or None before one starts.
+
+    ``store`` is the object ``fl.from_store(url)`` reads a remote store
+    through; tests/test_remote_store.py waits on it against a local S3
+    server. It has no example here, which would need one.
+    """
+    return store._ahead
+
+
+def segment_folders() -> list[str]:
+    """Folders where this process's shared-memory segments can lie as files: ``/dev/shm`` and the spill folder, where on.
+
+    A segment's name starts with ``feedline_<pid of the consumer>_``.
+
+    >>> segment_folders()[0]
+    '/dev/shm'
+    """
+    from .transport._shm import spill_dir
+
+    spill = spill_dir()
+    return ["/dev/shm", spill] if spill else ["/dev/shm"]
+
+
+def remove_segment(name: str) -> bool:
+    """Remove a segment by the name found in `segment_folders`; True if it existed. For cleaning up after a killed consumer.
+
+    >>> remove_segment("feedline_0_no_such_segment")
+    False
+    """
+    from .transport._shm import unlink
+
+    return unlink(name)
+
+
+def switch_interval_holds() -> int:
+    """Live holds on feedline's shorter GIL switch interval; 0 once every holder released it (and the user's is back).
+
+    >>> switch_interval_holds()  # no pipeline running: no hold, the user's own interval
+    0
+    """
+    from ._switch_interval import ShortSwitchInterval
+
+    return ShortSwitchInterval.holders()
+
+
+def cpu_quota(cgroup_root: str = "/sys/fs/cgroup", own_cgroup: str = "/proc/self/cgroup") -> float | None:
+    """The CPU quota (in CPUs) feedline reads from a cgroup tree, v1 or v2; None: no quota. Tests pass a fake tree.
+
+    A cgroup v2 tree whose ``cpu.max`` allows 150 ms of CPU every 100 ms:
+
+    >>> import pathlib, tempfile
+    >>> root = pathlib.Path(tempfile.mkdtemp())
+    >>> _ = (root / "cpu.max").write_text("150000 100000\\n")
+    >>> _ = (root / "own_cgroup").write_text("0::/\\n")
+    >>> cpu_quota(str(root), str(root / "own_cgroup"))
+    1.5
+    >>> _ = (root / "cpu.max").write_text("max 100000\\n")
+    >>> cpu_quota(str(root), str(root / "own_cgroup")) is None
+    True
+    """
+    from ._cores import cpu_quota as read
+
+    return read(cgroup_root, own_cgroup)
+
+
+def bounded_shared_memory() -> int | None:
+    """Bytes of ``/dev/shm`` that bound the batches in flight (segments have nowhere else to go); None: unbounded.
+
+    >>> room = bounded_shared_memory()
+    >>> room is None or room > 0
+    True
+    """
+    from .transport._shm import bounded_room
+
+    return bounded_room()
+
+
+def seal_state(state: dict) -> dict:
+    """``state`` (an ``it.state()`` edited by hand) with its digest made to match, for tests of the checks behind it.
+
+    >>> import numpy as np, feedline as fl
+    >>> pipe = fl.from_arrays(np.arange(8)).batch(2)
+    >>> it = pipe.epoch(0)
+    >>> _ = next(it)
+    >>> state = it.state()
+    >>> seal_state(dict(state))["digest"] == state["digest"]  # unedited: the digest it had
+    True
+    >>> pipe.close()
+    """
+    from .engine._state import seal
+
+    return seal(state)
+
+
+def convert(src, dst, **options):
+    """Run ``feedline convert SRC DST`` as a function (``options`` as its flags, plus ``progress``); returns its summary.
+
+    For tests that check the summary's counts and lists rather than the printed text.
+
+    >>> import pathlib, tempfile
+    >>> import numpy as np
+    >>> from PIL import Image
+    >>> root = pathlib.Path(tempfile.mkdtemp())
+    >>> for label in ("cat", "dog"):
+    ...     (root / "images" / label).mkdir(parents=True)
+    ...     Image.fromarray(np.zeros((12, 16, 3), np.uint8)).save(root / "images" / label / "0.png")
+    >>> summary = convert(root / "images", root / "store", size=(8, 8), backend="serial", progress=False)
+    >>> summary.samples, summary.skipped
+    (2, [])
+    """
+    from .store._convert import convert as run
+
+    return run(src, dst, **options)
+
+
+def explain_demo(samples: int, naive: float, cold: float, warm: float, cold_stats, warm_stats,
+                 load: float | None = None) -> list[str]:
+    """The lines ``feedline demo`` prints about its timings (speed-up, or why there is none), for given stats.
+
+    Lets tests check each reason (one core, a busy machine, start-up) without making the machine so.
+
+    >>> from types import SimpleNamespace
+    >>> one_core = SimpleNamespace(workers=1, cores=1, backend="serial", cpu_share=None, trial={}, batches=4)
+    >>> lines = explain_demo(64, naive=0.20, cold=0.21, warm=0.20, cold_stats=one_core, warm_stats=one_core)
+    >>> lines[1].startswith("  no speed-up at this size: feedline runs 1 worker here (1 core available)")
+    True
+    """
+    from ._demo import explain
+
+    return explain(samples, naive, cold, warm, cold_stats, warm_stats, load)
+
+
+def remote_client(protocol: str, storage_options: dict) -> str:
+    """``"obstore"`` or ``"fsspec"``: the client feedline reads a remote URL of ``protocol`` with (``FEEDLINE_FS_BACKEND`` too).
+
+    Raises:
+        ValueError: ``FEEDLINE_FS_BACKEND`` names an unknown client, or one that cannot read ``protocol``.
+
+    >>> remote_client("memory", {})  # obstore reads s3, gs and http(s) only
+    'fsspec'
+    """
+    from .store._remote_fs import choose_backend
+
+    return choose_backend(protocol, storage_options)
+
+
+def shard_cache(cache_dir, limit: int = 1 << 40):
+    """The download cache of remote shards in ``cache_dir``, as workers share it: ``get``, ``files()``, ``used_bytes()``, ``counts()``.
+
+    >>> import tempfile
+    >>> cache = shard_cache(tempfile.mkdtemp())
+    >>> cache.files(), cache.used_bytes(), cache.counts()["downloads"]
+    ([], 0, 0)
+    """
+    from .store._remote_cache import ShardCache
+
+    return ShardCache(str(cache_dir), limit)
+
+
+def libraries_to_preload(pickled: bytes) -> tuple[str, ...]:
+    """The installed libraries a process worker's zygote imports ahead for ``pickled`` (a pickled pipeline part), sorted.
+
+    Never the standard library, nor what every worker imports anyway:
+
+    >>> import json, pickle
+    >>> import numpy as np
+    >>> libraries_to_preload(pickle.dumps([json.dumps, np.add]))
+    ()
+    """
+    from .backends.process._preload import libraries_to_preload as read
+
+    return read(pickled)
+
+
+def zygote_count() -> int:
+    """Zygotes (pre-importing parents of process workers) that this process's fork servers hold now.
+
+    >>> zygote_count() >= 0  # one per set of libraries that process workers of this process imported ahead
+    True
+    """
+    from .backends.process._forkserver import _servers
+
+    return sum(len(server.zygotes) for server in _servers)
+
+
+def choice_policy(policy):
+    """Context manager: automatic choices (``map(fn)`` with no ``backend=``) started inside it decide under ``policy``.
+
+    ``policy`` is a `feedline.engine.choice.Policy`; vary one threshold with
+    ``dataclasses.replace(DEFAULT_POLICY, retrial_after=0.0)`` or
+    ``Policy(retrial_after=0.0)``. The trial takes the policy when the
+    pipeline starts iterating, so start it inside the block.
+
+    >>> import dataclasses
+    >>> from feedline.engine.choice import DEFAULT_POLICY
+    >>> with choice_policy(dataclasses.replace(DEFAULT_POLICY, retrial_after=0.0)):
+    ...     pass
+    """
+    from .engine.choice import using_policy
+
+    return using_policy(policy)
+
+
+def order_draws() -> int:
+    """How many epoch orders of indexed pipelines this process has drawn (each one pass of the shuffles' permutations).
+
+    Starting an epoch draws one; so does resuming a state, whatever checks
+    come before its first batch (they hand the order they drew to the epoch).
+
+    >>> import numpy as np, feedline as fl
+    >>> pipe = fl.from_arrays(np.arange(8)).shuffle(seed=0).batch(2)
+    >>> it = iter(pipe)
+    >>> _ = next(it)
+    >>> before = order_draws()
+    >>> _ = list(pipe.resume(it.state()))
+    >>> order_draws() - before
+    1
+    """
+    from .engine import _shares
+
+    return _shares.DRAWS

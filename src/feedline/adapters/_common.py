@@ -71,6 +71,9 @@ def even_steps(pipe, even: bool = True) -> int | None:
     shards = [step for step in _shards(pipe) if step.count > 1]
     if not even or not shards:
         return None
+    deal = pipe._plan.deal
+    if deal is not None and deal.count > 1:  # shard(even=...) deals whole packed / budgeted batches: equal by construction
+        return None
     try:
         own = len(pipe)
     except TypeError as e:

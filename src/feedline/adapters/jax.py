@@ -20,6 +20,11 @@ Protocol:
   the global array is assembled with
   ``jax.make_array_from_process_local_data``.
 - Leaves that are not numeric arrays (strings, lists) stay on the host.
+- Checkpoints: the pipeline runs ``depth`` batches ahead of the one handed
+  out, so the loader notes the pipeline's position (``it.state()``) as it
+  takes each batch, and ``state_dict()`` answers with the one noted for
+  the last batch handed out (the layout of `feedline.pipeline._checkpoint`,
+  as ``pipe.torch()``'s loader writes it).
 """
 
 from __future__ import annotations
@@ -29,7 +34,9 @@ import sys
 
 import numpy as np
 
-from ._common import epoch_batches, even_steps, map_structure, require, steps_per_epoch
+from .._errors import FeedlineError
+from ..pipeline._checkpoint import between_epochs, encode
+from ._common import EpochPosition, even_steps, map_structure, require, steps_per_epoch
 
 __all__ = ["JaxLoader", "to_jax"]
 
@@ -39,7 +46,19 @@ DEFAULT_DEPTH = 2  # batches in flight to the device: one transferring while the
 class JaxLoader:
     """An iterable over a pipeline's batches as JAX arrays; each ``iter()`` is the next epoch.
 
-    Made by ``pipe.jax()``; see `to_jax` for the arguments.
+    Made by ``pipe.jax()``; see `to_jax` for the arguments. `state_dict` /
+    `load_state_dict` checkpoint it (with Orbax: `feedline.adapters.orbax`).
+
+    >>> import numpy as np, feedline as fl
+    >>> loader = fl.from_arrays(np.arange(6)).batch(2).jax()
+    >>> it = iter(loader)
+    >>> next(it).tolist()
+    [0, 1]
+    >>> saved = loader.state_dict()  # after the batch handed out
+    >>> again = fl.from_arrays(np.arange(6)).batch(2).jax()
+    >>> again.load_state_dict(saved)
+    >>> [b.tolist() for b in again]
+    [[2, 3], [4, 5]]
     """
 
     def __init__(self, pipe, sharding=None, depth: int = DEFAULT_DEPTH, even_batches: bool = True):
@@ -55,6 +74,9 @@ class JaxLoader:
         self.sharding = sharding
         self.depth = depth
         self.even_batches = even_batches
+        self._position = EpochPosition(pipe)  # the pipeline's epoch and where it stands (ahead of the step)
+        self._epoch = None  # the epoch being handed out: a token of its generator, or None between epochs
+        self._handed = None  # the position after the last batch handed out (before the first: where the epoch starts)
 
     def __len__(self) -> int:
         """Batches per epoch (the same on every process of a sharded pipeline)."""
@@ -65,7 +87,32 @@ class JaxLoader:
 
     def __iter__(self):
         steps = even_steps(self._pipe, self.even_batches)
-        return self._ahead(epoch_batches(self._pipe, steps))
+        return self._ahead(self._position.epoch(steps))
+
+    def state_dict(self) -> dict:
+        """Where the loader stands, for Orbax (`feedline.adapters.orbax`), ``pickle`` or ``json``.
+
+        As ``pipe.torch()``'s loader: taken mid-epoch, `load_state_dict`
+        makes the next ``iter()`` continue right after the last batch
+        handed out (not after the ``depth`` batches already on their way to
+        the device), and later epochs follow; taken between epochs, the
+        next ``iter()`` starts the next epoch. Any backend and worker count
+        before and after. Details: docs/checkpoints.md.
+        """
+        if self._epoch is None:
+            return self._position.state_dict()
+        if isinstance(self._handed, FeedlineError):  # the pipeline keeps no position (map(ordered=False))
+            raise FeedlineError(str(self._handed)) from self._handed
+        return encode(self._handed)
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        """Make the next ``iter()`` continue from ``state_dict`` (see `state_dict`).
+
+        Raises:
+            ValueError: the state is not a loader state of this version, or
+                was taken on another pipeline (the field and the fix named).
+        """
+        self._position.load_state_dict(state_dict, "JaxLoader")
 
     def _put(self, batch):
         jax = sys.modules["jax"]
@@ -87,17 +134,44 @@ class JaxLoader:
         return map_structure(lambda leaf: placed[leaf.i] if isinstance(leaf, _Slot) else leaf, skeleton)
 
     def _ahead(self, batches):
-        staged: collections.deque = collections.deque()
+        staged: collections.deque = collections.deque()  # (batch on its way, the position after it)
+        token = self._epoch = object()
+        position = self._position  # before the first batch: where the epoch starts (the loaded position, or the next epoch)
+        self._handed = position.pending if position.pending is not None else between_epochs(self._pipe._next_epoch)
         try:
             for batch in batches:
-                staged.append(self._put(batch))
+                staged.append((self._put(batch), self._after()))
                 del batch
                 if len(staged) > self.depth:
-                    yield staged.popleft()
+                    yield self._hand(staged.popleft())
             while staged:
-                yield staged.popleft()
+                yield self._hand(staged.popleft())
         finally:
+            if self._epoch is token:
+                self._epoch = None
             batches.close()
+
+    def _after(self) -> dict | FeedlineError:
+        """The position after the batch just taken from the pipeline (`EpochPosition.state_dict`'s, not encoded).
+
+        Where the pipeline cannot say (``map(ordered=False)``), the refusal,
+        which `state_dict` raises: iterating goes on.
+        """
+        position = self._position
+        iterator = position.iterator
+        if position.steps is not None and position.given >= position.steps:
+            return between_epochs(iterator.epoch + 1)
+        if isinstance(self._handed, FeedlineError):
+            return self._handed
+        try:
+            state = iterator.state()
+        except FeedlineError as refusal:
+            return refusal
+        return {"next_epoch": iterator.epoch + 1, "state": state, "given": position.given}
+
+    def _hand(self, staged):
+        batch, self._handed = staged
+        return batch
 
     def __repr__(self) -> str:
         return f"JaxLoader(sharding={self.sharding!r}, depth={self.depth}) over\n{self._pipe!r}"
@@ -126,7 +200,8 @@ def to_jax(pipe, sharding=None, *, depth: int = DEFAULT_DEPTH, even_batches: boo
 
     Returns:
         A `JaxLoader`: each ``iter()`` is the next epoch; ``len()`` is
-        batches per epoch.
+        batches per epoch; ``state_dict()`` / ``load_state_dict()`` resume
+        right after the last batch handed out.
 
     Raises:
         ImportError: JAX is not installed (``pip install 'feedline[jax]'``).

@@ -11,18 +11,29 @@ an existing ``keras.utils.Sequence`` in feedline's workers. Why not a
 from __future__ import annotations
 
 import functools
+import importlib
 import itertools
-import warnings
+from typing import TYPE_CHECKING
 
-from ._common import epoch_batches, even_steps, require, steps_per_epoch
+from .._errors import FeedlineError
+from ._common import EpochPosition, even_steps, require, steps_per_epoch
 
-__all__ = ["from_keras_sequence", "to_keras"]
+if TYPE_CHECKING:  # at run time see __getattr__
+    from ._keras_sequence import from_keras_sequence
+    from .keras_checkpoint import LoaderCheckpoint
 
-_KERAS_MODULES = ("keras", "tf_keras", "tensorflow")
-# Not copied to the detached class: __init__ never runs on the copy (its state
-# is copied as is), and its usual super().__init__(**kwargs) would bind the copy
-# to the Keras class again.
-_NOT_COPIED = ("__dict__", "__weakref__", "__init__")
+__all__ = ["LoaderCheckpoint", "from_keras_sequence", "to_keras"]
+
+# from_keras_sequence builds a pipeline (the facade), whose .keras() imports this module: it lives in
+# `_keras_sequence`, below the facade, and is found here on first use (PEP 562).
+_WHERE = {"from_keras_sequence": "._keras_sequence", "LoaderCheckpoint": ".keras_checkpoint"}
+
+
+def __getattr__(name: str):
+    if name not in _WHERE:
+        raise AttributeError(f"module 'feedline.adapters.keras' has no attribute {name!r}")
+    return getattr(importlib.import_module(_WHERE[name], __package__), name)
+
 
 
 @functools.cache
@@ -58,6 +69,9 @@ def _adapter_class():
             from .torch import TorchLoader
 
             return _TorchEpochs(self._epochs, TorchLoader(self._pipe, device=get_device(), even_batches=self._even))
+
+        def on_epoch_end(self):
+            self._epochs.pause()
 
         def get_tf_dataset(self):
             if self._tf_dataset is None:
@@ -98,40 +112,133 @@ class _Epochs:
     every later epoch number by one. So an epoch dropped after at most
     ``keep`` batches (1, plus those staged ahead on a device) is parked,
     and the next iterator replays those batches and continues it.
+
+    When Keras ends its epoch (``on_epoch_end``) before the feedline epoch
+    ended, the live epoch is paused (see `_PausableEpoch`). `position` says
+    where the live epoch stands, paused or not (`LoaderCheckpoint` saves
+    it); ``take`` (set by a resume) ends the next iterator after that many
+    batches, parking the rest of the epoch for the next iterator, so that a
+    resumed Keras epoch ends at its own last step.
     """
 
     def __init__(self, pipe, even_batches: bool):
         self.pipe = pipe
         self.even = even_batches
         self.parked = None  # (batches already handed out, rest of the epoch)
+        self.live = None  # the epoch an iterator Keras holds is reading (not a parked one)
         self.generation = 0
+        self.position = EpochPosition(pipe)
+        self.take = None
+
+    def resume(self, state_dict: dict, take: int | None) -> None:
+        """Make the next iterator continue at ``state_dict``'s position (a `LoaderCheckpoint` restore)."""
+        self.position.load_state_dict(state_dict, "LoaderCheckpoint")
+        if self.parked is not None:  # an epoch Keras peeked at before the restore: not the one to continue
+            self.parked[1].close()
+            self.parked = None
+        self.take = take
 
     def next_epoch(self, keep: int = 1):
         self.generation += 1
         return self._run(self.generation, keep)
 
+    def pause(self) -> None:
+        """Keras ended its epoch: cancel the live epoch's outstanding work, keeping its place."""
+        if self.live is not None:
+            self.live.pause()
+
     def _run(self, generation, keep):
         parked, self.parked = self.parked, None  # taken at the first next(): iterators made and dropped unused take nothing
         if parked is None:
-            head, rest = [], epoch_batches(self.pipe, even_steps(self.pipe, self.even))
+            if self.live is not None:  # a paused epoch nobody reads on (an evaluation's): the new one starts anew
+                self.live.close()
+            head, rest = [], _PausableEpoch(self.position, even_steps(self.pipe, self.even))
         else:
             head, rest = parked
+            if not head:  # parked by a resumed epoch's last step (a peek parks the batches it saw)
+                rest.next_if_empty = True
+        self.live = rest
+        take, self.take = self.take, None
+        batches = itertools.chain(head, rest) if take is None else itertools.islice(itertools.chain(head, rest), take)
         given, parked_now = [], False
         try:
-            for batch in itertools.chain(head, rest):
+            for batch in batches:
                 if given is not None:
                     given.append(batch)
                     if len(given) > keep:
                         given = None  # past the peek: keep nothing
                 yield batch
                 del batch
+            if take is not None:  # the resumed Keras epoch's last step: the next iterator continues the epoch
+                self.parked, parked_now = ([], rest), True
         except GeneratorExit:  # dropped by Keras (an error inside the epoch is not parked)
             if given is not None and generation == self.generation:
                 self.parked, parked_now = (given, rest), True
             raise
         finally:
+            if self.live is rest:
+                self.live = None
             if not parked_now:
                 rest.close()
+
+
+class _PausableEpoch:
+    """One feedline epoch that stops its work when Keras's epoch ends and, if read on, continues where it stood.
+
+    Keras ends an epoch without saying whether it will read the same
+    iterator again: fit's training iterator with ``steps_per_epoch`` goes on
+    in the next Keras epoch (Keras's rule), an evaluation's
+    (``validation_steps=``, ``evaluate(steps=)``) is dropped only when the
+    next evaluation starts, a whole training epoch later. `pause` cancels
+    the epoch's queued and running tasks at once and keeps its position; a
+    later ``next()`` resumes the epoch there (``pipe.resume``), so both read
+    the batches they would have read. An epoch whose position cannot be
+    kept (``map(ordered=False)``) is left running, as before.
+    """
+
+    def __init__(self, position: EpochPosition, steps: int | None):
+        self.position = position
+        self.steps = steps
+        self.batches = position.epoch(steps)
+        self.paused = None  # the position's pending state while this epoch is paused
+        self.next_if_empty = False  # a resume parked this epoch at its end: then the next epoch follows
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        if self.paused is not None:
+            self.paused = None
+            self.batches = self.position.epoch(self.steps)  # continues at the position kept by `pause`
+        first, self.next_if_empty = self.next_if_empty, False
+        try:
+            return next(self.batches)
+        except StopIteration:
+            if not first:
+                raise
+            self.batches = self.position.epoch(self.steps)
+            return next(self.batches)
+
+    def pause(self) -> None:
+        position = self.position
+        if self.paused is not None or position.iterator is None:
+            return  # not started, ended, or paused already
+        if self.steps is not None and position.given >= self.steps:
+            self.batches.close()  # its last batch was handed out: nothing left to keep
+            return
+        try:
+            state = position.state_dict()
+        except FeedlineError:
+            return  # unordered output has no position to resume from
+        self.batches.close()
+        position.load_state_dict(state, "pipe.keras()")
+        self.paused = position.pending
+
+    def close(self) -> None:
+        if self.paused is not None and self.position.pending is self.paused:
+            self.position.pending = None  # nobody reads on: the next epoch starts anew
+        self.paused = None
+        self.batches.close()
 
 
 class _TorchEpochs:
@@ -168,193 +275,17 @@ def to_keras(pipe, *, even_batches: bool = True):
 
     Raises:
         ImportError: Keras is missing or older than 3.7 (``pip install 'feedline[keras]'``).
+
+    >>> import keras
+    >>> import numpy as np, feedline as fl
+    >>> x = np.random.default_rng(0).normal(size=(64, 4)).astype("float32")
+    >>> y = (x.sum(axis=1) > 0).astype("float32")
+    >>> pipe = fl.from_arrays(x, y).shuffle(seed=0).batch(16)
+    >>> model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1, activation="sigmoid")])
+    >>> model.compile(optimizer="sgd", loss="binary_crossentropy")
+    >>> history = model.fit(pipe.keras(), epochs=2, verbose=0)  # each Keras epoch: one feedline epoch of 4 batches
+    >>> len(history.history["loss"])
+    2
+    >>> pipe.close()
     """
     return _adapter_class()(pipe, even_batches=even_batches)
-
-
-# ------------------------------------------------------------ Sequences as sources
-def _one_keras_batch(items):
-    """Collation for a Keras Sequence: each feedline sample already is a whole batch."""
-    return items[0]
-
-
-def _keras_batch_rows(batch) -> int:
-    """Samples in a Keras batch: the first dimension of its first array (1 if it holds none).
-
-    >>> import numpy as np
-    >>> _keras_batch_rows(({"image": np.zeros((32, 8))}, np.zeros(32)))
-    32
-    """
-    stack = [batch]
-    while stack:
-        node = stack.pop(0)
-        if isinstance(node, dict):
-            stack[:0] = list(node.values())
-        elif isinstance(node, (tuple, list)):
-            stack[:0] = list(node)
-        else:
-            shape = getattr(node, "shape", None)
-            if shape is not None and len(shape) >= 1 and shape[0] is not None:
-                return int(shape[0])
-    return 1
-
-
-# stats() counts samples: each Keras batch holds many (read by the epoch iterator).
-_one_keras_batch.rows_of = _keras_batch_rows
-
-
-def _is_keras_class(klass) -> bool:
-    return klass.__module__.split(".")[0] in _KERAS_MODULES
-
-
-def _uses_zero_argument_super(namespace: dict) -> bool:
-    for value in namespace.values():
-        function = getattr(value, "__func__", value)
-        for fn in (function, getattr(value, "fget", None), getattr(value, "fset", None)):
-            code = getattr(fn, "__code__", None)
-            if code is not None and "__class__" in code.co_freevars:
-                return True
-    return False
-
-
-def _detach_from_keras(seq):
-    """A copy of ``seq`` whose class does not inherit from Keras, when that is safe.
-
-    A ``keras.utils.Sequence`` subclass pickles with a reference to Keras,
-    so every worker would import Keras (and, on its default backend,
-    TensorFlow): seconds of start-up and hundreds of MB per worker, for a
-    ``__getitem__`` that usually needs only NumPy. The copy has the same
-    methods and attributes on a plain class. It is not made (the original
-    is sent) unless the class is plain Python classes on top of Keras ones,
-    no method other than ``__init__`` uses zero-argument ``super()``, and no
-    class uses ``__slots__``; Keras is then imported in the workers, which
-    is slower but equally correct.
-    """
-    cls = type(seq)
-    mro = cls.__mro__[:-1]  # without object
-    keras_at = next((k for k, klass in enumerate(mro) if _is_keras_class(klass)), None)
-    if keras_at is None or not hasattr(seq, "__dict__"):
-        return seq  # nothing of Keras to detach, or nowhere to copy state from
-    own, base = mro[:keras_at], mro[keras_at:]
-    if not all(_is_keras_class(k) for k in base) or not all(type(k) is type for k in own):
-        return seq  # another library's class in the mix, or a metaclass: keep the original
-    namespace: dict = {}
-    for klass in reversed(own):
-        if "__slots__" in vars(klass):
-            return seq
-        namespace.update({k: v for k, v in vars(klass).items() if k not in _NOT_COPIED})
-    if _uses_zero_argument_super(namespace):
-        return seq
-    shadow = type(cls.__name__, (object,), namespace)
-    copy = object.__new__(shadow)
-    copy.__dict__.update(vars(seq))
-    return copy
-
-
-class _CountedBatches:
-    """A ``PyDataset`` that gives its length as ``num_batches`` only (Keras 3 allows that)."""
-
-    def __init__(self, seq, count: int):
-        self.seq, self.count = seq, count
-
-    def __len__(self) -> int:
-        return self.count
-
-    def __getitem__(self, index):
-        return self.seq[index]
-
-
-def _as_sequence(seq):
-    if hasattr(seq, "__len__") or not hasattr(seq, "__getitem__"):
-        return _detach_from_keras(seq)
-    count = getattr(seq, "num_batches", None)
-    if isinstance(count, bool) or not isinstance(count, int):
-        raise TypeError(
-            f"from_keras_sequence() needs a finite sequence: {type(seq).__name__} has no len() and its "
-            f"num_batches is {count!r}. An endless PyDataset has no epochs; give it a __len__, or use "
-            "fl.from_generator for a stream"
-        )
-    return _CountedBatches(_detach_from_keras(seq), count)
-
-
-def from_keras_sequence(seq, *, shuffle: bool = True, seed: int | None = None, workers: int | None = None, backend: str | None = None, on_error="raise"):
-    """A pipeline whose batches are the batches of a ``keras.utils.Sequence`` / ``PyDataset``.
-
-    ``seq[i]`` (your ``__getitem__``) runs in feedline's workers, one batch
-    per task, in parallel processes by default: real parallelism for
-    CPU-bound Python, on every OS, with lambdas and closures, and without an
-    ``if __name__ == "__main__":`` guard. Keras is not needed to call this.
-
-    Args:
-        seq: anything with ``len()`` (or a Keras ``num_batches``) and
-            ``seq[i]`` returning a whole batch, e.g. ``(x, y)`` arrays.
-        shuffle: visit batches in a new order each epoch (default), as
-            Keras's ``fit`` does with a Sequence (its ``shuffle=True``
-            default). Pass ``shuffle=False`` to keep ``seq``'s order: for a
-            pipeline given to ``predict`` (whose outputs follow the batch
-            order) or ``evaluate``, or when the order itself matters.
-        seed: seed of that order: the same seed gives the same order every
-            run; None draws one now (shown by ``print(pipe)``, kept in
-            checkpoints).
-        workers, backend, on_error: as for `Pipeline.map`; ``on_error``
-            applies to a whole batch (``"skip"`` drops the batch).
-
-    Returns:
-        A `Pipeline` of ``len(seq)`` batches; train with
-        ``model.fit(pipe.keras())``. Its ``stats()`` count samples as the
-        rows of each batch (the first dimension of its first array).
-
-    Raises:
-        TypeError: ``seq`` has no ``[]``, or neither ``len()`` nor a
-            ``num_batches`` count (an endless ``PyDataset``).
-
-    The sequence is copied into each worker once, so its ``on_epoch_end``
-    cannot change what the workers see; it is not called (a warning says
-    so when your class defines one). The default ``shuffle=True`` gives a
-    new order each epoch.
-
-    >>> import numpy as np
-    >>> class Batches:
-    ...     def __len__(self):
-    ...         return 3
-    ...     def __getitem__(self, i):
-    ...         return np.full((2, 1), i), np.array([i, i])
-    >>> pipe = from_keras_sequence(Batches(), shuffle=False, backend="serial")
-    >>> [int(y.sum()) for x, y in pipe]
-    [0, 2, 4]
-    >>> shuffled = from_keras_sequence(Batches(), seed=0, backend="serial")
-    >>> sorted(int(y.sum()) for x, y in shuffled)  # every batch once, in a seeded order
-    [0, 2, 4]
-    """
-    from .. import from_sequence
-
-    _warn_about_epoch_hooks(seq)
-    pipe = from_sequence(_as_sequence(seq))
-    if shuffle:
-        pipe = pipe.shuffle(seed)
-    elif seed is not None:
-        raise ValueError("from_keras_sequence(seed=...) only applies with shuffle=True (the default); drop seed= or shuffle=False")
-    if workers is not None or backend is not None or on_error != "raise":
-        pipe = pipe.map(_whole_batch, workers=workers, backend=backend, on_error=on_error)
-    return pipe.batch(1, collate=_one_keras_batch)
-
-
-def _whole_batch(batch):
-    """The identity: carries map() settings (workers, backend, on_error) for a Sequence."""
-    return batch
-
-
-def _warn_about_epoch_hooks(seq) -> None:
-    for klass in type(seq).__mro__:
-        if _is_keras_class(klass) or klass is object:
-            continue
-        if "on_epoch_end" in vars(klass) or "on_epoch_begin" in vars(klass):
-            warnings.warn(
-                f"{type(seq).__name__} defines on_epoch_end/on_epoch_begin, which feedline does not call: "
-                "each worker holds its own copy of the sequence, so state changed there would not reach "
-                "them. The batch order changes each epoch (shuffle=True, the default) without it.",
-                UserWarning,
-                stacklevel=3,
-            )
-            return
-

@@ -26,6 +26,17 @@ def keras_stats_callback(pipe, *, prefix: str = "input_", verbose: bool = False)
     ``model.fit(pipe.keras(), callbacks=[keras_stats_callback(pipe)])``: the
     History then holds ``input_stall`` and ``input_samples_per_s`` per epoch;
     with ``verbose=True`` the verdict is printed too.
+
+    >>> import keras
+    >>> import numpy as np, feedline as fl
+    >>> x, y = np.zeros((64, 4), np.float32), np.zeros(64, np.float32)
+    >>> pipe = fl.from_arrays(x, y).batch(16)
+    >>> model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
+    >>> model.compile(optimizer="sgd", loss="mse")
+    >>> history = model.fit(pipe.keras(), epochs=2, verbose=0, callbacks=[keras_stats_callback(pipe)])
+    >>> sorted(history.history), len(history.history["input_stall"])
+    (['input_samples_per_s', 'input_stall', 'loss'], 2)
+    >>> pipe.close()
     """
     try:
         import keras
@@ -44,7 +55,28 @@ def keras_stats_callback(pipe, *, prefix: str = "input_", verbose: bool = False)
 
 
 def lightning_stats_callback(pipe, *, prefix: str = "input_"):
-    """A Lightning ``Callback`` that logs the loader's numbers at the end of each training epoch."""
+    """A Lightning ``Callback`` that logs the loader's numbers at the end of each training epoch.
+
+    >>> import lightning, torch
+    >>> import numpy as np, feedline as fl
+    >>> x = np.random.default_rng(0).normal(size=(64, 4)).astype("float32")
+    >>> pipe = fl.from_arrays(x, x.sum(axis=1, keepdims=True)).batch(16)
+    >>> class Regression(lightning.LightningModule):
+    ...     def __init__(self):
+    ...         super().__init__()
+    ...         self.layer = torch.nn.Linear(4, 1)
+    ...     def training_step(self, batch, index):
+    ...         x, y = batch
+    ...         return torch.nn.functional.mse_loss(self.layer(x), y)
+    ...     def configure_optimizers(self):
+    ...         return torch.optim.SGD(self.parameters(), lr=0.1)
+    >>> trainer = lightning.Trainer(max_epochs=1, callbacks=[lightning_stats_callback(pipe)], logger=False,
+    ...                             enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
+    >>> trainer.fit(Regression(), train_dataloaders=pipe.torch())
+    >>> sorted(trainer.callback_metrics)
+    ['input_samples_per_s', 'input_stall']
+    >>> pipe.close()
+    """
     try:
         from lightning.pytorch.callbacks import Callback
     except ImportError:

@@ -138,6 +138,18 @@ def to_tf(pipe, element_spec=None, *, even_batches: bool = True):
         ImportError: TensorFlow is not installed (``pip install 'feedline[tf]'``).
         TypeError: a batch holds values tf.data cannot carry (object arrays).
         ValueError: the pipeline is empty, so there is no batch to read the spec from.
+
+    >>> import numpy as np, feedline as fl
+    >>> x, y = np.zeros((64, 4), np.float32), np.arange(64)
+    >>> pipe = fl.from_arrays(x, y).batch(16)
+    >>> ds = pipe.tf()
+    >>> ds.element_spec[0]
+    TensorSpec(shape=(None, 4), dtype=tf.float32, name=None)
+    >>> int(ds.cardinality())  # batches an epoch, from len(pipe)
+    4
+    >>> [int(y_batch[0]) for _, y_batch in ds]
+    [0, 16, 32, 48]
+    >>> pipe.close()
     """
     tf = require("tensorflow", "tf", "pipe.tf()")
     steps = even_steps(pipe, even_batches)

@@ -18,6 +18,7 @@ import numpy as np
 
 from .._errors import FeedlineError
 from .._helper_thread import OrderedHelper
+from . import _torch_attributes
 from ._common import EpochPosition, even_steps, map_structure, require, steps_per_epoch
 
 __all__ = ["TorchLoader", "to_torch"]
@@ -37,7 +38,25 @@ class TorchLoader:
         device: the `torch.device` batches are put on (None: left on the CPU).
         pin_memory: whether host copies are staged in pinned memory.
         depth: batches copied to the device ahead of the one handed out.
+        dataset, batch_size, drop_last, sampler, batch_sampler, num_workers:
+            what code written for a ``DataLoader`` reads (stand-ins where
+            feedline has no such object; docs/checkpoints.md).
+
+    >>> import numpy as np, feedline as fl
+    >>> loader = fl.from_arrays(np.arange(6)).batch(2).torch()
+    >>> len(loader), loader.batch_size
+    (3, 2)
+    >>> it = iter(loader)
+    >>> next(it).tolist()
+    [0, 1]
+    >>> saved = loader.state_dict()  # after the batch handed out
+    >>> again = fl.from_arrays(np.arange(6)).batch(2).torch()
+    >>> again.load_state_dict(saved)
+    >>> [b.tolist() for b in again]
+    [[2, 3], [4, 5]]
     """
+
+    batch_sampler = None  # batches are made in feedline's workers: there is no batch sampler to replace
 
     def __init__(self, pipe, device=None, pin_memory=None, depth: int = DEFAULT_DEPTH, even_batches: bool = True):
         torch = require("torch", "torch", "pipe.torch()")
@@ -65,7 +84,28 @@ class TorchLoader:
         self.depth = depth
         self.even_batches = even_batches
         self._position = EpochPosition(pipe)
+        self.dataset = _torch_attributes.LoaderDataset(pipe, even_batches)
         _warn_if_unsharded_under_ddp(pipe)
+
+    @property
+    def batch_size(self) -> int | None:
+        """Samples per batch, as ``.batch(size)`` set it (None: the pipeline does not batch)."""
+        return self._pipe._plan.part.batch_size
+
+    @property
+    def drop_last(self) -> bool:
+        """Whether a last partial batch is dropped (``.batch(..., drop_remainder=True)``)."""
+        return self._pipe._plan.drop_remainder
+
+    @property
+    def sampler(self):
+        """A stand-in: a ``RandomSampler`` subclass if the pipeline shuffles, else ``SequentialSampler``; ``len()`` = samples per epoch."""
+        return _torch_attributes.sampler_for(self.dataset)
+
+    @property
+    def num_workers(self) -> int:
+        """Workers of the pipeline's map: running now, else ``map(workers=)``, else one per core; 0 without a map."""
+        return _torch_attributes.num_workers(self._pipe)
 
     def __len__(self) -> int:
         """Batches per epoch (the same on every rank of a sharded pipeline).
@@ -93,6 +133,16 @@ class TorchLoader:
 
     def __iter__(self):
         return self.convert(self._position.epoch(even_steps(self._pipe, self.even_batches)))
+
+    def close_epoch(self) -> None:
+        """Stop the epoch being read now: its queued tasks are cancelled, its running ones stop at their next sample.
+
+        For a framework that stops reading without closing its iterator
+        (Lightning's ``limit_val_batches``: `feedline.adapters.lightning`);
+        reading that iterator on ends it. Nothing happens between epochs.
+        """
+        if self._position.iterator is not None:
+            self._position.iterator.close()
 
     def state_dict(self) -> dict:
         """Where the loader stands, for ``torch.distributed.checkpoint``, Lightning or ``torch.save``.

@@ -7,8 +7,7 @@ and decodes only the window it returns. `LogMel` computes its filterbank and
 window once per configuration and process, and pickles as its settings, so
 it works on every backend.
 
-Story 4 of the user stories (WAV, 1 s random crop, 64-band log-mel, batches
-of 128), deterministic for any backend and worker count::
+A WAV pipeline (1 s random crop, 64-band log-mel, batches of 128), deterministic for any backend and worker count::
 
     import feedline as fl
     from feedline.audio import LogMel, load_random_crop

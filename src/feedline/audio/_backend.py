@@ -6,7 +6,7 @@ Linux, macOS and Windows) decodes WAV and FLAC, seeks to any frame in both
 in C, and its calls go through cffi, which releases the GIL, so the thread
 backend runs decodes in parallel. See docs/audio.md for the measurements.
 (16-bit PCM WAV files given by path are read by `feedline.audio._wav`
-instead, 3x faster on short clips, and need no soundfile at all.)
+instead, faster on short clips, and need no soundfile at all.)
 
 Importing ``feedline.audio`` does not import soundfile: ``LogMel`` and
 ``random_crop`` work on arrays without it.

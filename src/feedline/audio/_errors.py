@@ -21,6 +21,10 @@ class AudioDecodeError(DecodeError):
             ``"<bytes: 1234>"`` for in-memory data).
         reason: why it could not be decoded (libsndfile's message, or
             feedline's own check such as a truncated data chunk).
+
+    >>> from feedline.audio import AudioDecodeError
+    >>> print(AudioDecodeError("clips/0001.wav", "the data chunk ends early"))
+    cannot decode audio file 'clips/0001.wav': the data chunk ends early
     """
 
     def __init__(self, path, reason: str):

@@ -28,8 +28,7 @@ __all__ = ["LogMel"]
 
 _PAD_MODES = ("constant", "reflect")
 # Signals transformed together: a batch is cut into passes of this many rows, so
-# the float64 temporaries (~0.6 MB for 8 rows of 1 s at 16 kHz) stay in cache.
-# Measured per row on the 2-core host: 8 rows 160-174 us, 1 row 196-208 us, 128 rows 354-370 us.
+# the float64 temporaries stay in cache (one row at a time or a whole batch were slower per row).
 _ROWS_PER_PASS = 8
 _NORMS = ("slaney", None)
 # Per-thread work arrays (see `_buffer`), and the largest one kept between calls.
@@ -54,8 +53,7 @@ class LogMel:
     are computed once per configuration in each process, on the first call.
 
     Defaults are those of speech front ends at 16 kHz: 25 ms windows
-    (``n_fft=400``) every 10 ms (``hop_length=160``), 64 mel bands (the
-    issue's story-4 configuration), power spectrum, decibels clipped 80 dB
+    (``n_fft=400``) every 10 ms (``hop_length=160``), 64 mel bands, power spectrum, decibels clipped 80 dB
     below each spectrogram's peak (librosa's ``power_to_db`` defaults).
 
     Args:
@@ -202,7 +200,7 @@ class LogMel:
                 if length <= half:
                     raise ValueError(f"LogMel(pad_mode='reflect') needs more than n_fft // 2 = {half} samples, got {length}")
                 x = np.pad(x, [(0, 0)] * (x.ndim - 1) + [(half, half)], mode="reflect")
-            else:  # zeros; np.pad costs 4x more than this for one second of audio
+            else:  # zeros; np.pad costs several times more than this
                 padded = _buffer("padded", x.shape[:-1] + (length + 2 * half,), np.float32)
                 padded[..., :half] = 0.0
                 padded[..., half + length :] = 0.0
@@ -218,8 +216,8 @@ class LogMel:
         frames = np.lib.stride_tricks.as_strided(
             x, x.shape[:-1] + (count, n_fft), x.strides[:-1] + (self.hop_length * item, item), writeable=False
         )
-        # float64 frames: NumPy's float32 rfft of a 2-D array measured 6x slower than
-        # its float64 one (378 vs 67 us for 101 x 400), and librosa transforms in float64 too.
+        # float64 frames: NumPy's float32 rfft of a 2-D array is several times slower than
+        # its float64 one, and librosa transforms in float64 too.
         windowed = np.multiply(frames, self.window(), out=_buffer("windowed", frames.shape, np.float64))
         n_freq = n_fft // 2 + 1
         spectrum_shape = frames.shape[:-1] + (n_freq,)
@@ -235,7 +233,7 @@ class LogMel:
         else:
             np.abs(spectrum, out=power)
         # One 2-D matrix product for any leading shape (a stacked matmul is not BLAS in
-        # NumPy: 5x slower on a batch of 128), in float64 so that the float32 result does
+        # NumPy: several times slower on a batch), in float64 so that the float32 result does
         # not depend on the batch's shape or BLAS's threads (`mel_projection`); then
         # decibels, then (..., n_mels, n_frames).
         flat = power.reshape(-1, n_freq)
@@ -257,12 +255,11 @@ class LogMel:
 def _buffer(name: str, shape: tuple, dtype) -> np.ndarray:
     """A work array of this thread, reused by the next call with the same shape.
 
-    Why: the temporaries of one call (~0.9 MB for 1 s at 16 kHz) are above
-    glibc's mmap threshold, and in a fresh worker process glibc returned
-    them to the system after every call and faulted them in again on the
-    next: story 4 on the process backend spent 2.3 s of 6 s of worker CPU in
-    the kernel (851k page faults per epoch of 5120 clips, against 75k for
-    DataLoader's forked workers). Reusing the arrays removes the churn.
+    Why: the temporaries of one call are above glibc's mmap threshold, and
+    in a fresh worker process glibc returned them to the system after every
+    call and faulted them in again on the next, so workers spent much of
+    their CPU in the kernel (docs/audio.md, "Log-mel"). Reusing the arrays
+    removes the churn.
     Arrays over `_BUFFER_MAX_BYTES` (very long signals) are not kept.
     """
     buffers = getattr(_THREAD, "buffers", None)

@@ -11,7 +11,7 @@ mel scale, or HTK's, with Slaney area normalisation), in float64 then cast
 to float32; tests/test_audio.py checks it against librosa. It is written
 out here rather than imported because librosa would be a heavy runtime
 dependency (numba, scipy, scikit-learn) and its first ``filters.mel`` call
-costs about 0.9 s (numba start-up), once in every worker process.
+pays numba's start-up, once in every worker process.
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
 """A fast reader for the most common training-audio file: 16-bit PCM WAV.
 
-For a 2 s 16 kHz clip, soundfile spends about 120 us per file (opening
+On short clips soundfile's time goes to overhead, not decoding (opening
 through libsndfile, its buffered reads and int16-to-float loop); parsing
-the RIFF header here and reading the samples with one ``readinto`` takes
-about 31 us (``python -m benchmarks.audio decoders``; docs/audio.md). The
+the RIFF header here and reading the samples with one ``readinto`` is
+several times faster (measured in docs/audio.md, "Which library decodes"). The
 result is the same array, bit for bit (tests/test_audio.py compares the
 two readers).
 

@@ -6,7 +6,14 @@ order. Task keys are ``(generation, task number)``; the generation tells
 an abandoned epoch's tasks apart, and `cancel` stops them on every backend:
 queued ones at once, running ones at their next sample. What an
 executor can do beyond that is an attribute or method here with a neutral
-default, never guessed with ``hasattr``.
+default, never guessed with ``hasattr``: among them the mechanisms the
+automatic choice (`feedline.engine._trial`) drives while it tries two
+backends, in three groups: watching the workers side by side
+(`watch_progress`, `side_by_side`, `runnable_waits`, `running_rates`),
+steering the pool (`pause_beyond`, `narrow`, `resume`) and handing tasks
+over to another executor (`take_queued`, `abandon_running`,
+`take_returned`). An executor without one gives the neutral answer: nothing
+seen, nothing steered, nothing taken back, so its tasks finish where they are.
 """
 
 from __future__ import annotations
@@ -17,7 +24,8 @@ from typing import NamedTuple
 
 from .._errors import FeedlineError
 
-__all__ = ["Event", "Executor", "PartNotPicklable", "check_not_loading", "in_worker", "loading_pipeline", "mark_worker"]
+__all__ = ["Event", "Executor", "PartNotPicklable", "Returned", "WorkerClock", "check_not_loading", "in_worker", "loading_pipeline",
+           "mark_worker"]
 
 WORKER_VAR = "FEEDLINE_WORKER"  # set in every process worker and Ray actor (and so in what they start)
 
@@ -75,6 +83,31 @@ class Event(NamedTuple):
 
     key: tuple
     result: object
+
+
+class WorkerClock(NamedTuple):
+    """One worker as `Executor.side_by_side` reads it now: its totals so far (differences of two readings tell a stretch)."""
+
+    busy: bool  # on a task now
+    cpu: float  # CPU seconds it has used
+    idle: float  # seconds it waited for a task
+    begun: int  # samples it began while progress was watched (`Executor.watch_progress`)
+
+
+class Returned(NamedTuple):
+    """A task given back unfinished (`Executor.abandon_running`, `Executor.resume`); its first ``rows`` samples took ``cpu`` seconds.
+
+    ``partial``: None, and the whole task runs again elsewhere; or the
+    `Result` holding the batch of those first ``rows`` samples, and only
+    the rest runs elsewhere (`feedline.worker.StopHere`); ``where(index)``
+    then names a sample's file if the two parts do not fit together.
+    """
+
+    task: object
+    rows: int
+    cpu: float
+    partial: object = None
+    where: object = None
 
 
 class PartNotPicklable(Exception):
@@ -190,10 +223,93 @@ class Executor:
 
         From the fork server alone that takes milliseconds; a worker forked by
         a zygote exists only once the zygote has imported the pipeline's
-        libraries (torch: ~1.5 s). The automatic choice keeps threads
-        working until then, on few cores one (`feedline.engine._trial`).
+        libraries (torch's take a while). The automatic choice keeps threads
+        working until then, on few cores one (`feedline.engine._trial_start`).
         """
         return True
+
+    # ------------------------------------------------ watching the workers side by side (the automatic choice)
+    def watch_progress(self, on: bool) -> None:
+        """Count the samples of running tasks from now on (``on``), or no more; costs a call per sample.
+
+        `side_by_side`'s ``begun``, `running_rates`, `abandon_running` and
+        `pause_beyond` see samples only while progress is watched. Default:
+        nothing to count.
+        """
+
+    def side_by_side(self) -> list[WorkerClock] | None:
+        """Each worker's `WorkerClock`, read now from the consumer's thread; None where they cannot be read side by side.
+
+        Two readings a few milliseconds apart tell how many cores the workers
+        kept busy together in between, even within one long sample. Default:
+        None (workers in other processes, or no per-thread CPU clocks).
+        """
+        return None
+
+    def runnable_waits(self) -> list[float]:
+        """Per worker, seconds it has been runnable but waiting for a CPU so far (kept off the cores by other programs).
+
+        Beside `side_by_side`: workers that use little CPU either wait (on
+        I/O, on a lock) or are starved of CPU; only the last shows here.
+        Default: 0.0 for each (not known).
+        """
+        return [0.0] * self.workers
+
+    def running_rates(self, at_least: float = 0.01) -> list[float]:
+        """Samples per second of each task running now for ``at_least`` seconds, while progress is watched. Default: none known."""
+        return []
+
+    # ------------------------------------------------ steering the pool (the automatic choice)
+    def pause_beyond(self, keep: int) -> None:
+        """Workers ``keep`` and up wait before their next sample until `resume` (while progress is watched).
+
+        The first ``keep`` hold the earliest tasks and go on. Default: no
+        worker pauses.
+        """
+
+    def narrow(self, keep: int) -> None:
+        """Workers ``keep`` and up begin no new task until `resume`; their queued and new tasks go to the first ``keep``.
+
+        Unlike `pause_beyond`, no task stops half-way. Tasks pinned to a
+        stream shard never move (nothing narrows then). Default: nothing
+        narrows.
+        """
+
+    def resume(self, give_back: bool = False) -> list:
+        """Undo `pause_beyond` and `narrow`; with ``give_back``, the paused tasks are given back instead of going on.
+
+        Returns the keys of the tasks whose workers were paused (with
+        ``give_back`` they come back through `take_returned`). Default:
+        none paused, ``[]``.
+        """
+        return []
+
+    # ------------------------------------------------ handing tasks over to another executor (the automatic choice)
+    def take_queued(self) -> list:
+        """Remove and return the ``(key, task)`` pairs no worker has begun, in key order; none of them runs here.
+
+        They leave `outstanding` at once and give no `Event`. Not for tasks
+        pinned to a stream shard (``affinity``: the automatic choice runs none).
+        Default: ``[]`` (none can be taken back).
+        """
+        return []
+
+    def abandon_running(self, done_under: float = 1.0) -> list:
+        """Give back running tasks at their next sample; returns their keys (`take_returned` has them once back).
+
+        A task that can be split (`feedline.worker.splittable`) keeps the
+        rows it has done, however far it got; of the others only those with
+        under ``done_under`` of their samples begun. A task with no next
+        sample finishes as usual: its key then arrives as an ordinary
+        `Event`. A task given back leaves `outstanding` when `wait` sees it
+        come back, and gives no `Event`. Default: ``[]`` (running tasks
+        finish here).
+        """
+        return []
+
+    def take_returned(self) -> list:
+        """The ``(key, Returned)`` pairs given back (`abandon_running`, `resume`) since the last call. Default: ``[]``."""
+        return []
 
     def close(self) -> None:
         """Stop the workers and release every resource; idempotent."""

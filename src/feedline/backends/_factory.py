@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from .._forking import use_forkserver
 from ._base import Executor, PartNotPicklable
 
 __all__ = ["check_sendable", "load_process_backend", "make_executor", "warm_up", "warmed_up", "warming_up"]
@@ -18,52 +19,41 @@ def check_sendable(part) -> None:
 
 
 def warm_up(backend: str | None, described: tuple = ()) -> None:
-    """Start, ahead of time, what an executor of ``backend="process"`` will need.
+    """Start, ahead of time, what an executor of ``backend="process"`` will need: the fork server (POSIX).
 
-    The process backend's fork server imports NumPy and feedline once
-    (~0.1-0.2 s of a core); started before the pickling of the pipeline,
-    that overlaps them. It holds no user state. Not for the automatic
-    choice (None) here: it starts process workers only once threads have
-    shown they hold the GIL (`feedline.engine._trial`), and on 2 cores a
-    fork server importing beside threads that keep every core busy took
-    the cores they needed (measured: the story examples whose threads win
-    ran 0.76-0.90 of threads set by hand with it, 0.98-1.04 without); on
-    8 cores or more, `feedline.engine._runtime.start_early` starts it for
-    the automatic choice too, when its map is described.
-
-    ``described``: the source and steps of a map being described. The
-    installed libraries they use (torch: ~1.5 s) are then imported by the
-    server's zygote in the background (`process._executor.prepare_zygote`),
-    while the user builds a model, as a DataLoader's workers fork from a
-    process that has them already.
+    It holds no user state and serves every pipeline of this process.
+    ``described``: the source and steps of a map being described; the
+    installed libraries they use are then imported by the server's zygote
+    in the background (`process._workers.prepare_zygote`), as a
+    DataLoader's workers fork from a process that has them already. When
+    this is called (a map described, a start after set-up, a pipeline about
+    to run) is the start-up policy's, in `feedline._startup`; the automatic
+    choice's trial also calls it once its threads show they need processes.
     """
-    if backend != "process":
+    if backend != "process" or not use_forkserver():
         return
-    from .process._executor import FIXED_VARS, prepare_zygote, use_forkserver, worker_env
     from .process._forkserver import forkserver
+    from .process._workers import FIXED_VARS, prepare_zygote, worker_env
 
-    if use_forkserver():
-        forkserver(worker_env(), FIXED_VARS)
-        if described:
-            prepare_zygote(described)
+    forkserver(worker_env(), FIXED_VARS)
+    if described:
+        prepare_zygote(described)
 
 
 def load_process_backend() -> None:
-    """Import the process backend's modules now (multiprocessing, subprocess, the fork server's client: ~15 ms).
+    """Import the process backend's modules now (multiprocessing, subprocess, the fork server's client).
 
     For the automatic choice, before its threads start: its trial asks
-    whether a fork server is up while it measures the threads, and that
-    first question imported these in the consumer thread, holding the GIL
-    for 10-15 ms in the threads' first 50 ms; threads that release it
-    (jpeg) then kept 0.5-0.9 of 2 cores busy there and were judged held
-    back by the GIL in a fresh interpreter.
+    whether a fork server is up while it measures the threads, and
+    importing these then, in the consumer's thread, would hold the GIL in
+    the threads' first moments and make threads that release it look held
+    back by it.
     """
     from .process import _executor, _forkserver  # noqa: F401
 
 
 def warmed_up() -> bool:
     """Whether process workers would start at once here: what `warm_up` starts is up (POSIX, the fork server on)."""
-    from .process._executor import use_forkserver
     from .process._forkserver import ready
 
     return use_forkserver() and ready()
@@ -85,7 +75,11 @@ def make_executor(backend: str, part, workers: int, *, cores: int, ray=None, hel
         ray: the `feedline.Ray` settings, for ``backend="ray"`` (its worker
             count, if None, is chosen from the cluster).
         held: process workers start and connect but get the pipeline only
-            at `Executor.release` (the automatic choice, before its verdict).
+            at `Executor.release` (the automatic choice, before its verdict);
+            forked from the fork server, their pipeline is pickled (its
+            large arrays copied into shared memory) and they fork in a
+            thread of their own, so this returns at once and the consumer
+            goes on with its threads' batches meanwhile.
 
     Raises:
         PartNotPicklable: the part cannot travel to other processes.

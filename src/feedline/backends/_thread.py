@@ -7,7 +7,8 @@ to one shared queue. An unexpected exception in a thread is returned as a
 task error, never lost, and the thread lives on.
 
 Cancel (an epoch nobody reads): its queued tasks leave the queues at once;
-a thread on one of its tasks stops before the next sample (`Cancelled`).
+a thread on one of its tasks stops before the next sample (`Cancelled`),
+and meanwhile new tasks go to threads with nothing to run, one each.
 
 Shutdown: `close` puts a stop marker in every queue and joins the threads
 (a thread stuck in user code is abandoned as a daemon after a timeout).
@@ -28,7 +29,7 @@ from .._gc_freeze import GcFreeze
 from .._malloc import keep_freed_memory
 from .._worker_threads import limit_this_thread
 from ..worker import Cancelled, Result, StopHere, TaskError, run_task, splittable
-from ._base import Event, Executor
+from ._base import Event, Executor, Returned, WorkerClock
 
 __all__ = ["ThreadExecutor"]
 
@@ -47,21 +48,6 @@ class _Running:
         self.splits = splits  # ... keeping the rows done (`feedline.worker.splittable`)
 
 
-class _Returned:
-    """A task given back unfinished. ``rows`` samples took ``cpu`` seconds of this thread.
-
-    ``partial``: None, and the whole task runs again elsewhere; or the
-    `Result` holding the batch of those first ``rows`` samples, and only
-    the rest runs elsewhere (`feedline.worker.StopHere`); ``where(index)``
-    then names a sample's file if the two parts do not fit together.
-    """
-
-    __slots__ = ("task", "rows", "cpu", "partial", "where")
-
-    def __init__(self, task, rows: int, cpu: float, partial: Result | None = None, where=None):
-        self.task, self.rows, self.cpu, self.partial, self.where = task, rows, cpu, partial, where
-
-
 class ThreadExecutor(Executor):
     name = "thread"
 
@@ -77,11 +63,11 @@ class ThreadExecutor(Executor):
         self._pinned = False  # a stream shard was pinned to a thread: the count must not change
         self._shrunk = False  # threads were let go (`shrink`): their slots in the lists below stay, unused
         self.running: list[_Running | None] = [None] * workers
-        self.idle = [0.0] * workers  # seconds each thread waited for a task
+        self.idle = [0.0] * workers  # seconds each thread waited for a task with its inbox empty (not for the GIL)
         self.begun = [0] * workers  # samples each thread began while watched
         self._cpu_clocks: list = []  # each thread's CPU-time clock id (None where the system has none)
         self._wait_clocks: list = []  # each thread's `CpuWaitClock` while it runs (None before and after)
-        self.returned: list = []  # (key, _Returned): abandoned tasks, for `take_returned`
+        self.returned: list = []  # (key, Returned): abandoned tasks, for `take_returned`
         self._watched = False  # count each task's samples (for `running_rates`, `abandon_running`)
         self._keep = workers  # threads from this index on wait between samples until `resume` (see `pause_beyond`)
         self._route = workers  # new tasks go to the threads below this index (see `narrow`)
@@ -156,9 +142,11 @@ class ThreadExecutor(Executor):
     def _serve(self, n, inbox, waits: CpuWaitClock):
         streams: dict = {}
         while True:
+            starved = inbox.empty()  # else the wait below is for the GIL or a CPU, not for a task
             idle_from = time.perf_counter()
             item = inbox.get()
-            self.idle[n] += time.perf_counter() - idle_from
+            if starved:
+                self.idle[n] += time.perf_counter() - idle_from
             if item is _STOP:
                 return
             key, task = item
@@ -188,14 +176,15 @@ class ThreadExecutor(Executor):
             limit_this_thread()  # again where torch was imported since (a no-op otherwise)
             try:
                 watched = progress if self._watched else unless_cancelled
-                result = run_task(self.part, task, self.arrays, progress=watched, streams=streams, waits=waits)
+                result = run_task(self.part, task, self.arrays, progress=watched, streams=streams, waits=waits,
+                                  worker=(n, self.workers, "thread"))
                 result.worker = n
                 if result.stopped is not None:  # given back with its first rows done: only the rest runs elsewhere
-                    result = _Returned(task, result.stopped, result.cpu, partial=result, where=self.part.source.where)
+                    result = Returned(task, result.stopped, result.cpu, partial=result, where=self.part.source.where)
             except Cancelled:  # nobody will read it (`cancel`): `wait` drops the empty result
                 result = Result()
             except StopHere:  # given back before a sample was done, or a task that cannot be split: it runs again whole
-                result = _Returned(task, running.samples - 1, time.thread_time() - running.cpu)
+                result = Returned(task, running.samples - 1, time.thread_time() - running.cpu)
             except BaseException as exc:  # reported to the consumer, never swallowed
                 result = Result(error=TaskError.from_exception(exc))
                 result.worker = n
@@ -203,7 +192,8 @@ class ThreadExecutor(Executor):
             self.results.put((n, key, result))
 
     def submit(self, key, task, affinity=None):
-        if task.piece and affinity is None:
+        # While a thread finishes a cancelled task's sample, a task waits for a free thread, as a piece does
+        if (task.piece or self._finishing_cancelled()) and affinity is None:
             self.pending += 1
             self._pieces.append((key, task))
             self._give_pieces()
@@ -218,6 +208,10 @@ class ThreadExecutor(Executor):
         self.pending += 1
         self.inboxes[n].put((key, task))
 
+    def _finishing_cancelled(self) -> bool:
+        """Whether a thread is inside a sample of a cancelled task (it ends at the sample's end)."""
+        return any(r is not None and r.key[0] in self.cancelled for r in self.running[: self._route])
+
     def _give_pieces(self) -> None:
         """Pieces of a batch (`feedline.engine._tail`) go to threads with nothing to run, one each.
 
@@ -228,7 +222,9 @@ class ThreadExecutor(Executor):
         while self._pieces:
             free = [n for n in range(self._route) if self.load[n] == 0]
             if not free:
-                return
+                if self._pieces[0][1].piece or self._finishing_cancelled():
+                    return
+                free = [min(range(self._route), key=self.load.__getitem__)]  # held for a free thread no longer: as usual
             key, task = self._pieces.popleft()
             self.load[free[0]] += 1
             self.inboxes[free[0]].put((key, task))
@@ -244,7 +240,7 @@ class ThreadExecutor(Executor):
             n, key, result = item
             self.load[n] -= 1
             self.pending -= 1
-            if isinstance(result, _Returned):
+            if isinstance(result, Returned):
                 self.returned.append((key, result))
             elif key[0] not in self.cancelled:
                 events.append(Event(key, result))
@@ -269,14 +265,8 @@ class ThreadExecutor(Executor):
                 rates.append(running.samples / (now - running.started))
         return rates
 
-    def side_by_side(self) -> list[tuple] | None:
-        """Per thread ``(busy, CPU seconds, seconds idle, samples begun)`` so far, read now; None without per-thread CPU clocks.
-
-        Read from the calling thread through each thread's CPU-time clock
-        (POSIX), so two readings a few milliseconds apart tell how many
-        cores the threads kept busy together in between, even within one
-        long sample (see `feedline.engine._trial`).
-        """
+    def side_by_side(self) -> list[WorkerClock] | None:
+        """Each thread's `WorkerClock`, read through its CPU-time clock (POSIX); None without per-thread CPU clocks."""
         readings = []
         for n in range(self.workers):
             clock = self._cpu_clocks[n]
@@ -286,7 +276,7 @@ class ThreadExecutor(Executor):
                 cpu = time.clock_gettime(clock)
             except OSError:  # the thread is gone (closing)
                 return None
-            readings.append((self.running[n] is not None, cpu, self.idle[n], self.begun[n]))
+            readings.append(WorkerClock(self.running[n] is not None, cpu, self.idle[n], self.begun[n]))
         return readings
 
     def runnable_waits(self) -> list[float]:
@@ -302,9 +292,8 @@ class ThreadExecutor(Executor):
         """Threads ``keep`` and up wait before their next sample until `resume` (only while progress is watched).
 
         For the automatic choice while process workers start beside threads
-        that hold the GIL: sixteen such threads kept the consumer thread
-        that hands the workers their parts waiting for the GIL, and sixteen
-        workers took 2.3 s to come up instead of ~0.2 s. Threads that hold
+        that hold the GIL: many such threads keep the consumer thread that
+        hands the workers their parts waiting for the GIL. Threads that hold
         the GIL deliver about one core however many run, so the few kept
         running lose little; the lowest-numbered threads hold the earliest
         tasks, the first batch among them.
@@ -318,14 +307,12 @@ class ThreadExecutor(Executor):
         """Threads ``keep`` and up begin no new task until `resume`: their queued tasks move to the first ``keep``.
 
         For the automatic choice while process workers wait for a zygote's
-        imports (torch: ~1.5 s, a core of its own) beside threads that hold
-        the GIL: such threads deliver about one core's worth however many
-        run, and one delivers more than two when its work takes and drops
-        the GIL many times a sample (a torch map of small tensors on 2 cores:
-        0.42-0.46 s for one thread, 0.49-0.55 s for two, with 1.3-1.4 cores
-        of CPU between them). Unlike `pause_beyond`, no task stops half-way:
-        with nothing to take over yet, the consumer may be waiting for it.
-        Tasks pinned to a stream shard never move (nothing narrows then).
+        imports (a core of its own) beside threads that hold the GIL: such
+        threads deliver about one core's worth however many run, and fewer
+        deliver more where the work takes and drops the GIL many times a
+        sample. Unlike `pause_beyond`, no task stops half-way: with nothing
+        to take over yet, the consumer may be waiting for it. Tasks pinned
+        to a stream shard never move (nothing narrows then).
         """
         if not 1 <= keep < self.workers or self._pinned or self._shrunk:
             return
@@ -371,7 +358,7 @@ class ThreadExecutor(Executor):
         return keys
 
     def take_returned(self) -> list:
-        """The ``(key, _Returned)`` pairs given back since the last call."""
+        """The ``(key, Returned)`` pairs given back since the last call."""
         taken, self.returned = self.returned, []
         return taken
 

@@ -27,13 +27,11 @@ least doubling, up to `MAX_WORKERS_PER_CORE` per core, `MAX_WORKERS` and
 the memory budget. Windows are judged only while one backend runs the
 work (`Executor.steady`): while the automatic choice's trial runs, and
 until the loser's last task is back, the window starts again at every
-batch. Sixteen threads that hold the GIL, measured in the trial, each use
-1/16 of a core as threads that wait on I/O do; the tuner asked for 128
-workers then, and the process workers that won the trial got them (591
-samples/s where sixteen deliver 2,200; 16 cores, `benchmarks.server_check`
-gil). A backend that cannot add workers yet is asked again at every
-batch. After a growth, one window
-settles and the next is compared with the last one before, on the
+batch: threads that hold the GIL, measured in the trial, each use a small
+share of a core as threads that wait on I/O do, and the tuner would hand
+their count, grown, to the process workers that win. A backend that
+cannot add workers yet is asked again at every batch. After a growth, one
+window settles and the next is compared with the last one before, on the
 workers' rate (workers x rows per task-second: per task, so batches that
 arrive in bursts, in order, do not skew it). A growth that raised it less
 than `WorkerTuner.GAIN` stops further growth, and the decision says so (a
@@ -43,16 +41,15 @@ not the worker count); so does one after which the consumer got under
 a growth is undone where the backend can let workers go (threads:
 `Executor.shrink`): threads that wait on the GIL look like threads that
 wait on I/O from their clocks, and more of them slow each other down,
-each even looking faster per task while fewer samples arrive (bulk store
-reads grown from 2 to 5 threads: per-task rate +13 %, samples delivered
--20 %). Process workers stay. Windows last `WorkerTuner.MIN_SECONDS` at
-least: rates over a few scheduler ticks are noise.
+each even looking faster per task while fewer samples arrive. Process
+workers stay. Windows last `WorkerTuner.MIN_SECONDS` at least: rates over a few scheduler ticks are noise.
 """
 
 from __future__ import annotations
 
 import itertools
 import math
+from typing import NamedTuple
 
 __all__ = ["DepthTuner", "MAX_WORKERS", "MAX_WORKERS_PER_CORE", "MEMORY_BUDGET", "WorkerTuner"]
 
@@ -93,14 +90,10 @@ class DepthTuner:
 
         A worker gets its next task only after the consumer has taken a
         result and answered; on a busy machine that round trip can take as
-        long as a 1 ms task. Measured (tiny map, batch 256, process x2): two
-        tasks per worker kept the workers 78-81 % busy, four 83-87 %, eight
-        no better than four. Only where a task is a message to another
+        long as a 1 ms task. Only where a task is a message to another
         process: threads take theirs from an in-process queue, and a deeper
-        queue only keeps more batches alive (shuffled 3 MiB store reads on 2
-        threads: 12.5-12.9 GiB/s at a depth of 2, 7.4-10.0 at the 10-12 this
-        rule gave them: batches that no longer fit the caches, and memory
-        handed back and forth less warm).
+        queue only keeps more batches alive (batches that no longer fit the
+        caches, memory handed back and forth less warm).
         """
         if self._messages is not None and not self._messages():
             return None
@@ -213,54 +206,92 @@ class WorkerTuner:
             return None
         now = _counters(stats)
         if not steady or self._start is None or now[3] < self._start[3]:  # a trial, the first batch, or a new epoch
-            self._restart(now)
-            self._asked = self._grown = None
-            self._settling = False
+            self._begin_again(now)
             return None
         self._seen += 1
         if self._asked is not None and self.workers >= self._asked[0]:
-            # granted at the last batch: one window to settle (new workers start, old tasks drain), then a judgement
-            self._grown, self._asked, self._settling = self._asked[1:], None, True
-            self._restart(now)
+            self._settle(now)
             return None
         if not self._window_done(now):
             # the backend could not add workers yet (e.g. while the backend trial runs): ask again at once
-            return None if self._asked is None else self._asked[0]
-        cpu, span, waited, wall, tasks, rows = (b - a for a, b in zip(self._start, now))
-        if self._seen < self.WINDOW and not self._settling and self._grown is None and cpu >= CLEAR_IO_SHARE * span:
-            return None if self._asked is None else self._asked[0]  # not clearly waiting on I/O: a longer window
+            return self._still_asked()
+        window = _Window(*(b - a for a, b in zip(self._start, now)))
+        if self._wants_longer_window(window):
+            return self._still_asked()  # not clearly waiting on I/O: a longer window
         idle_then = self._idle_start
         self._restart(now)
+        return self._judge(window, idle_then, stats, batch_bytes)
+
+    def _judge(self, window: _Window, idle_then, stats, batch_bytes: int | None) -> int | None:
+        """A finished window: undo a growth that did not help, or ask for more workers, or None."""
         if self._settling:
             self._settling = False
             return None
-        if wall <= 0 or span <= 0:
+        if window.wall <= 0 or window.span <= 0:
             return None
-        rate = self.workers * _rows(stats, tasks) / span  # what the pool delivers while every worker has a task
-        delivered = rows / wall  # what the consumer got (it waited: the workers set it)
+        rate = self.workers * _rows(stats, window.tasks) / window.span  # what the pool delivers while every worker has a task
+        delivered = window.rows / window.wall  # what the consumer got (it waited: the workers set it)
         if self._grown is not None:
-            before, before_rate, before_delivered = self._grown
-            self._grown = None
-            if rate < self.GAIN * before_rate or delivered < self.KEEP_DELIVERED * before_delivered:
-                # Undone where the backend can: threads that waited on the GIL, not on I/O, slowed each other down
-                # (their per-task rate can even look higher while fewer samples a second arrive)
-                self.stopped = self.last_reason = (
-                    f"growing it from {before} changed the workers' rate {rate / before_rate - 1:+.0%} ({before_rate:.0f} "
-                    f"-> {rate:.0f} samples/s) and the samples delivered {delivered / max(before_delivered, 1e-9) - 1:+.0%}"
-                    "; something else limits them (a shared lock or connection limit, the server, the GIL)")
-                return before
+            undone = self._judge_growth(rate, delivered)
+            if undone is not None:
+                return undone
         self._asked = None
-        if waited / wall < self.WAIT_SHARE or cpu / span >= IO_CPU_SHARE:
+        return self._ask_for_more(window, idle_then, rate, delivered, batch_bytes)
+
+    def _begin_again(self, now) -> None:
+        """A trial, the first batch or a new epoch: a new window, nothing asked for and no growth left to judge."""
+        self._restart(now)
+        self._asked = self._grown = None
+        self._settling = False
+
+    def _settle(self, now) -> None:
+        """The count asked for was granted at the last batch: one window to settle, then a judgement.
+
+        In the settling window new workers start and old tasks drain, so it is not judged.
+        """
+        self._grown, self._asked, self._settling = self._asked[1:], None, True
+        self._restart(now)
+
+    def _still_asked(self) -> int | None:
+        """The count asked for and not yet granted (asked again), or None."""
+        return None if self._asked is None else self._asked[0]
+
+    def _wants_longer_window(self, window: _Window) -> bool:
+        """Whether a short window is not enough: the tasks are not clearly off the CPU and nothing is being judged."""
+        return (self._seen < self.WINDOW and not self._settling and self._grown is None
+                and window.cpu >= CLEAR_IO_SHARE * window.span)
+
+    def _judge_growth(self, rate: float, delivered: float) -> int | None:
+        """The count before the last growth if it did not raise the workers' rate or kept fewer samples coming; else None.
+
+        Undone where the backend can: threads that waited on the GIL, not on
+        I/O, slowed each other down (their per-task rate can even look higher
+        while fewer samples a second arrive). Either way the count grows no more.
+        """
+        before, before_rate, before_delivered = self._grown
+        self._grown = None
+        helped = not (rate < self.GAIN * before_rate or delivered < self.KEEP_DELIVERED * before_delivered)
+        if helped:
+            return None
+        self.stopped = self.last_reason = (
+            f"growing it from {before} changed the workers' rate {rate / before_rate - 1:+.0%} ({before_rate:.0f} "
+            f"-> {rate:.0f} samples/s) and the samples delivered {delivered / max(before_delivered, 1e-9) - 1:+.0%}"
+            "; something else limits them (a shared lock or connection limit, the server, the GIL)")
+        return before
+
+    def _ask_for_more(self, window: _Window, idle_then, rate: float, delivered: float, batch_bytes: int | None) -> int | None:
+        """A larger count when the consumer waited on tasks that wait on I/O while the CPUs were idle; else None."""
+        if window.waited / window.wall < self.WAIT_SHARE or window.cpu / window.span >= IO_CPU_SHARE:
             return None
         if _busy(idle_then, self._idle_start):
             self.busy_windows += 1
             return None  # the CPUs are busy (other programs): more workers would wait for them too
-        new = min(self._wanted(cpu / span), self._limit(batch_bytes))
+        new = min(self._wanted(window.cpu / window.span), self._limit(batch_bytes))
         if new <= self.workers:
             return None
         self._asked = (new, self.workers, rate, delivered)
-        self.last_reason = (f"the consumer waited {waited / wall:.0%} of the time while tasks used the CPU "
-                            f"{cpu / span:.0%} of theirs (they wait on I/O)")
+        self.last_reason = (f"the consumer waited {window.waited / window.wall:.0%} of the time while tasks used the CPU "
+                            f"{window.cpu / window.span:.0%} of theirs (they wait on I/O)")
         return new
 
     def _wanted(self, cpu_share: float) -> int:
@@ -290,6 +321,17 @@ def machine_idle() -> tuple[int, int] | None:
     except (OSError, ValueError):
         return None
     return fields[3] + fields[4], sum(fields)  # idle + iowait, of user nice system idle iowait irq softirq steal
+
+
+class _Window(NamedTuple):
+    """What changed over a `WorkerTuner` window: the differences of two `_counters` readings."""
+
+    cpu: float  # task CPU seconds
+    span: float  # task span seconds
+    waited: float  # seconds the consumer waited
+    wall: float  # seconds the window lasted
+    tasks: int
+    rows: int  # samples delivered
 
 
 def _counters(stats) -> tuple:

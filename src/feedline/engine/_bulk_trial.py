@@ -2,11 +2,10 @@
 
 A pipeline such as ``from_store(p).shuffle().batch(256).map_batch(augment)``
 reads whole batches in bulk and runs at most a batch function. Which is
-faster depends on what those do, and was measured to go both ways on 2
-cores: a NumPy ``map_batch`` ran 1.7-1.9x faster on two threads than in the
-calling thread, while bulk gathers of small rows (a Python loop per row
-across a store's files, or a batch of 32 rows of 3 KB) ran 0.4-0.7x as
-fast on threads, which pay a hand-off per batch. So bulk reads alone stay
+faster depends on what those do, and goes both ways: a NumPy ``map_batch``
+gains from a second thread, while bulk gathers of small rows (a Python loop
+per row across a store's files, or a batch of small rows) lose on threads,
+which pay a hand-off per batch. So bulk reads alone stay
 in the calling thread (`feedline.engine._choice`), except from a store,
 whose `gather` copies each record batch's rows with NumPy calls that
 release the GIL (issue 15), so two threads can copy two batches at once.

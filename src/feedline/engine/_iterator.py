@@ -31,29 +31,46 @@ from .._errors import FeedlineError, SampleError
 from .._switch_interval import short_switch_interval
 from .._tree import BatchGroup, flatten, slice_rows
 from ..worker import Task
-from ._buckets import Buckets
 from ._budget import BudgetCut
+from ._deal import Deal
 from ._packer import Packer
-from ._recut import Recut
-from ._state import MAX_TASK_BYTES, OLD_CHUNK, STATE_VERSION, cache_share, measured_chunk, seal, task_grid
+from ._resume_point import checkpoint, resumed_skips, start_point
+from ._row_carry import recut_for, window_for
+from ._shares import epoch_order
+from ._state import STATE_VERSION
 from ._stats import Stats
+from ._stream_cursor import StreamCursor
 from ._tail import TailPieces, join, piece_indices
-from ._window import WindowShuffle
+from ._task_grid import next_epoch_chunk, start_chunk, task_grid
 
 __all__ = ["EpochIterator", "STATE_VERSION"]
 
 
 class EpochIterator:
-    """Iterates one epoch; made by ``iter(pipe)``, ``pipe.epoch(k)`` or ``pipe.resume(state)``."""
+    """Iterates one epoch; made by ``iter(pipe)``, ``pipe.epoch(k)`` or ``pipe.resume(state)``.
+
+    ``it.state()`` is a small JSON-able dict; ``pipe.resume(state)`` returns
+    an iterator that continues exactly after the last batch received.
+
+    >>> import numpy as np, feedline as fl
+    >>> pipe = fl.from_arrays(np.arange(6)).batch(2)
+    >>> it = iter(pipe)
+    >>> next(it).tolist()
+    [0, 1]
+    >>> [b.tolist() for b in pipe.resume(it.state())]
+    [[2, 3], [4, 5]]
+    """
 
     def __init__(
         self, runtime, epoch: int, *, fingerprint: str, source_kind: str, state: dict | None = None,
-        created: float | None = None, owner=None, parts: list | None = None,
+        created: float | None = None, owner=None, parts: list | None = None, shard: dict | None = None,
     ):
         self._created = created if created is not None else time.perf_counter()
         self._owner = owner  # keeps the pipeline (and so its workers) alive while iterating
         self._fingerprint = fingerprint
         self._parts = parts  # [label, digest] of what the fingerprint covers (`Pipeline._parts`)
+        self._shard = shard  # this rank of a sharded pipeline, for states that resume on other ranks (`_elastic`)
+        self._elastic = (state or {}).get("elastic")  # the global position an epoch resumed from other ranks started at
         self._runtime = runtime
         self._plan = plan = runtime.plan
         self._executor = runtime.executor
@@ -63,85 +80,66 @@ class EpochIterator:
         self._size = plan.part.batch_size
         self._ordered = plan.ordered
         self._unbatched = self._size is None
+        self._init_consumer(state)
+        self._init_stats(source_kind, state)
+        self._point = start_point(plan, state)
+        start_task, self._skip_rows = self._point["task"], self._point["offset"]
+        if plan.streaming:
+            self._init_streams(state)
+        else:
+            self._init_tasks(state, start_task)
+        self._next_submit = self._next_take = start_task
+
+    def _init_consumer(self, state) -> None:
+        """What the consumer side holds: finished tasks, batches cut and not handed out, the rows carried between tasks."""
+        plan = self._plan
         self._done: dict[int, object] = {}
         self._out: collections.deque = collections.deque()  # (item, resume point, rows)
         self._last_rows = 0
         self._batch_bytes = None  # bytes of one whole batch, from the first (sizes tasks of several batches)
         # A collate that passes whole batches through (a Keras Sequence's) counts the samples in each.
         self._rows_of = getattr(plan.part.collate, "rows_of", None)
-        self._recut = None if plan.part.aligned or self._unbatched or plan.window else _recut_for(plan, state)
-        self._shuffler = _window_for(plan, epoch, state)  # shuffle(window=N): rows of a stream shuffled here
+        self._recut = None if plan.part.aligned or self._unbatched or plan.window else recut_for(plan, state, self.epoch)
+        self._shuffler = window_for(plan, self.epoch, state)  # shuffle(window=N): rows of a stream shuffled here
         self._window_done = False
-        self._tail = TailPieces(plan, runtime.backend)  # the epoch's last batches as pieces (`engine/_tail.py`)
+        self._tail = TailPieces(plan, self._runtime.backend)  # the epoch's last batches as pieces (`engine/_tail.py`)
         self._in_flight = 0  # tasks out (a task sent as pieces counts once)
         self._pieced: set[int] = set()  # tasks joined from pieces, not yet taken
         self._rows_done = 0  # rows of the tasks (and pieces) back so far: with stats_.task_seconds, the time a row takes
         self._finished = False
         self._superseded = False
         self._error = None
+
+    def _init_stats(self, source_kind: str, state) -> None:
+        """The epoch's `Stats`, published at once; a resumed epoch starts from the batches and skips of its state."""
+        runtime = self._runtime
         self.stats_ = Stats(runtime.backend, runtime.workers, self._depth, runtime.decision, runtime.cores)
-        self.stats_.epoch = epoch
+        self.stats_.epoch = self.epoch
         self.stats_.source_kind = source_kind
         runtime.publish(self.stats_)
         self._started = None
-        start_task, self._skip_rows = 0, 0
         if state is not None:
-            start_task, self._skip_rows = state["task"], state["offset"]
-            self.stats_.skipped = [(_index_from_json(i), r) for i, r in state.get("skipped", [])]
+            self.stats_.skipped = resumed_skips(state)
             self.stats_.batches = state.get("batches", 0)
         # (task number, index, reason) of every skip; a checkpoint keeps only those
         # of tasks before its position, because resuming re-runs the rest.
         self._skip_log = [(-1, i, r) for i, r in self.stats_.skipped]
         self._restarts_at_start = self._executor.restarts
-        self._point = {"task": start_task, "offset": self._skip_rows}
-        if state is not None and plan.streaming:
-            self._point["streams"] = state["streams"]
-        if state is not None and "buckets" in state:
-            self._point["buckets"] = state["buckets"]
-        if plan.pack is not None:  # pack(): the items the rows hold (none yet at the start)
-            self._point["pack"] = state["pack"] if state is not None else {"first": 0, "next": 0, "open": [], "pending": []}
-        if plan.window is not None:  # shuffle(window=N): rows delivered and the oldest row held (none yet at the start)
-            self._point["window"] = state["window"] if state is not None else {"delivered": 0, "first": 0}
-        if plan.streaming:
-            self._init_streams(state)
-        else:
-            self._order = plan.epoch_indices(epoch)
-            count = len(self._order)
-            # A checkpoint names its task grid (older ones: 64 samples a task, unbatched; a batch a task, batched).
-            chunk = None
-            if state is not None:
-                chunk = state.get("chunk", OLD_CHUNK) if self._unbatched else state.get("chunk")
-            elif self._unbatched or plan.groups_batches:
-                chunk = runtime.learned_chunk  # measured on the last epoch (None on the first)
-            self._step, self._num_tasks, self._covered = task_grid(plan, count, chunk)
-            runtime.tuner.task_batches = max(1, self._step // self._size) if plan.groups_batches else 1
-            plan.part.source.read_ahead(self._order[start_task * self._step:])  # e.g. a remote store fetches these files, in order
-        self._next_submit = self._next_take = start_task
+
+    def _init_tasks(self, state, start_task: int) -> None:
+        """An indexed epoch: its order and task grid; the source reads ahead from the first task to run."""
+        plan, runtime = self._plan, self._runtime
+        self._order = epoch_order(plan, self.epoch, self._elastic)
+        chunk = start_chunk(plan, state, runtime.learned_chunk)
+        self._step, self._num_tasks, self._covered = task_grid(plan, len(self._order), chunk)
+        runtime.tuner.task_batches = max(1, self._step // self._size) if plan.groups_batches else 1
+        plan.part.source.read_ahead(self._order[start_task * self._step:])  # e.g. a remote store fetches these files, in order
 
     # ------------------------------------------------------------ streams
-    def _init_streams(self, state):
-        self._shards = self._plan.epoch_shards(self.epoch)
-        streams = (state or {}).get("streams", {})
-        self._exhausted = set(streams.get("exhausted", []))
-        self._positions = {int(k): v for k, v in streams.get("positions", {}).items()}
-        self._cursor = streams.get("cursor", 0)  # position in self._shards of the next shard to dispatch
-        # Every shard's first task in this iterator names its start, so a worker
-        # holding a stale open shard (from a superseded iterator) reopens it.
-        self._restart = {s: self._positions.get(s, 0) for s in self._shards}
-        self._task_shard: dict[int, int] = {}
+    def _init_streams(self, state) -> None:
+        """A generator source's epoch: its shards, where each stands, the next to read (`StreamCursor`)."""
+        self._streams = StreamCursor(self._plan.epoch_shards(self.epoch), (state or {}).get("streams"))
         self._num_tasks = None
-
-    def _next_stream_task(self):
-        live = [s for s in self._shards if s not in self._exhausted]
-        if not live:
-            return None
-        for _ in range(len(self._shards)):
-            shard = self._shards[self._cursor % len(self._shards)]
-            self._cursor = (self._cursor + 1) % len(self._shards)
-            if shard not in self._exhausted:
-                start = self._restart.pop(shard, None)
-                return shard, start
-        return None
 
     # -------------------------------------------------------------- tasks
     def _window_full(self) -> bool:
@@ -155,13 +153,12 @@ class EpochIterator:
         while not self._window_full() and not self._error:
             number = self._next_submit
             if self._plan.streaming:
-                picked = self._next_stream_task()
+                picked = self._streams.next_task(number)
                 if picked is None:
                     return
                 shard, start = picked
-                self._task_shard[number] = (shard, self._cursor)
                 task = Task(self.epoch, number, shard=shard, start=start)
-                self._executor.submit((self._generation, number), task, self._shards.index(shard))
+                self._executor.submit((self._generation, number), task, self._streams.slot(shard))
             else:
                 if number >= self._num_tasks:
                     return
@@ -177,7 +174,7 @@ class EpochIterator:
         if not self._tail.enabled or self._step != self._size:
             return False
         # A batch's time from this epoch's tasks so far, else from the last epoch's (a window as deep as the
-        # epoch sends every task before any is back: 32 threads, 51 batches)
+        # epoch sends every task before any is back)
         per_row = self.stats_.task_seconds / self._rows_done if self._rows_done else self._runtime.row_seconds
         seconds = per_row * self._size if per_row else None
         batch_bytes = self._batch_bytes or self._runtime.tuner.batch_bytes  # (the depth tuner's, from the first batch)
@@ -220,6 +217,7 @@ class EpochIterator:
         self._rows_done += result.rows
 
     def _take(self, number: int, result) -> None:
+        """Use task ``number``'s result (in task order, when ordered): count it, then queue what it delivers."""
         if number in self._pieced:
             self._pieced.discard(number)  # its pieces were counted as they came back
         else:
@@ -227,27 +225,34 @@ class EpochIterator:
         self.stats_.add_counts(self._plan.part.source.take_counters())  # the consumer's own (a remote store's read-ahead)
         self._skip_log.extend((number, index, reason) for index, reason in result.skipped)
         if result.error is not None:
-            if isinstance(result.payload, BatchGroup):  # the whole batches before the failure come first
-                payload, rows, _, skip = self._undelivered(result)
-                self._emit_whole_batches(payload, rows, number, skip, finished=False)
-            self._error = result.error
-            self._out.append((_ERROR, result.error, 0))
-            return
-        if self._plan.streaming:
-            shard, cursor = self._task_shard.pop(number)
-            # Inside an unbatched task, the point is "this task again, from its start, minus `offset` items".
-            before = {"positions": dict(self._positions), "exhausted": sorted(self._exhausted), "cursor": self._shards.index(shard)}
-            self._positions[shard] = result.consumed
-            if result.exhausted:
-                self._exhausted.add(shard)
-            point = {"task": number + 1, "streams": {"positions": dict(self._positions), "exhausted": sorted(self._exhausted), "cursor": cursor}}
-            if self._shuffler is not None:
-                self._window_rows(result, number, before)
-            elif self._recut is not None:  # batched: rows are re-cut across shards, so only the epoch's last batch is short
-                self._recut_rows(result, number, before, point["streams"])
-            elif result.rows:
-                self._emit_rows(result, point, number, before)
-            return
+            self._take_failed(number, result)
+        elif self._plan.streaming:
+            self._take_stream(number, result)
+        else:
+            self._take_indexed(number, result)
+
+    def _take_failed(self, number: int, result) -> None:
+        """A task that failed: its error is queued in order, after the whole batches it made before the failure."""
+        if isinstance(result.payload, BatchGroup):  # the whole batches before the failure come first
+            payload, rows, _, skip = self._undelivered(result)
+            self._emit_whole_batches(payload, rows, number, skip, finished=False)
+        self._error = result.error
+        self._out.append((_ERROR, result.error, 0))
+
+    def _take_stream(self, number: int, result) -> None:
+        """A generator task: its shard advances; its rows go through the window, the re-cut, or out as they are."""
+        # Inside an unbatched task, the point is "this task again, from its start, minus `offset` items".
+        before, after = self._streams.advance(number, result.consumed, result.exhausted)
+        point = {"task": number + 1, "streams": after}
+        if self._shuffler is not None:
+            self._window_rows(result, number, before)
+        elif self._recut is not None:  # batched: rows are re-cut across shards, so only the epoch's last batch is short
+            self._recut_rows(result, number, before, point["streams"])
+        elif result.rows:
+            self._emit_rows(result, point, number, before)
+
+    def _take_indexed(self, number: int, result) -> None:
+        """An indexed task: its items, its whole batches, or its rows for the re-cut, less those delivered before a resume."""
         payload, rows, indices, skip = self._undelivered(result)
         if self._unbatched:
             for j, item in enumerate(payload or []):
@@ -438,7 +443,7 @@ class EpochIterator:
                 raise StopIteration
             self._waited = True
             if self._executor.workers_elsewhere:
-                with short_switch_interval():  # beside busy Python threads, a batch back waits <= 0.5 ms, not 5, for us
+                with short_switch_interval():  # beside busy Python threads, a batch back waits a tenth of the default switch interval for us
                     self._collect()
             else:
                 self._collect()
@@ -447,49 +452,66 @@ class EpochIterator:
         if self._finished:
             return
         self._finished = True
-        if self.stats_.skipped:
-            shown = ", ".join(str(i) for i, _ in self.stats_.skipped[:10])
-            warnings.warn(
-                f"feedline skipped {len(self.stats_.skipped)} samples in epoch {self.epoch} "
-                f"(on_error='skip'): {shown}{' ...' if len(self.stats_.skipped) > 10 else ''}. "
-                "See it.stats() for the reasons.",
-                RuntimeWarning,
-                stacklevel=_user_stacklevel(),
-            )
+        self._warn_skipped()
         self._refresh()
         if self._rows_done:
             self._runtime.row_seconds = self.stats_.task_seconds / self._rows_done
-        plan, backend, workers = self._plan, self._runtime.backend, self._runtime.workers
-        messages = backend in ("process", "ray")  # where a task is a message: its size from the work measured per sample
-        bulk = plan.part.bulk_read and plan.groups_batches and backend in ("thread", "serial")  # one gather for several batches
-        settled = self._runtime.executor.settled  # an automatic choice's trial measures on its grid: learn after it
-        if (self._unbatched or plan.groups_batches) and not plan.streaming and (messages or bulk) and settled:
-            max_bytes = MAX_TASK_BYTES if messages else cache_share(workers)
-            room = self._runtime.tuner.task_room() if messages else None  # a small /dev/shm holds the whole window
-            learned = measured_chunk(self.stats_.task_seconds, self.stats_.samples, len(self._order), workers,
-                                     batch=self._size, batch_bytes=self._batch_bytes or 0,
-                                     max_bytes=max_bytes if room is None else min(max_bytes, room),
-                                     previous=self._runtime.learned_chunk)
-            self._runtime.learned_chunk = learned or self._runtime.learned_chunk
+        count = 0 if self._plan.streaming else len(self._order)
+        self._runtime.learned_chunk = next_epoch_chunk(self._plan, self._runtime, self.stats_, count, self._batch_bytes)
         self._runtime.publish(self.stats_)
+
+    def _warn_skipped(self) -> None:
+        """Warn, at the user's line, of the samples ``on_error="skip"`` skipped this epoch."""
+        skipped = self.stats_.skipped
+        if not skipped:
+            return
+        shown = ", ".join(str(i) for i, _ in skipped[:10])
+        warnings.warn(
+            f"feedline skipped {len(skipped)} samples in epoch {self.epoch} "
+            f"(on_error='skip'): {shown}{' ...' if len(skipped) > 10 else ''}. "
+            "See it.stats() for the reasons.",
+            RuntimeWarning,
+            stacklevel=_user_stacklevel(),
+        )
 
     def _abort(self, _finalizing=sys.is_finalizing) -> None:
         self._finished = True
         if _finalizing():  # the interpreter is ending (a generator closed at exit): its modules may be gone, its workers go with it
             return
         self._executor.cancel(self._generation)
-        self._refresh()
+        self._let_go()
         self._runtime.publish(self.stats_)
 
     def _on_superseded(self) -> None:
         if not self._finished:
             self._superseded = True
             self._executor.cancel(self._generation)
+            self._let_go()
+
+    def _let_go(self) -> None:
+        """Drop the results a left epoch holds and nobody will take: their batches' slots go back to the workers now.
+
+        The iterator may live on (closed or superseded, and still referenced); what it kept
+        (finished tasks behind the reorder buffer, batches cut and not handed out, rows carried
+        to the next batch) would hold a process worker's slots, or a thread's reused arrays,
+        until it is collected. Its counters are read first; ``state()`` needs none of it.
+        """
+        self._refresh()
+        self._done.clear()
+        self._out.clear()
+        self._pieced.clear()
+        self._in_flight = 0
+        self._tail = TailPieces(self._plan, self._runtime.backend)
+        self._recut = self._shuffler = None
 
     def close(self) -> None:
         """Stop this epoch early; outstanding work is cancelled (workers stay up)."""
-        if not self._finished:
-            self._abort()
+        if self._finished:
+            return
+        if self._superseded:  # cancelled and let go then: ``pipe.stats()`` stays the newer epoch's
+            self._finished = True
+            return
+        self._abort()
 
     def __del__(self):
         try:
@@ -516,33 +538,22 @@ class EpochIterator:
         """
         if not self._ordered:
             raise FeedlineError("state() needs ordered output; remove ordered=False from map() to checkpoint mid-epoch")
-        state = {
-            "version": STATE_VERSION,
-            "epoch": self.epoch,
-            "batches": self.stats_.batches,
-            "skipped": [[_jsonable(i), r] for t, i, r in self._skip_log if t < self._point.get("task", 0)],
-            "fingerprint": self._fingerprint,
-            # Index steps that shuffle carry a seed (duck-typed: the engine sees only the Plan).
-            "seeds": [int(step.seed) for step in self._plan.index_steps if getattr(step, "seed", None) is not None],
-        }
-        if self._parts:
-            state["parts"] = self._parts
-        if self._plan.order_seed is not None:
-            state["mix_seed"] = int(self._plan.order_seed)  # so that resume can say when only it differs
-        if self._plan.streaming:
-            streams = self._point.get("streams", {"positions": {}, "exhausted": [], "cursor": 0})
-            state.update(task=0, offset=self._point.get("offset", 0), streams=streams)
-        else:
-            state.update(task=self._point["task"], offset=self._point["offset"])
-            if self._unbatched or self._step != self._size:
-                state["chunk"] = self._step  # samples per task: the grid "task" counts in
-        if "buckets" in self._point:
-            state["buckets"] = self._point["buckets"]  # bucket_by_length: rows of each bucket handed out since "task"
-        if "pack" in self._point:
-            state["pack"] = self._point["pack"]  # pack(): which items the rows held, and the next one to place
-        if "window" in self._point:
-            state["window"] = self._point["window"]  # shuffle(window=N): rows delivered, and the oldest row held
-        return seal(state)
+        plan = self._plan
+        indexed = not plan.streaming
+        return checkpoint(
+            plan, self._point, epoch=self.epoch, batches=self.stats_.batches, skip_log=self._skip_log,
+            fingerprint=self._fingerprint, parts=self._parts,
+            chunk=self._step if indexed and self._step != self._size else None,  # where a task is not one batch
+            shard=self._shard_field() if self._shard is not None and indexed else None, elastic=self._elastic,
+        )
+
+    def _shard_field(self) -> dict:
+        """This rank and, where positions are samples (aligned tasks), how many of its share it delivered."""
+        if not self._plan.part.aligned:
+            return dict(self._shard)
+        task, offset = self._point["task"], self._point["offset"]
+        taken = len(self._order) if task >= self._num_tasks else min(self._covered, task * self._step) + offset
+        return dict(self._shard, taken=taken)
 
     def stats(self) -> Stats:
         """Counters for this epoch so far (see `feedline.Stats`)."""
@@ -556,9 +567,12 @@ class EpochIterator:
         stats.backend, stats.decision, stats.trial = runtime.backend, runtime.decision, runtime.trial
         if self._shuffler is not None:
             stats.window_peak = self._shuffler.peak
-        if isinstance(self._recut, (Packer, BudgetCut)):
-            stats.packed = isinstance(self._recut, Packer)
+        if isinstance(self._recut, (Packer, BudgetCut, Deal)):
+            stats.packed = self._recut.packs
             stats.items, stats.item_slots = self._recut.fill.items, self._recut.fill.slots
+        if isinstance(self._recut, Deal):
+            stats.dropped_batches, stats.dropped_samples = self._recut.dropped_batches, self._recut.dropped_rows
+            stats.padded_batches = self._recut.padded_batches
 
 
 _ERROR = object()
@@ -568,30 +582,6 @@ def _batch_bytes(batch, rows: int, size: int) -> int:
     """Bytes of the arrays of a whole batch of ``size`` rows, from ``batch`` of ``rows`` rows."""
     arrays = flatten(batch)[1] if rows else []
     return int(sum(a.nbytes for a in arrays if isinstance(a, np.ndarray)) * size / max(1, rows))
-
-
-def _recut_for(plan, state):
-    """The re-cut of a plan whose tasks may not be whole batches: one carry of rows, buckets, packed rows or a budget."""
-    padder = plan.padder
-    if plan.pack is not None:
-        pack = plan.pack
-        return Packer(pack.max_length, pack.fit, pack.buffer, pack.pad_value, plan.rows_per_batch, plan.drop_remainder,
-                      (state or {}).get("pack"), plan.part.source.where)
-    if plan.budget is not None:
-        return BudgetCut(plan.budget, padder.join, padder.cut, plan.part.source.where)
-    if padder is None:
-        return Recut(plan.part.batch_size, plan.drop_remainder, plan.part.source.where)
-    if padder.buckets is None:
-        return Recut(plan.part.batch_size, plan.drop_remainder, plan.part.source.where, join=padder.join, cut=padder.cut)
-    return Buckets(padder.buckets, plan.drop_remainder, padder.join, padder.cut, (state or {}).get("buckets"))
-
-
-def _window_for(plan, epoch: int, state):
-    """The shuffle window of a stream with ``shuffle(window=N)``, resumed from ``state["window"]`` if given."""
-    if plan.window is None:
-        return None
-    return WindowShuffle(plan.window.window, plan.window.seed, epoch, plan.part.batch_size, plan.drop_remainder,
-                         (state or {}).get("window"), plan.part.source.where)
 
 
 def _user_stacklevel() -> int:
@@ -604,11 +594,3 @@ def _user_stacklevel() -> int:
     while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(package):
         frame, level = frame.f_back, level + 1
     return level
-
-
-def _index_from_json(index):
-    return tuple(index) if isinstance(index, list) else index
-
-
-def _jsonable(index):
-    return list(index) if isinstance(index, tuple) else int(index)

@@ -13,7 +13,7 @@ Available memory is the smaller of the machine's (``MemAvailable`` in
 /proc/meminfo) and the cgroup's limit minus its usage (v2 ``memory.max``
 and ``memory.current``; v1 ``memory.limit_in_bytes`` and
 ``memory.usage_in_bytes``), for this process's cgroup and those above it
-(`feedline.engine._cgroups`). The cgroup's usage counts page cache the
+(`feedline._cgroups`). The cgroup's usage counts page cache the
 kernel could reclaim, so the cap errs towards fewer workers. Unknown
 (other systems, unreadable files): no cap.
 """
@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import os
 
-from ._cgroups import cgroup_dirs
+from .._cgroups import cgroup_dirs
 
 __all__ = ["FREE_SHARE", "available_memory", "private_bytes"]
 

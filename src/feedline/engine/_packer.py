@@ -20,11 +20,16 @@ each closed-but-unbatched row holds, and the next ordinal to place. A
 resumed run re-reads from ``T0``, puts the held items back into their rows
 (in ordinal order, which is their order in the row) and drops the others,
 then places items from the next ordinal on exactly as the first run did.
+
+With ``sizes=`` the same placement runs on the table of lengths before the
+map (`plan_rows`), and `PlannedPacker` fills the planned rows as their
+samples arrive (`engine._deal.LengthPlan` deals them to ranks).
 """
 
 from __future__ import annotations
 
 import bisect
+import collections
 
 import numpy as np
 
@@ -32,9 +37,91 @@ from .._errors import FeedlineError, SampleError
 from .._padding import _fields, _rebuild
 from .._tree import slice_rows
 
-__all__ = ["Fill", "Packer"]
+__all__ = ["Fill", "Packer", "PlannedPacker", "choose", "plan_rows"]
 
 ADDED = ("segment_ids", "positions")  # the keys a packed dict sample gains (Grain's <feature>_segment_ids / _positions)
+
+
+def choose(rooms: list, n: int, best: bool) -> int:
+    """The open row an item of length ``n`` goes into (``rooms``: room left in each, oldest first); -1 if none fits."""
+    if best:  # the least room that fits; index() gives the oldest row of that room
+        fits = [room for room in rooms if room >= n]
+        return rooms.index(min(fits)) if fits else -1
+    for i, room in enumerate(rooms):
+        if room >= n:
+            return i
+    return -1
+
+
+def plan_rows(lengths, max_length: int, fit: str, buffer: int, size: int | None, drop_remainder: bool, split: bool,
+              too_long) -> list:
+    """The batches `Packer` cuts from samples of these lengths, in this order: placed exactly as it places items.
+
+    Returns a list of batches, each a list of rows, each a list of items
+    ``(position, piece, length)``: the sample's position in ``lengths``,
+    which of its pieces (0 unless split), and the piece's length.
+    ``too_long(position)`` makes the error for a sample longer than a row
+    when ``split`` is False. Open rows are numbered in the order they
+    opened; for ``"best"`` they are also kept sorted by ``(room, number)``,
+    so the best fit (least room that fits, ties to the oldest) and the
+    fullest row are a bisection away where `Packer` scans its rows (the
+    same choice as `choose`).
+    """
+    best, per = fit == "best", size or 1
+    rows, room_of, closed, batches = {}, {}, [], []  # open rows and their room, by number (the order they opened)
+    by_room: list = []  # "best": (room, number) of the open rows, sorted
+    numbers, rooms = [], []  # "first": the open rows' numbers and rooms, oldest first (as `Packer` keeps them)
+    opened = 0
+
+    def close(r: int) -> None:
+        room = room_of.pop(r)
+        if best:
+            del by_room[bisect.bisect_left(by_room, (room, r))]
+        else:
+            k = numbers.index(r)
+            del numbers[k], rooms[k]
+        closed.append(rows.pop(r))
+        if len(closed) == per:
+            batches.append(closed[:])
+            closed.clear()
+
+    for position, total in enumerate(np.asarray(lengths).tolist()):
+        if total > max_length and not split:
+            raise too_long(position)
+        for piece, start in enumerate(range(0, total, max_length)):
+            n = min(max_length, total - start)
+            if best:
+                i = bisect.bisect_left(by_room, (n, -1))
+                r = by_room[i][1] if i < len(by_room) else None
+            else:
+                i = choose(rooms, n, False)
+                r = numbers[i] if i >= 0 else None
+            if r is None:
+                if len(rows) >= buffer:  # the fullest goes out
+                    close(by_room[0][1] if best else numbers[rooms.index(min(rooms))])
+                r, opened = opened, opened + 1
+                rows[r], room_of[r] = [], max_length
+                if best:
+                    bisect.insort(by_room, (max_length, r))
+                else:
+                    i = len(numbers)
+                    numbers.append(r)
+                    rooms.append(max_length)
+            rows[r].append((position, piece, n))
+            room = room_of[r]
+            room_of[r] = room - n
+            if best:
+                del by_room[bisect.bisect_left(by_room, (room, r))]
+                bisect.insort(by_room, (room - n, r))
+            else:
+                rooms[i] = room - n
+            if room == n:
+                close(r)
+    for r in list(rows):
+        close(r)
+    if closed and not drop_remainder:
+        batches.append(closed[:])
+    return batches
 
 
 class Fill:
@@ -64,6 +151,7 @@ class Packer:
     """
 
     slice = staticmethod(slice_rows)  # the iterator's resumed-first-task cut (never needed: the offset is always 0)
+    packs = True  # stats: the share of slots filled is a packing efficiency
 
     def __init__(self, max_length: int, fit: str, buffer: int, pad_value, size: int | None, drop_remainder: bool,
                  resume: dict | None = None, where=None):
@@ -73,6 +161,8 @@ class Packer:
         self.rooms: list = []  # room left in each open row
         self.closed: list = []  # rows closed but not yet batched
         self.ready: list = []
+        self.fills: list = []  # (items, slots) of each ready batch ...
+        self.last_fills: list = []  # ... and of those the last cut() returned (`engine._deal.Deal` counts a rank's own)
         self.tasks: list = []  # (task number, first ordinal, streams before it), in task order
         self.current = None
         self.fill = Fill()
@@ -152,17 +242,8 @@ class Packer:
         self.rooms = [self.length - row.used for row in self.open]
 
     def _place(self, g: int, n: int, fields, start: int) -> None:
-        rooms, pick = self.rooms, -1
-        if self.best:
-            tight = self.length + 1
-            for i, room in enumerate(rooms):
-                if n <= room < tight:
-                    pick, tight = i, room
-        else:
-            for i, room in enumerate(rooms):
-                if room >= n:
-                    pick = i
-                    break
+        rooms = self.rooms
+        pick = choose(rooms, n, self.best)
         if pick < 0:
             if len(rooms) >= self.capacity:
                 self._close(rooms.index(min(rooms)))  # the fullest; the point of a batch cut here has item g still to place
@@ -194,8 +275,9 @@ class Packer:
     def _emit(self) -> None:
         rows, self.closed = self.closed, []
         items = sum(len(r.lengths) for r in rows)
-        self.fill.items += sum(r.used for r in rows)
-        self.fill.slots += len(rows) * self.length
+        self.fills.append((sum(r.used for r in rows), len(rows) * self.length))
+        self.fill.items += self.fills[-1][0]
+        self.fill.slots += self.fills[-1][1]
         for r in rows:  # the arrays were made empty: padding goes in once, past the last item
             for a in r.arrays:
                 a[r.used :] = self.pad
@@ -241,7 +323,7 @@ class Packer:
     def cut(self, final: bool) -> list:
         """Batches ready since the last call; with ``final``, the open rows closed and batched too."""
         if self.error is not None:
-            error, self.error, self.ready = self.error, None, []
+            error, self.error, self.ready, self.fills = self.error, None, [], []
             raise error
         if final:
             if self.refill:
@@ -252,4 +334,105 @@ class Packer:
                 self._emit()
             self.closed = []
         out, self.ready = self.ready, []
+        self.last_fills, self.fills = self.fills, []
+        return out
+
+
+class PlannedPacker(Packer):
+    """Rows of batches planned in advance from a length table (`plan_rows`), filled as their samples arrive.
+
+    ``batches`` are this rank's: each ``(positions, rows)``, its samples'
+    positions in the epoch's order (ascending: the order they arrive in)
+    and its rows as `plan_rows` gives them. Samples arrive batch after
+    batch, each once per batch that holds a piece of it; each piece is
+    copied straight into its row. The point after a batch is the next task
+    (or this one again, from its start) with ``"pack"`` counting rows of
+    this rank's order: ``next`` is the next row to arrive and ``next -
+    first`` how many of that task's rows were used. Nothing waits past a
+    batch, so no row is held in the state.
+
+    Args:
+        batches: this rank's planned batches, from the resume point on.
+        total: ``total(position)``, a sample's length by the table (checked against the mapped sample).
+        index: ``index(position)``, the sample's source index (for errors).
+        resume: ``state["pack"]`` of the point resumed from, or None.
+    """
+
+    def __init__(self, max_length: int, pad_value, size: int | None, batches: list, total, index, resume=None,
+                 where=None):
+        super().__init__(max_length, "best", 1, pad_value, size, False, None, where)
+        self.batches = collections.deque(batches)
+        self.total, self.index = total, index
+        self.drop = resume["next"] - resume["first"] if resume else 0  # rows of the first task delivered before
+        self.seen = resume["next"] if resume else 0  # this rank's rows arrived so far
+        self.positions, self.cursor = [], 0  # the batch being filled: its samples' epoch positions, how many arrived
+        self.batch_rows: list = []
+        self.wanted: dict = {}  # epoch position -> [(row, piece, length)] of the batch being filled
+        self.failed = False
+
+    @property
+    def rows(self) -> int:
+        return self.cursor
+
+    def add(self, piece, rows: int, number: int, task_rows: int, indices=None, before=None, after=None) -> None:
+        if self.error is not None or self.failed:  # after an error the plan is off: nothing more is filled
+            return
+        try:
+            self._fill(piece, rows, number, task_rows, indices)
+        except SampleError as exc:
+            self.error = exc
+
+    def _fill(self, piece, rows: int, number: int, task_rows: int, indices) -> None:
+        kind, keys = _fields(piece["fields"])
+        fields = [piece["fields"] if key is None else piece["fields"][key] for key in keys]
+        self._check_spec(kind, keys, fields, piece, indices)
+        lengths = piece["lengths"]
+        starts = np.concatenate([[0], np.cumsum(lengths)]).tolist()
+        bounds = np.searchsorted(piece["sample"], np.arange(rows + 1)).tolist()  # each row's items
+        lengths = lengths.tolist()
+        skip, self.drop = self.drop, 0  # a resumed first task: its rows before the point were delivered
+        for r in range(skip, rows):
+            if not self.positions:
+                self._begin()
+            position, first, last = self.positions[self.cursor], bounds[r], bounds[r + 1]
+            self.cursor += 1
+            self.seen += 1
+            got = sum(lengths[first:last])
+            if got != self.total(position):
+                index = self.index(position)
+                raise SampleError(f"pack(sizes=...): sample {index} has {got} items along its first axis after the map, "
+                                  f"but sizes gives {self.total(position)}; the rows are planned from sizes, so it must "
+                                  "give each sample's length after every map() before pack()", index=index,
+                                  where=self.where(index) if self.where else None, stage="pack")
+            for row, k, n in self.wanted.pop(position):
+                self._put(self.batch_rows[row], position, n, fields, starts[first + k])
+            if self.cursor == len(self.positions):  # the batch is whole: out it goes, its point just after this row
+                used = r + 1
+                self.here = {"task": number + 1 if used == task_rows else number, "offset": 0,
+                             "pack": {"first": self.seen if used == task_rows else self.seen - used, "next": self.seen,
+                                      "open": [], "pending": []}}
+                self.closed, self.batch_rows, self.positions, self.cursor = self.batch_rows, [], [], 0
+                self._emit()
+                self.closed = []
+
+    def _begin(self) -> None:
+        positions, rows = self.batches.popleft()
+        self.positions = positions.tolist()
+        self.batch_rows = [_Row() for _ in rows]
+        for k, row in enumerate(rows):
+            for position, piece, n in row:
+                self.wanted.setdefault(position, []).append((k, piece, n))
+
+    def _point(self) -> dict:
+        return self.here
+
+    def cut(self, final: bool) -> list:
+        if self.error is not None:
+            error, self.error, self.ready, self.fills, self.failed = self.error, None, [], [], True
+            raise error
+        if final and self.positions:
+            raise FeedlineError(f"pack(sizes=...): the epoch ended before sample position {self.positions[self.cursor]} "
+                                "of a planned batch arrived; the state does not fit this pipeline's data")
+        out, self.ready = self.ready, []
+        self.last_fills, self.fills = self.fills, []
         return out

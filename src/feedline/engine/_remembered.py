@@ -2,9 +2,8 @@
 
 A trial (`feedline.engine._trial`) has a price: threads run first while
 it judges them, and process workers that win take over only then, warming
-up late (a short epoch with start-up: 0.90-0.92 of processes set by hand
-on the suite's audio workload and story 1, 2 cores). A training script runs
-the same pipeline again and again (every ``python train.py``, restarts,
+up late, so a short epoch falls behind processes set by hand. A training
+script runs the same pipeline again and again (every ``python train.py``, restarts,
 sweeps), so the verdict of its first run is remembered and later runs start
 straight on the winner, as the hand setting would.
 
@@ -14,15 +13,14 @@ straight on the winner, as the hand setting would.
   and the trial runs again.
 - Entry: the winner, both backends' samples/s, the winner's samples/s per
   worker (what the drift check compares against), its worker count as the
-  run left it (the worker tuner grows threads that wait on I/O: 2 -> 16
-  took ~1-2 s of a 4 s epoch), when, and how many runs started on it.
+  run left it (the worker tuner grows threads that wait on I/O, which takes
+  part of the first epoch), when, and how many runs started on it.
 - Only a verdict that `AGREE` trials in a row reached (two runs' trials,
-  or a trial and the drift check's) is started on: one trial can be wrong (a busy moment, a cold file cache;
-  the suite's jpeg threads were once judged to lose), and remembered it
-  would hold 10 runs on the slower backend, since the drift check watches
+  or a trial and the drift check's) is started on: one trial can be wrong (a busy moment, a cold file
+  cache), and remembered it would hold 10 runs on the slower backend, since the drift check watches
   the winner only, never the loser. A trial that disagrees replaces it.
 - A run that starts on a remembered verdict is watched like any decision:
-  a rate that falls under `feedline.engine._trial.DRIFT_RATIO` of the
+  a rate that falls under `feedline.engine.choice.Policy.drift_ratio` of the
   remembered one runs the trial again. After `REMEMBER_RUNS` runs the
   trial runs again anyway (data and libraries change under the same code),
   and its verdict is remembered anew.

@@ -18,7 +18,7 @@ __all__ = ["INPUT_BOUND", "SATURATED", "Verdict", "analyse", "render"]
 INPUT_BOUND = 0.10  # consumer waiting more than 10 % of the time: the input pipeline limits training
 SATURATED = 0.85  # workers busy more than 85 % of the time: more of the same cannot go faster
 STARVED = 0.2  # tasks runnable but waiting for a CPU this share of their time: other programs hold the cores
-GIL_TASK_CPU = 0.85  # thread tasks on the CPU less than this share of their span may be GIL-bound (see _input_bound_advice)
+GIL_TASK_CPU = 0.85  # thread tasks on the CPU less than this share of their span may be GIL-bound (see _looks_gil_bound)
 _STORE_SOURCES = ("Store", "RemoteStore", "CacheSource")  # sources that already hold decoded data
 _DECODE_WORDS = ("decode", "load", "read", "png", "jpeg", "jpg", "open", "imread", "wav", "audio")
 
@@ -57,78 +57,168 @@ def analyse(stats) -> Verdict:
     return Verdict(input_bound, summary, bottleneck, share, saturated, advice)
 
 
-def _input_bound_advice(stats, wait, busy, saturated, bottleneck, share):
-    advice = []
-    # If the input pipeline were infinitely fast the epoch would take wall*(1-wait).
-    ceiling = 1.0 / max(1e-9, 1.0 - wait)
-    cpu = stats.cpu_share
+@dataclass(frozen=True)
+class _Signals:
+    """What the input-bound advice rules read, computed once from an epoch's `Stats` and the verdict's numbers."""
+
+    stats: object
+    busy: float | None  # the workers' busy share (None: no task yet)
+    saturated: bool
+    bottleneck: str | None
+    share: float | None  # the bottleneck's share of worker time
+    ceiling: float  # the speed-up if the input pipeline were infinitely fast: no estimate may exceed it
+    cpu: float | None  # the tasks' CPU share of their span
+    cores_used: float | None  # cores the tasks kept busy together over the workers' span
+    starved: float  # share of the tasks' time runnable but waiting for a CPU
+    off_cpu: bool  # saturated workers whose tasks mostly wait on I/O or sleep
+    gil_bound: bool  # thread workers held by the GIL, unless processes were tried and delivered less
+
+    @classmethod
+    def of(cls, stats, wait, busy, saturated, bottleneck, share) -> _Signals:
+        """The signals of an input-bound epoch (``wait``: the consumer's waiting share, above `INPUT_BOUND`)."""
+        # If the input pipeline were infinitely fast the epoch would take wall*(1-wait).
+        ceiling = 1.0 / max(1e-9, 1.0 - wait)
+        cpu = stats.cpu_share
+        cores_used = _cores_used(stats)
+        looks_gil_bound = _looks_gil_bound(stats, busy, cpu, cores_used)
+        starved = stats.cpu_wait_share or 0.0  # runnable but waiting for a CPU: not I/O, and more workers cannot help
+        off_cpu = saturated and cpu is not None and cpu + starved < 0.2 and not looks_gil_bound
+        gil_bound = looks_gil_bound and not _processes_lost_trial(stats.trial)
+        return cls(stats, busy, saturated, bottleneck, share, ceiling, cpu, cores_used, starved, off_cpu, gil_bound)
+
+
+def _cores_used(stats) -> float | None:
+    """Cores the tasks kept busy together, from the first task's start to the last one's end (None: no span)."""
     windows = list(stats.worker_windows.values())
     span = max(end for _, end in windows) - min(start for start, _ in windows) if windows else 0.0
-    cores_used = stats.task_cpu_seconds / span if span > 0 else None
-    # Threads that together keep about one core busy are serialised by the GIL;
-    # tasks that use far less CPU than their duration are waiting on I/O.
-    # (A thread waiting for the GIL is off the CPU, like one waiting on a file,
-    # but GIL-bound threads still add up to about one busy core.) A task's own
-    # CPU share is ~1/threads when they interleave, but short tasks take turns
-    # whole (0.59-0.72 for 2 threads on 8 ms tasks), and some epochs whole
-    # tasks each (tasks on the CPU all their span, two threads busy 53 % of
-    # the time, one core used between them): tasks on the CPU nearly all
-    # their span are GIL-bound only where the threads were idle between them
-    # while the consumer was not busy handing out work.
-    parallel = min(stats.workers, stats.cores)
+    return stats.task_cpu_seconds / span if span > 0 else None
+
+
+def _took_turns(stats, busy, cpu) -> bool:
+    """Whether thread tasks look like they took turns on one core (see `_looks_gil_bound`)."""
     consumer_busy = sum(stats.consumer_seconds.values()) / max(stats.wall_seconds, 1e-9)
-    took_turns = 0.2 <= (cpu or 0.0) < GIL_TASK_CPU or (busy is not None and busy < 0.65 and consumer_busy < 0.2)
-    gil_bound = (stats.backend == "thread" and parallel >= 2 and cpu is not None and cores_used is not None
-                 and took_turns and cores_used < 0.65 * parallel)
-    starved = stats.cpu_wait_share or 0.0  # runnable but waiting for a CPU: not I/O, and more workers cannot help
-    off_cpu = saturated and cpu is not None and cpu + starved < 0.2 and not gil_bound
-    trial = stats.trial
-    if gil_bound and trial.get("process") is not None and trial["process"] <= trial.get("thread", 0.0):
-        gil_bound = False  # processes were tried on this very pipeline and delivered less: no advice to switch
-    if gil_bound:
-        gain = min(ceiling, stats.workers / cores_used, stats.cores)
-        advice.append((gain, f"{stats.workers} threads keep only {cores_used:.1f} cores busy: the work holds the GIL; use backend='process' (estimated {_x(gain)})"))
-    elif off_cpu:
-        gain = min(ceiling, 1.0 / max(cpu, 1e-9))
+    return 0.2 <= (cpu or 0.0) < GIL_TASK_CPU or (busy is not None and busy < 0.65 and consumer_busy < 0.2)
+
+
+def _looks_gil_bound(stats, busy, cpu, cores_used) -> bool:
+    """Whether thread workers look serialised by the GIL.
+
+    Threads that together keep about one core busy are serialised by the
+    GIL; tasks that use far less CPU than their duration are waiting on I/O.
+    (A thread waiting for the GIL is off the CPU, like one waiting on a
+    file, but GIL-bound threads still add up to about one busy core.) A
+    task's own CPU share is ~1/threads when they interleave, but short
+    tasks take turns whole (a share well above 1/threads), and some epochs
+    whole tasks each (tasks on the CPU all their span, one core used
+    between the threads): tasks on the CPU nearly all their span are
+    GIL-bound only where the threads were idle between them while the
+    consumer was not busy handing out work.
+    """
+    parallel = min(stats.workers, stats.cores)
+    took_turns = _took_turns(stats, busy, cpu)
+    return (stats.backend == "thread" and parallel >= 2 and cpu is not None and cores_used  # (no CPU at all: waiting)
+            and took_turns and cores_used < 0.65 * parallel)
+
+
+def _processes_lost_trial(trial: dict) -> bool:
+    """Whether processes were tried on this very pipeline and delivered no more than threads."""
+    return trial.get("process") is not None and trial["process"] <= trial.get("thread", 0.0)
+
+
+def _backend_advice(s: _Signals) -> list:
+    """Processes for GIL-bound threads, or more workers than cores for tasks that wait off the CPU."""
+    stats = s.stats
+    if s.gil_bound:
+        gain = min(s.ceiling, stats.workers / s.cores_used, stats.cores)
+        return [(gain, f"{stats.workers} threads keep only {s.cores_used:.1f} cores busy: the work holds the GIL; use backend='process' (estimated {_x(gain)})")]
+    if s.off_cpu:
+        gain = min(s.ceiling, 1.0 / max(s.cpu, 1e-9))
         more = f"workers={4 * stats.cores} with backend='thread'" if stats.backend != "process" else f"workers={2 * stats.cores}"
-        advice.append((gain, f"tasks use the CPU only {cpu:.0%} of their time (they wait on I/O or sleep): run more workers than cores, e.g. {more} (estimated {_x(gain)})"))
-    # Waits for a CPU beyond those of more workers than cores among themselves (sixteen on two cores wait ~7/8 of
-    # their time, and keep the cores busy): other programs hold the cores.
-    held_elsewhere = starved - max(0.0, 1.0 - stats.cores / max(1, stats.workers)) >= STARVED
-    if held_elsewhere:
-        advice.append((min(ceiling, 1.0 / max(1.0 - starved, 1e-9)),
-                       f"workers waited for a CPU {starved:.0%} of their task time: other programs on this machine hold the "
-                       "cores (the training process's own threads, other jobs); more workers cannot help: give the pipeline "
-                       "cores of its own (fewer threads elsewhere, or fewer jobs per machine)"))
-    if saturated and not off_cpu and stats.workers < stats.cores:
-        gain = min(ceiling, stats.cores / stats.workers)
-        advice.append((gain, f"all {stats.workers} workers are saturated and {stats.cores} cores are available: raise workers to {stats.cores} (estimated {_x(gain)})"))
-    if saturated and not off_cpu and bottleneck is not None and share:
-        gain = min(ceiling, 1.0 / max(1e-9, 1.0 - share))
-        if bottleneck == "read" and stats.source_kind in _STORE_SOURCES:
-            advice.append((gain, f"reading the store takes {share:.0%} of worker time: fields encoded 'raw' are read without decoding "
-                                 f"(see docs/store.md), or raise workers (estimated up to {_x(gain)})"))
-        elif any(word in bottleneck.lower() for word in _DECODE_WORDS):
-            advice.append((gain, f"{bottleneck} takes {share:.0%} of worker time: decode once into a store (feedline convert / .cache()) or decode at reduced size (estimated up to {_x(gain)})"))
-        else:
-            advice.append((gain, f"{bottleneck} takes {share:.0%} of worker time: make it cheaper, or move vectorisable work to map_batch (removing it entirely would give {_x(gain)})"))
-        if stats.workers >= stats.cores:
-            advice.append((min(ceiling, 2.0), "every core is busy feeding: more CPUs are the remaining lever (backend='ray' on a cluster: docs/scaling.md)"))
-    if not saturated and not gil_bound and busy is not None:
-        inflight = stats.inflight_total / stats.batches if stats.batches else 0.0
-        gain = min(ceiling, 1.0 / max(busy, 1e-9))
-        if inflight >= 0.9 * stats.depth:
-            advice.append((gain, f"workers idle {1 - busy:.0%} of the time with all {stats.depth} prefetch slots taken: finished batches "
-                                 f"wait behind a slow one; raise prefetch depth or use map(..., ordered=False) (estimated up to {_x(gain)})"))
-        else:
-            consumer = sum(stats.consumer_seconds.values())
-            advice.append((gain, f"workers idle {1 - busy:.0%} of the time although the consumer waits: the consumer process hands out "
-                                 f"work too slowly ({consumer:.2f} s in consumer-side stages) or other programs compete for the cores; "
-                                 f"move map_batch work before batch() or use larger batches (estimated up to {_x(gain)})"))
-        transport = stats.consumer_seconds.get("transport", 0.0)
-        if stats.batches and transport / max(stats.wall_seconds, 1e-9) > 0.2:
-            advice.append((min(ceiling, 1.5), f"receiving batches takes {transport / stats.wall_seconds:.0%} of the consumer's time: use larger batches (estimated 1.5x)"))
+        return [(gain, f"tasks use the CPU only {s.cpu:.0%} of their time (they wait on I/O or sleep): run more workers than cores, e.g. {more} (estimated {_x(gain)})")]
+    return []
+
+
+def _cores_held_elsewhere_advice(s: _Signals) -> list:
+    """Cores of its own for the pipeline when other programs hold them.
+
+    Counts only the waits for a CPU beyond those of more workers than cores
+    among themselves (sixteen on two cores wait ~7/8 of their time, and
+    keep the cores busy).
+    """
+    stats = s.stats
+    held_elsewhere = s.starved - max(0.0, 1.0 - stats.cores / max(1, stats.workers)) >= STARVED
+    if not held_elsewhere:
+        return []
+    return [(min(s.ceiling, 1.0 / max(1.0 - s.starved, 1e-9)),
+             f"workers waited for a CPU {s.starved:.0%} of their task time: other programs on this machine hold the "
+             "cores (the training process's own threads, other jobs); more workers cannot help: give the pipeline "
+             "cores of its own (fewer threads elsewhere, or fewer jobs per machine)")]
+
+
+def _more_workers_advice(s: _Signals) -> list:
+    """As many workers as cores, for saturated workers fewer than the cores."""
+    stats = s.stats
+    if not (s.saturated and not s.off_cpu and stats.workers < stats.cores):
+        return []
+    gain = min(s.ceiling, stats.cores / stats.workers)
+    return [(gain, f"all {stats.workers} workers are saturated and {stats.cores} cores are available: raise workers to {stats.cores} (estimated {_x(gain)})")]
+
+
+def _bottleneck_text(stats, bottleneck: str, share: float, gain: float) -> str:
+    """How to make the slowest stage cheaper: store reads, decoding, or any other stage."""
+    if bottleneck == "read" and stats.source_kind in _STORE_SOURCES:
+        return (f"reading the store takes {share:.0%} of worker time: fields encoded 'raw' are read without decoding "
+                f"(see docs/store.md), or raise workers (estimated up to {_x(gain)})")
+    if any(word in bottleneck.lower() for word in _DECODE_WORDS):
+        return f"{bottleneck} takes {share:.0%} of worker time: decode once into a store (feedline convert / .cache()) or decode at reduced size (estimated up to {_x(gain)})"
+    return f"{bottleneck} takes {share:.0%} of worker time: make it cheaper, or move vectorisable work to map_batch (removing it entirely would give {_x(gain)})"
+
+
+def _bottleneck_advice(s: _Signals) -> list:
+    """A cheaper slowest stage, for saturated workers; more CPUs when every core already feeds."""
+    stats = s.stats
+    if not (s.saturated and not s.off_cpu and s.bottleneck is not None and s.share):
+        return []
+    gain = min(s.ceiling, 1.0 / max(1e-9, 1.0 - s.share))
+    advice = [(gain, _bottleneck_text(stats, s.bottleneck, s.share, gain))]
+    if stats.workers >= stats.cores:
+        advice.append((min(s.ceiling, 2.0), "every core is busy feeding: more CPUs are the remaining lever (backend='ray' on a cluster: docs/scaling.md)"))
     return advice
+
+
+def _idle_workers_text(stats, busy: float, gain: float) -> str:
+    """Why workers sit idle while the consumer waits: full prefetch slots, or a consumer that hands out work slowly."""
+    inflight = stats.inflight_total / stats.batches if stats.batches else 0.0
+    if inflight >= 0.9 * stats.depth:
+        return (f"workers idle {1 - busy:.0%} of the time with all {stats.depth} prefetch slots taken: finished batches "
+                f"wait behind a slow one; raise prefetch depth or use map(..., ordered=False) (estimated up to {_x(gain)})")
+    consumer = sum(stats.consumer_seconds.values())
+    return (f"workers idle {1 - busy:.0%} of the time although the consumer waits: the consumer process hands out "
+            f"work too slowly ({consumer:.2f} s in consumer-side stages) or other programs compete for the cores; "
+            f"move map_batch work before batch() or use larger batches (estimated up to {_x(gain)})")
+
+
+def _idle_workers_advice(s: _Signals) -> list:
+    """Workers that are not saturated although the consumer waits; larger batches when receiving them is slow."""
+    stats = s.stats
+    if s.saturated or s.gil_bound or s.busy is None:
+        return []
+    gain = min(s.ceiling, 1.0 / max(s.busy, 1e-9))
+    advice = [(gain, _idle_workers_text(stats, s.busy, gain))]
+    transport = stats.consumer_seconds.get("transport", 0.0)
+    if stats.batches and transport / max(stats.wall_seconds, 1e-9) > 0.2:
+        advice.append((min(s.ceiling, 1.5), f"receiving batches takes {transport / stats.wall_seconds:.0%} of the consumer's time: use larger batches (estimated 1.5x)"))
+    return advice
+
+
+_INPUT_BOUND_RULES = (_backend_advice, _cores_held_elsewhere_advice, _more_workers_advice, _bottleneck_advice,
+                      _idle_workers_advice)  # in this order: equal gains keep it after the ranking
+
+
+def _input_bound_advice(stats, wait, busy, saturated, bottleneck, share):
+    """Advice for an input-bound epoch: each rule of `_INPUT_BOUND_RULES` adds its [(estimated gain, text)]."""
+    signals = _Signals.of(stats, wait, busy, saturated, bottleneck, share)
+    return [item for rule in _INPUT_BOUND_RULES for item in rule(signals)]
 
 
 def _x(gain: float) -> str:
@@ -137,40 +227,91 @@ def _x(gain: float) -> str:
 
 
 def render(stats) -> str:
+    """The readable table of ``str(stats)``: the run's settings, time per stage, what was left out, verdict and advice."""
     d = stats.as_dict()
+    lines = _header_lines(d) + _timing_lines(d) + _stage_lines(stats) + _epoch_notes(stats, d) + _verdict_lines(d)
+    return "\n".join(lines)
+
+
+def _header_lines(d: dict) -> list[str]:
+    """What ran: the epoch's counts and rate, the backend and its reason, and the autotuner's changes."""
     rate = f"{d['samples_per_second']:.1f}" if d["samples_per_second"] else "-"
     lines = [
         f"feedline epoch {d['epoch']}: {d['batches']} batches, {d['samples']} samples, {rate} samples/s",
         f"  backend {d['backend']} x{d['workers']} ({d['cores']} cores), prefetch {d['prefetch_depth']}: {d['decision']}",
     ]
-    for decision in d["decisions"]:
-        lines.append(f"  autotune: {decision}")
+    lines.extend(f"  autotune: {decision}" for decision in d["decisions"])
+    return lines
+
+
+def _timing_lines(d: dict) -> list[str]:
+    """How long the consumer waited (and for its first batch), and how busy the workers were."""
     timing = f"  consumer waited {d['consumer_wait_seconds']:.3f} s of {d['wall_seconds']:.3f} s"
     if d["first_batch_seconds"] is not None:
         timing += f"; first batch after {d['first_batch_seconds']:.3f} s"
-    lines.append(timing)
+    lines = [timing]
     if d["worker_busy_share"] is not None:
         lines.append(f"  workers busy {d['worker_busy_share']:.0%}; tasks in flight on average {d['mean_tasks_in_flight'] or 0:.1f}")
+    return lines
+
+
+def _stage_lines(stats) -> list[str]:
+    """The table of seconds per stage: the workers' stages with their share, then the consumer's."""
     total = sum(stats.stage_seconds.values()) or 1.0
-    lines.append(f"  {'stage':<28} {'seconds':>9}  {'share':>6}")
-    for stage, seconds in stats.stage_seconds.most_common():
-        lines.append(f"  {stage:<28} {seconds:9.3f}  {100 * seconds / total:5.1f}%")
-    for stage, seconds in stats.consumer_seconds.most_common():
-        lines.append(f"  {stage + ' (consumer)':<28} {seconds:9.3f}")
-    if d["padding_share"] is not None:
-        packed = f"; packing efficiency {d['packing_efficiency']:.1%}" if d["packing_efficiency"] is not None else ""
-        lines.append(f"  padding {d['padding_share']:.1%} of {stats.item_slots:,} item slots{packed}")
-    if stats.skipped:
-        shown = ", ".join(str(i) for i, _ in stats.skipped[:10])
-        lines.append(f"  skipped {len(stats.skipped)} samples: {shown}{' ...' if len(stats.skipped) > 10 else ''}")
-    if stats.worker_restarts:
-        lines.append(f"  worker restarts: {stats.worker_restarts}")
+    lines = [f"  {'stage':<28} {'seconds':>9}  {'share':>6}"]
+    lines.extend(f"  {stage:<28} {seconds:9.3f}  {100 * seconds / total:5.1f}%" for stage, seconds in stats.stage_seconds.most_common())
+    lines.extend(f"  {stage + ' (consumer)':<28} {seconds:9.3f}" for stage, seconds in stats.consumer_seconds.most_common())
+    return lines
+
+
+def _epoch_notes(stats, d: dict) -> list[str]:
+    """One line for each thing of note that happened: padding, dropped or repeated batches, skips, restarts, source counts."""
+    return [line for note in (_padding_note, _dropped_note, _padded_note, _skipped_note, _restarts_note, _source_note)
+            if (line := note(stats, d)) is not None]
+
+
+def _padding_note(stats, d: dict) -> str | None:
+    if d["padding_share"] is None:
+        return None
+    packed = f"; packing efficiency {d['packing_efficiency']:.1%}" if d["packing_efficiency"] is not None else ""
+    return f"  padding {d['padding_share']:.1%} of {stats.item_slots:,} item slots{packed}"
+
+
+def _dropped_note(stats, d: dict) -> str | None:
+    if not stats.dropped_batches:
+        return None
+    return (f"  dropped {stats.dropped_batches} batch ({stats.dropped_samples} samples) of the epoch's last, "
+            "incomplete round, so every rank takes the same number")
+
+
+def _padded_note(stats, d: dict) -> str | None:
+    if not stats.padded_batches:
+        return None
+    return (f"  repeated {stats.padded_batches} batch of the epoch's start to fill its last round "
+            "(shard(even='pad')), so every rank takes the same number")
+
+
+def _skipped_note(stats, d: dict) -> str | None:
+    if not stats.skipped:
+        return None
+    shown = ", ".join(str(i) for i, _ in stats.skipped[:10])
+    return f"  skipped {len(stats.skipped)} samples: {shown}{' ...' if len(stats.skipped) > 10 else ''}"
+
+
+def _restarts_note(stats, d: dict) -> str | None:
+    return f"  worker restarts: {stats.worker_restarts}" if stats.worker_restarts else None
+
+
+def _source_note(stats, d: dict) -> str | None:
+    """The source's own counts that are not zero (e.g. a remote store's downloads, retries and failed downloads)."""
     counted = [(name, n) for name, n in sorted(stats.source_counts.items()) if n]
-    if counted:  # e.g. a remote store's downloads, retries and failed downloads
-        lines.append("  source: " + ", ".join(f"{name} {n}" for name, n in counted))
-    lines.append(f"  verdict: {d['verdict']}")
+    return "  source: " + ", ".join(f"{name} {n}" for name, n in counted) if counted else None
+
+
+def _verdict_lines(d: dict) -> list[str]:
+    """The verdict, the slowest stage, and the advice, best first."""
+    lines = [f"  verdict: {d['verdict']}"]
     if d["bottleneck"]:
         lines.append(f"  slowest stage: {d['bottleneck']}")
-    for n, text in enumerate(d["advice"], 1):
-        lines.append(f"  advice {n}: {text}")
-    return "\n".join(lines)
+    lines.extend(f"  advice {n}: {text}" for n, text in enumerate(d["advice"], 1))
+    return lines

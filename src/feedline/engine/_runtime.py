@@ -14,22 +14,23 @@ from __future__ import annotations
 
 import atexit
 import itertools
-import threading
 import time
 import weakref
 from typing import Callable
 
 import cloudpickle
 
+from .. import _startup
 from .._errors import FeedlineError
 from .._switch_interval import short_switch_interval
-from ..backends import PartNotPicklable, check_not_loading, check_sendable, in_worker, load_process_backend, make_executor, warm_up
+from ..backends import PartNotPicklable, check_not_loading, check_sendable, load_process_backend, make_executor
 from . import _remembered as remembered_choice
 from ._autotune import MAX_WORKERS, MAX_WORKERS_PER_CORE, DepthTuner, WorkerTuner
 from ._bulk_trial import SerialOrThreads
 from ._choice import choose, default_workers
 from ._memory import FREE_SHARE, available_memory, private_bytes
-from ._trial import BackendTrial, NotStarted, first_threads
+from ._trial import BackendTrial, NotStarted
+from .choice import first_threads
 
 __all__ = ["Runtime"]
 
@@ -51,7 +52,7 @@ class Runtime:
 
     def __init__(self, plan):
         check_not_loading()  # a worker loading its pipeline imported a module that runs one: workers without end
-        _start_after_set_up.runtime_built()  # iterating now: a server started meanwhile would take a core from its threads
+        _startup.runtime_built(self)  # iterating now: a server started meanwhile would take a core from its threads
         self.plan = plan
         self.memory_key = ""  # the automatic choice's key in the remembered verdicts (`_remembered`), once it has one
         # Set-up makes blocking calls (cgroup files, pickling, spawning): each waits for the GIL to come back,
@@ -78,8 +79,7 @@ class Runtime:
 
     def _start_executor(self, plan) -> tuple[str, int]:
         """Choose the backend and worker count (``self.reason`` says why) and start ``self.executor``."""
-        if plan.runs_user_code and not plan.part.source.needs_ray:
-            warm_up(plan.backend)  # e.g. the fork server starts while the pipeline is pickled
+        _startup.before_run(plan)  # e.g. the fork server starts while the pipeline is pickled
         backend, workers, self.reason = choose(plan)
         if backend == "auto":
             self.executor = _auto_executor(plan, workers, self)
@@ -194,15 +194,15 @@ class Runtime:
         self._supersede = weakref.WeakMethod(on_superseded)  # never keeps an abandoned iterator alive
         return next(self._generations)
 
-    def iterating(self) -> bool:
-        """Whether a consumer iterates it: an epoch under way, the consumer in ``next()`` now or back within `START_AFTER_IDLE`.
+    def iterating(self, within: float) -> bool:
+        """Whether a consumer iterates it: an epoch under way, the consumer in ``next()`` now or back within ``within`` seconds.
 
-        Read from other threads (`_StartAfterSetUp`). A pipeline partly
+        Read from other threads (`feedline._startup`, a start after set-up). A pipeline partly
         consumed and kept (a batch looked at before training) does not
         count: its workers hold finished batches and take no core, and a
         serial one runs only inside ``next()``.
         """
-        recent = self.consumer_inside or time.perf_counter() - self.consumer_left < START_AFTER_IDLE
+        recent = self.consumer_inside or time.perf_counter() - self.consumer_left < within
         return recent and not self.closed and self.executor.outstanding() > 0
 
     def publish(self, stats) -> None:
@@ -230,117 +230,6 @@ class Runtime:
 def _close_all() -> None:
     for runtime in list(_live):
         runtime.close()
-
-
-START_AHEAD_CORES = 8  # the automatic choice starts the fork server when its map is described on this many cores or more ...
-START_AFTER_IDLE = 0.25  # ... and on fewer, this long after, if no pipeline started iterating meanwhile (`_StartAfterSetUp`)
-
-
-class _StartAfterSetUp:
-    """Start the fork server `START_AFTER_IDLE` seconds after an automatic map is described, unless a pipeline iterates first.
-
-    A training script describes its pipeline, then builds its model (a
-    second or more), then iterates: the server's ~0.2 s of imports fit in
-    that gap, and process workers fork from it in milliseconds once the
-    threads turn out to hold the GIL (story 1 after a second of set-up:
-    0.72-0.75 of processes set by hand without it and without workers
-    started beside the threads, 0.91 with both, 0.83 with it alone after
-    the trial's early verdict came in; `python -m benchmarks.stories
-    --only story1 --setup 1`). A script that iterates at once (a benchmark, a loop) keeps
-    the rule of fewer than `START_AHEAD_CORES` cores: the trial starts it
-    only if it needs processes, since its imports would take a core from
-    threads that may win. A pipeline built (iterated) meanwhile anywhere in
-    this process cancels the start; so does one iterating when it is due
-    (`Runtime.iterating`: a consumer taking batches; one looked at and kept does not).
-    The maps described before it is due get their zygotes too (`warm_up`):
-    their libraries (torch: ~1.5 s) import in the same gap, so GIL-bound
-    work forks its workers at the verdict instead of after the import.
-    """
-
-    def __init__(self):
-        self._lock = threading.Lock()
-        self._timer: threading.Timer | None = None
-        self._built = 0  # runtimes built so far: one built after the start was scheduled cancels it
-        self._described: list[tuple] = []  # the maps described since the start was scheduled: their zygotes start with it
-
-    def schedule(self, described: tuple = ()) -> None:
-        with self._lock:
-            if described:
-                self._described.append(described)
-            if self._timer is not None:
-                return
-            self._timer = threading.Timer(START_AFTER_IDLE, self._start, args=(self._built,))
-            self._timer.name = "feedline-forkserver-ahead"  # process-wide, as the fork server itself is
-            self._timer.daemon = True
-            timer = self._timer
-        timer.start()
-
-    def runtime_built(self) -> None:
-        with self._lock:
-            self._built += 1
-            timer, self._timer = self._timer, None
-            self._described = []
-        if timer is not None:
-            timer.cancel()
-
-    def _start(self, built: int) -> None:
-        with self._lock:
-            self._timer = None
-            described, self._described = self._described, []
-            if self._built != built:
-                return
-        try:
-            busy = any(runtime.iterating() for runtime in list(_live))
-        except Exception:  # a runtime changing under this read (another thread): take it as busy, start nothing
-            busy = True
-        if busy:
-            return  # its threads may be the ones that need the cores
-        try:
-            for map_described in described or [()]:  # the server, and the zygote of each map described
-                warm_up("process", map_described)
-        except Exception:  # the executor's own start reports what is wrong, with context
-            pass
-
-
-_start_after_set_up = _StartAfterSetUp()
-
-
-def start_early(backend, workers: int | None = None, described: tuple = ()) -> None:
-    """Start, when a map is described, what running it will need: the fork server (POSIX).
-
-    Its ~0.1-0.2 s of importing NumPy and feedline then overlaps the user's
-    own set-up (building the model, opening files) instead of delaying the
-    first batch. It holds no user state; one per process, reused by every
-    pipeline. A failure here is left for the real start to report.
-
-    For ``backend="process"`` always. For the automatic choice (None) at
-    once on machines with `START_AHEAD_CORES` cores or more: whether it
-    needs processes is known only once its threads have run, and on such a
-    machine the server's imports take one core of many meanwhile; on 2
-    cores they took a core the threads needed (short epochs of threads
-    that won ran 10-25 % slower), so there it starts only if nothing
-    iterates for `START_AFTER_IDLE` seconds (`_StartAfterSetUp`), else when
-    the trial needs processes (`warm_up`).
-
-    ``described`` (the map's source and steps): the zygote that imports
-    the libraries they use starts with the server (`warm_up`), for the
-    automatic choice too, whose threads may then keep the work: its
-    zygote imported on a core of many, or in the user's set-up, and holds
-    those libraries' memory (torch: ~135 MB) as long as the server.
-    """
-    if in_worker():
-        return  # in a worker: a user module that builds a pipeline at import must not start a server per worker
-    if backend is None and (workers is None or workers > 1) and default_workers() > 1:
-        if default_workers() < START_AHEAD_CORES:
-            _start_after_set_up.schedule(described)
-            return
-        backend = "process"
-    if backend != "process":
-        return
-    try:
-        warm_up(backend, described)
-    except Exception:  # the executor's own start reports what is wrong, with context
-        pass
 
 
 def _auto_executor(plan, workers: int, runtime):

@@ -27,6 +27,13 @@ class Stats:
     ``stats.as_dict()`` is JSON-ready for logging; ``stats.save_trace(path)``
     writes a Chrome trace (open in https://ui.perfetto.dev), and
     ``stats.save_plot(path)`` a PNG of throughput and stall over time.
+
+    >>> import numpy as np, feedline as fl
+    >>> with fl.from_arrays(np.arange(10)).map(lambda x: x + 1, backend="serial").batch(5) as pipe:
+    ...     batches = list(pipe)
+    ...     stats = pipe.stats().as_dict()
+    >>> stats["batches"], stats["samples"], stats["backend"]
+    (2, 10, 'serial')
     """
 
     def __init__(self, backend: str, workers: int, depth: int, decision: str, cores: int = 1):
@@ -55,6 +62,9 @@ class Stats:
         self.items = 0  # pack() / batch_by_budget(): real items (tokens, frames) in the batches cut so far ...
         self.item_slots = 0  # ... and the slots they took (rows x width); the rest is padding
         self.packed = False  # the items are packed (pack()), so their share of the slots is the packing efficiency
+        self.dropped_batches = 0  # shard(even="drop") before pack() / batch_by_budget(): this rank's batch of the epoch's
+        self.dropped_samples = 0  # incomplete last round of dealt batches, and the samples (pieces) in it
+        self.padded_batches = 0  # shard(even="pad") before pack(sizes=) / batch_by_budget(sizes=): the epoch's first batches again
         self.started_at = None  # perf_counter of the first next()
         self.task_spans: collections.deque = collections.deque(maxlen=TIMELINE)  # (worker, start, end, number, rows)
         self.waits: collections.deque = collections.deque(maxlen=TIMELINE)  # (start, end, rows)
@@ -138,6 +148,9 @@ class Stats:
             "window_peak": self.window_peak,
             "padding_share": self.padding_share,
             "packing_efficiency": self.packing_efficiency,
+            "dropped_batches": self.dropped_batches,
+            "dropped_samples": self.dropped_samples,
+            "padded_batches": self.padded_batches,
             "batches": self.batches,
             "samples": self.samples,
             "samples_per_second": self.samples / wall if wall > 0 else None,

@@ -2,15 +2,13 @@
 
 A task is a whole batch, and a batch is indivisible on a worker: with few
 tasks left, one worker runs the epoch's last batch while the others idle.
-On two workers with twelve batches of 0.15 s, a trial that ran one batch on
-threads left eleven for two processes, and one of them idled for a whole
-batch (story 4: 0.92 of processes set by hand, the loss all at the end);
-on 64 workers, the last wave of an epoch holds up to 63 of them for a
+With two workers and an odd count of batches left, one of them idles for a
+whole batch at the end of the epoch; on 64 workers, the last wave of an epoch holds up to 63 of them for a
 batch. So each of the epoch's last ``workers`` batches runs as up to
 `MAX_PIECES` tasks of consecutive rows (``Task.indices`` cut in order),
 each given to a worker only once it has nothing to run (``Task.piece``:
-queued behind a whole batch, a piece ended one process's epoch 0.15 s
-after the other's in one story-4 run), and the consumer joins the pieces
+queued behind a whole batch, a piece would end one worker's epoch a
+batch after the other's), and the consumer joins the pieces
 back into the batch (`join`) before it goes out: the batch, its resume
 point and its place in the order are those of the whole task.
 
@@ -21,7 +19,7 @@ batch), one batch a task (not a group of batches, nor a bulk read), an
 indexed source, and thread or process workers (a Ray task is a round trip
 over the network). And only where it pays: a piece takes at least
 `PIECE_SECONDS` of work (the batch's measured time per task so far in
-this epoch, the pieces' messages and the join ~0.1-0.3 ms each), and the
+this epoch; the pieces' messages and the join cost a fraction of that), and the
 join's copy of the batch costs under `COPY_SHARE` of a task.
 """
 
@@ -34,7 +32,7 @@ __all__ = ["COPY_RATE", "COPY_SHARE", "MAX_PIECES", "PIECE_SECONDS", "TailPieces
 
 PIECE_SECONDS = 0.01  # a piece takes at least this much work: its message and its share of the join stay under ~3 %
 MAX_PIECES = 8  # pieces of one batch, at most: the last wave's idle time falls from a batch to an eighth of one
-COPY_RATE = 1 << 30  # bytes/s the join makes a batch at: a fresh one is faulted in (38 MB: 36 ms, 1.0 GiB/s; 9.5 in warm pages)
+COPY_RATE = 1 << 30  # bytes/s the join makes a batch at: a fresh array is faulted in page by page, the slow case
 COPY_SHARE = 0.1  # the join's copy must cost under this share of the task's work
 
 

@@ -84,11 +84,11 @@ class CacheSource(Source):
         self._store = existing
 
     def _open_existing(self):
-        from .. import store  # lazily: the store needs pyarrow, an optional library
+        from ..store._open import open_store  # lazily: the store needs pyarrow, an optional library
 
         if not os.path.exists(os.path.join(self.path, "manifest.json")):
             return None
-        opened = store.open_store(self.path)
+        opened = open_store(self.path)
         found = (opened.manifest.get("meta") or {}).get("fingerprint")
         if found == self.fingerprint():
             return opened
@@ -106,7 +106,8 @@ class CacheSource(Source):
         return None
 
     def _write(self) -> None:
-        from ..store import StoreError, StoreWriter  # lazily: pyarrow is optional
+        from ..store._errors import StoreError  # lazily: pyarrow is optional
+        from ..store._writer import StoreWriter
 
         upstream = self.upstream
         if any(step.cache_identity()[0] == "map" and step.rng for step in upstream.steps):

@@ -46,7 +46,11 @@ def decode(state_dict, where: str, pipe) -> dict:
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise ValueError(f"{where}.load_state_dict(): position field {name!r} must be an integer >= 0, got {value!r}")
     if position["state"] is not None:
-        pipe._checked_state(position["state"])  # the pipeline's own checks (fingerprint, digest), before anything runs
+        from ._elastic import given_batches, moves_ranks  # start-up cost: imports the engine, as Pipeline.resume does
+
+        checked = pipe._checked_state(position["state"])  # the pipeline's own checks (fingerprint, digest), before anything runs
+        if moves_ranks(position["state"], pipe):  # another rank count's: this rank's share of the rest, counted from here
+            position = {"next_epoch": checked["epoch"] + 1, "state": checked, "given": given_batches(checked, pipe)}
     return position
 
 

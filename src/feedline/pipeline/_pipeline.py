@@ -8,21 +8,17 @@ the description is pickled (see `__getstate__`).
 
 from __future__ import annotations
 
-import copy
-import hashlib
-import numbers
 import time
-import warnings
 import weakref
 from typing import TYPE_CHECKING
 
-from .._errors import FeedlineError
+from .. import _startup
+from .._packing import as_sizes
 from .._padding import Padder
-from .._process_tuning import describe as describe_process_tuning
 from .._switch_interval import short_switch_interval
-from ..sources._composed import ComposedSource
+from . import _arguments, _identity, _repeating, _running, _seeds, _stateful
 from ._cache import CacheSource
-from ._environment import rank_from_environment
+from ._describe import describe
 from ._plan import SAMPLES_PER_PACK_TASK, OrderedSource, compile_plan, new_seed
 from ._settings import Ray
 from ._steps import Batch, BudgetBatch, Filter, Map, MapBatch, Pack, PaddedBatch, Prefetch, Shard, Shuffle, Skip, Take
@@ -48,7 +44,8 @@ class Pipeline:
     def __init__(self, source, steps: tuple = ()):
         self._source = source
         self._steps = tuple(steps)
-        self._plan = compile_plan(source, self._steps, self._seed(), self._generator_seed())  # validates step order now
+        seed, generator_seed = _seeds.first_seed(source, self._steps), _seeds.generator_seed(source, self._steps)
+        self._plan = compile_plan(source, self._steps, seed, generator_seed)  # validates step order now
         self._runtime = None
         self._next_epoch = 0
         self._finalizer = None
@@ -58,26 +55,6 @@ class Pipeline:
     # ------------------------------------------------------------ building
     def _with(self, step) -> "Pipeline":
         return Pipeline(self._source, self._steps + (step,))
-
-    def _seed(self) -> int:
-        """The first shuffle's seed (0 without one): it also seeds the ``rng`` of ``map`` functions."""
-        own = self._source.seed if isinstance(self._source, OrderedSource) else 0  # mix's seed, or the repeated pipeline's
-        return next((step.seed for step in self._steps if isinstance(step, Shuffle)), own)
-
-    def _generator_seed(self) -> int:
-        """What seeds the global generators of process workers: `_seed` where the pipeline has one, else a fresh draw.
-
-        A pipeline with a ``shuffle()`` or ``mix()`` seed repeats its workers'
-        draws run after run; one without gets a random seed per pipeline
-        object (as DataLoader draws a base seed per run), so two runs differ
-        but workers and epochs still never repeat each other.
-        """
-        return self._seed() if self._has_seed() else new_seed()
-
-    def _has_seed(self) -> bool:
-        """Whether `_seed` is a ``shuffle()`` or ``mix()`` seed (else the 0 of a pipeline without one)."""
-        own = isinstance(self._source, OrderedSource) and self._source.seeded
-        return own or any(isinstance(step, Shuffle) for step in self._steps)
 
     @property
     def source(self):
@@ -167,21 +144,10 @@ class Pipeline:
             ray_address, ray_options: deprecated spelling of
                 ``backend=fl.Ray(address=..., **options)``.
         """
-        ray = None
-        if (ray_address is not None or ray_options is not None) and isinstance(backend, Ray):
-            raise ValueError("map(backend=fl.Ray(...)) and ray_address/ray_options both give Ray settings; put them all in fl.Ray(...)")
-        if ray_address is not None or ray_options is not None:
-            warnings.warn(
-                "map(ray_address=..., ray_options={...}) is deprecated; write "
-                "map(fn, backend=fl.Ray(address=..., num_cpus=..., ...)) instead",
-                DeprecationWarning, stacklevel=2,
-            )
-            ray = Ray.from_options(ray_address, ray_options)
+        ray = _arguments.ray_settings(backend, ray_address, ray_options)
         step = Map(fn, workers=workers, backend=backend, on_error=on_error, ordered=ordered, ray=ray, timeout=timeout)
-        with short_switch_interval():  # ~80 modules imported the first time: reads that wait for the GIL beside busy threads
-            from ..engine._runtime import start_early  # start-up cost, as in _ensure_runtime
-
-            start_early(step.backend, workers, (self._source, *self._steps, step))
+        with short_switch_interval():  # a start imports the backend the first time: reads that wait for the GIL beside busy threads
+            _startup.described(step.backend, workers, (self._source, *self._steps, step))
         return self._with(step)
 
     def filter(self, pred) -> "Pipeline":
@@ -262,16 +228,15 @@ class Pipeline:
         >>> [b.shape for b in pipe]
         [(2, 2), (2, 6), (1, 1), (1, 7)]
         """
-        if isinstance(boundaries, (str, bytes)) or not hasattr(boundaries, "__len__"):
-            raise ValueError(f"bucket_by_length(boundaries=...) must be a list of integers, got {boundaries!r}")
-        if isinstance(batch_sizes, (str, bytes)) or not hasattr(batch_sizes, "__len__"):
-            raise ValueError(f"bucket_by_length(batch_sizes=...) must be a list of integers, got {batch_sizes!r}")
+        _arguments.check_list("bucket_by_length", "boundaries", boundaries)
+        _arguments.check_list("bucket_by_length", "batch_sizes", batch_sizes)
         padder = Padder(pad_value, None, pad_multiple, axis, lengths, mask, length_fn, tuple(boundaries),
                         tuple(batch_sizes), pad_to_boundary)
         return self._with(PaddedBatch(max(padder.batch_sizes), drop_remainder, None, padder))
 
     def batch_by_budget(
         self, max_tokens: int, *, length_fn=None, pad_value=0, axis: int = 0, lengths: bool = False, mask: bool = False,
+        sizes=None,
     ) -> "Pipeline":
         """Batches of as many samples as fit ``max_tokens``, padding counted: rows x longest <= ``max_tokens``.
 
@@ -284,7 +249,11 @@ class Pipeline:
         length is ``length_fn(sample)``, or the first padded field's length
         along ``axis``; a sample longer than ``max_tokens`` is an error
         naming it. The batches are the same on every backend and worker
-        count, and ``it.state()`` resumes exactly. See docs/variable_length.md.
+        count, and ``it.state()`` resumes exactly. ``sizes``: each source
+        sample's length, known before the map (Fairseq's
+        ``dataset.sizes``); the batches are then planned from it, so
+        ``shard()`` ranks map only their own batches' samples, and
+        ``even="pad"`` works. See docs/variable_length.md.
 
         Raises:
             ValueError: a bad argument.
@@ -295,9 +264,11 @@ class Pipeline:
         [[[1, 2], [3, 0]], [[4, 5, 6], [7, 0, 0]]]
         """
         padder = Padder(pad_value, None, None, axis, lengths, mask)
-        return self._with(BudgetBatch(SAMPLES_PER_PACK_TASK, False, None, padder, max_tokens, length_fn))
+        return self._with(BudgetBatch(SAMPLES_PER_PACK_TASK, False, None, padder, max_tokens, length_fn,
+                                      as_sizes(sizes, "batch_by_budget")))
 
-    def pack(self, max_length: int, *, fit: str = "best", buffer: int = 32, too_long: str = "raise", pad_value=0) -> "Pipeline":
+    def pack(self, max_length: int, *, fit: str = "best", buffer: int = 32, too_long: str = "raise", pad_value=0,
+             sizes=None) -> "Pipeline":
         """Concatenate whole samples into rows of ``max_length`` items, with segment ids and positions: no compute on padding.
 
         Grain's ``FirstFitPackIterDataset`` / ``BestFitPackIterDataset``
@@ -329,6 +300,12 @@ class Pipeline:
                 error naming it) or ``"split"`` (cut into pieces of at most
                 ``max_length``, each its own segment). Never cut silently.
             pad_value: fills each row past its last sample.
+            sizes: each source sample's length after the map, known
+                before it (one integer per source index, Fairseq's
+                ``dataset.sizes``): the rows are planned from it (the same
+                rows), so ``shard()`` ranks map only the samples of their
+                own batches, and ``even="pad"`` works. A mapped sample of
+                another length is an error naming it.
 
         Raises:
             ValueError: a bad argument, or pack() in a place it cannot run.
@@ -338,7 +315,7 @@ class Pipeline:
         >>> [(row.tolist(), ids.tolist(), pos.tolist()) for row, ids, pos in pipe]
         [([1, 2, 3, 6], [1, 1, 1, 2], [0, 1, 2, 0]), ([4, 5, 0, 0], [1, 1, 0, 0], [0, 1, 0, 0])]
         """
-        return self._with(Pack(max_length, fit, buffer, too_long, pad_value))
+        return self._with(Pack(max_length, fit, buffer, too_long, pad_value, as_sizes(sizes, "pack")))
 
     def take(self, n: int) -> "Pipeline":
         """Keep the first ``n`` samples of every epoch (``n`` batches, when placed after ``batch()``).
@@ -351,23 +328,10 @@ class Pipeline:
         [2, 3, 4]
         """
         step = Take(n)
-        samples = self._endless_take(step.count)
+        samples = _repeating.endless_take(self._steps, step.count) if self._endless() else None
         if samples is not None:  # repeat().take(n): epochs of n samples (or batches), from as many passes as that takes
-            s = self._source
-            return Pipeline(ComposedSource("repeat", s.children, seed=s.seed, seeded=s.seeded, count=None,
-                                           limit=samples), self._steps)
+            return Pipeline(_repeating.limited(self._source, samples), self._steps)
         return self._with(step)
-
-    def _endless_take(self, n: int) -> int | None:
-        """Samples per epoch for ``take(n)`` after an endless ``repeat()`` (None: not that case)."""
-        if not self._endless():
-            return None
-        batch = next((s for s in self._steps if isinstance(s, Batch)), None)
-        if batch is None:
-            return n if all(isinstance(s, (Map, Filter, Prefetch)) for s in self._steps) else None
-        whole = (batch.padder is None or batch.padder.buckets is None) and batch.budget is None and not any(
-            isinstance(s, Filter) or (isinstance(s, Map) and s.skips) for s in self._steps)
-        return n * batch.size if whole and all(isinstance(s, (Map, Prefetch, Batch, MapBatch)) for s in self._steps) else None
 
     def skip(self, n: int) -> "Pipeline":
         """Leave out the first ``n`` samples of every epoch (``n`` batches, when placed after ``batch()``)."""
@@ -393,24 +357,11 @@ class Pipeline:
         >>> [int(x) for x in fl.from_arrays(np.arange(3)).repeat(2)]
         [0, 1, 2, 0, 1, 2]
         """
-        if count is not None and (isinstance(count, bool) or not isinstance(count, numbers.Integral) or count < 1):
-            raise ValueError(f"repeat(count={count!r}) must be an integer >= 1, or None for an endless epoch")
-        if self._source.streaming:
-            raise ValueError("repeat(count) needs a random-access source; a generator source has no sample order to "
-                             "replay. Iterate the pipeline count times instead (each iter(pipe) is an epoch)")
-        # Index steps stay with the repeated pipeline (each pass has its own order);
-        # per-sample steps run after the repeat, with each pass's own rng.
-        kept, moved = [], []
-        for step in self._steps:
-            if isinstance(step, (Batch, MapBatch, Pack)):
-                raise ValueError(f"repeat() after {step.describe()}: repeat the samples, then batch; put repeat() before "
-                                 f"{step.describe().split('(')[0]}()")
-            (moved if isinstance(step, (Map, Filter, Prefetch)) else kept).append(step)
+        _arguments.check_repeat(count, self._source)
+        kept, moved = _repeating.split_at_repeat(self._steps)
         if self._endless():
             raise ValueError("repeat() of a pipeline that already repeats without end; give the first repeat() a count")
-        inner = Pipeline(self._source, tuple(kept))
-        count = None if count is None else int(count)
-        return Pipeline(ComposedSource("repeat", [inner], seed=inner._seed(), seeded=inner._has_seed(), count=count), tuple(moved))
+        return Pipeline(_repeating.repeated(Pipeline(self._source, tuple(kept)), count), tuple(moved))
 
     def _endless(self) -> bool:
         return isinstance(self._source, OrderedSource) and self._source.endless
@@ -437,16 +388,13 @@ class Pipeline:
         you pass them. (Generator sources shard by shard; ``even`` does not
         apply to them. ``filter`` and ``on_error="skip"`` can still make
         ranks differ: avoid them under data parallelism, or stop at a fixed
-        step count.)
+        step count. Before ``pack()`` / ``batch_by_budget()``, ``"drop"``
+        deals whole batches instead, equal in number after ``filter`` and
+        skips too; given ``sizes=`` there, each rank maps only its own
+        batches' samples, and ``"pad"`` repeats the epoch's first batches:
+        see docs/variable_length.md.)
         """
-        from_environment = index is None and count is None
-        if from_environment:
-            index, count = rank_from_environment()
-        elif index is None or count is None:
-            raise ValueError("shard() takes both index and count, or neither (to read them from the environment)")
-        if isinstance(even, str) and even == "auto":
-            even = "drop" if from_environment else None
-        return self._with(Shard(index, count, even))
+        return self._with(Shard(*_arguments.shard_rank(index, count, even)))
 
     def cache(self, path, *, encodings: dict | None = None, on_change: str = "rebuild", variable_shape=()) -> "Pipeline":
         """Keep the samples up to here in a store at ``path``: decode once, read ever after.
@@ -489,13 +437,7 @@ class Pipeline:
         >>> [b.tolist() for b in pipe]
         [[0, 10, 20], [30, 40, 50]]
         """
-        if isinstance(self._source, OrderedSource):
-            raise ValueError("cache() after fl.mix(), fl.concatenate() or repeat(): their order and draws change every "
-                             "epoch; cache each input before combining them, e.g. fl.mix([a.cache(path_a), b.cache(path_b)])")
-        for step in self._steps:
-            conflict = step.cache_conflict()
-            if conflict:
-                raise ValueError(conflict)
+        _arguments.check_cache(self._source, self._steps)
         upstream = Pipeline(self._source, tuple(s for s in self._steps if not isinstance(s, Prefetch)))
         return Pipeline(CacheSource(upstream, path, encodings=encodings, on_change=on_change, variable_shape=variable_shape))
 
@@ -510,41 +452,27 @@ class Pipeline:
     def _ensure_runtime(self):
         self._prepare_source()
         if self._runtime is None or self._runtime.closed:
-            from ..engine import Runtime  # start-up cost: workers import this module (via sources) and never run the engine
-
-            self._runtime = Runtime(self._plan)
-            if self._finalizer is not None:
-                self._finalizer.detach()
-            self._finalizer = weakref.finalize(self, self._runtime.close)
+            self._runtime, self._finalizer = _running.start_runtime(self, self._finalizer)
         return self._runtime
 
     def __iter__(self) -> EpochIterator:
-        pending, self._pending = self._pending, None
+        pending, self._pending = self._pending, None  # what load_state_dict() gave, used once
         if pending is not None and pending["state"] is not None:
             return self.resume(pending["state"])
-        if pending is not None:
-            self._next_epoch = pending["next_epoch"]
         created = time.perf_counter()
-        epoch = self._next_epoch
-        self._next_epoch += 1
+        epoch = self._next_epoch if pending is None else pending["next_epoch"]
+        self._next_epoch = epoch + 1
         return self._iterator(epoch, created=created)
 
     def _iterator(self, epoch: int, state: dict | None = None, created: float | None = None) -> EpochIterator:
         iterator = self._epoch_iterator(epoch, state, created)
         if self._endless():
-            from ..engine._endless import EndlessIterator  # start-up cost, as in _ensure_runtime
-
-            iterator = EndlessIterator(iterator, self._next_pass)
+            iterator = _running.endless(iterator, self._next_pass)
         self._live = weakref.ref(iterator)
         return iterator
 
     def _epoch_iterator(self, epoch: int, state: dict | None = None, created: float | None = None) -> EpochIterator:
-        from ..engine import EpochIterator  # start-up cost, as in _ensure_runtime
-
-        return EpochIterator(
-            self._ensure_runtime(), epoch, fingerprint=self._fingerprint(), source_kind=type(self._source).__name__,
-            state=state, created=created, owner=self, parts=self._parts(),
-        )
+        return _running.epoch_iterator(self, self._ensure_runtime(), epoch, state, created)
 
     def _next_pass(self, k: int) -> EpochIterator:
         """Pass ``k`` of an endless ``repeat()``: the endless iterator's next epoch."""
@@ -553,16 +481,14 @@ class Pipeline:
 
     def epoch(self, k: int) -> EpochIterator:
         """An iterator over epoch ``k``; the next ``iter(pipe)`` is epoch ``k + 1``."""
-        if isinstance(k, bool) or not isinstance(k, int) or k < 0:
-            raise ValueError(f"epoch(k) needs an integer k >= 0, got {k!r}")
+        _arguments.check_epoch("epoch", k)
         created = time.perf_counter()
         self._next_epoch = k + 1
         return self._iterator(k, created=created)
 
     def set_epoch(self, k: int) -> None:
         """Make the next ``iter(pipe)`` epoch ``k`` (e.g. after restoring a checkpoint)."""
-        if isinstance(k, bool) or not isinstance(k, int) or k < 0:
-            raise ValueError(f"set_epoch(k) needs an integer k >= 0, got {k!r}")
+        _arguments.check_epoch("set_epoch", k)
         self._next_epoch = k
 
     def resume(self, state: dict) -> EpochIterator:
@@ -588,29 +514,7 @@ class Pipeline:
 
     def _checked_state(self, state: dict) -> dict:
         """``state`` checked against this pipeline as `resume` does (raises ValueError), without starting it."""
-        from ..engine import _state  # start-up cost, as in _ensure_runtime
-
-        fields = _state.check_fields(state)
-        self._prepare_source()
-        fingerprint = self._fingerprint()
-        if fields["fingerprint"] != fingerprint:
-            shuffles = [k for k, step in enumerate(self._steps) if isinstance(step, Shuffle)]
-
-            def fingerprint_with(seeds) -> str:
-                steps = list(self._steps)
-                for k, seed in zip(shuffles, seeds):
-                    steps[k] = Shuffle(int(seed), steps[k].window)
-                return Pipeline(self._source, tuple(steps))._fingerprint()
-
-            def mix_fingerprint_with(seed) -> str:
-                mixed = copy.copy(self._source)
-                mixed.seed = mixed.order_seed = int(seed)
-                return Pipeline(mixed, self._steps)._fingerprint()
-
-            refusal = _state.mix_seed_refused(fields, self._plan.order_seed, mix_fingerprint_with)
-            raise refusal or _state.fingerprint_refused(fields, [self._steps[k].seed for k in shuffles], fingerprint_with,
-                                                        self._parts())
-        return _state.check(state, self._plan, fingerprint)
+        return _stateful.checked_state(self, state)
 
     def state_dict(self) -> dict:
         """Where the latest ``iter(pipe)`` stands, as torch's ``Stateful`` protocol names it.
@@ -620,14 +524,7 @@ class Pipeline:
         the next epoch), at any backend and worker count. The same as the
         loaders' ``state_dict()``; see docs/checkpoints.md.
         """
-        from . import _checkpoint
-
-        if self._pending is not None:
-            return _checkpoint.encode(self._pending)
-        live = None if self._live is None else self._live()
-        if live is None or live.finished:
-            return _checkpoint.encode(_checkpoint.between_epochs(self._next_epoch))
-        return _checkpoint.encode({"next_epoch": live.epoch + 1, "state": live.state(), "given": 0})
+        return _stateful.state_dict(self._pending, self._live, self._next_epoch)
 
     def load_state_dict(self, state_dict: dict) -> None:
         """Make the next ``iter(pipe)`` continue from ``state_dict`` (see `state_dict`).
@@ -636,9 +533,7 @@ class Pipeline:
             ValueError: not a state_dict() of this version, or one of
                 another pipeline (the field and the fix named).
         """
-        from . import _checkpoint
-
-        self._pending = _checkpoint.decode(state_dict, "Pipeline", self)
+        self._pending = _stateful.decoded(state_dict, self)
 
     def __len__(self) -> int:
         """Batches per epoch (samples, if the pipeline does not batch)."""
@@ -649,10 +544,7 @@ class Pipeline:
 
     def stats(self):
         """Statistics of the most recent epoch (see `EpochIterator.stats`)."""
-        stats = self._runtime.latest_stats() if self._runtime is not None else None
-        if stats is None:
-            raise FeedlineError("stats() is available once the pipeline has been iterated")
-        return stats
+        return _running.latest_stats(self._runtime)
 
     def close(self) -> None:
         """Stop the workers and free shared memory; iterating again restarts them."""
@@ -695,36 +587,11 @@ class Pipeline:
     # ------------------------------------------------------------ reading
     def _parts(self) -> list:
         """``[label, digest]`` of each thing `_fingerprint` covers, in a state so that resume can name what differs."""
-        source = [type(self._source).__name__, str(self._fingerprint_length())]
-        inputs = []
-        if isinstance(self._source, ComposedSource):
-            source.append(self._source.settings())
-            kind = self._source.kind
-            inputs = [[f"{kind}() input {k}", h] for k, h in enumerate(self._source.input_identities())]
-        steps = [[f"step {k + 1}: {step.describe()}", hashlib.sha256(fp.encode()).hexdigest()[:16]]
-                 for k, (step, fp) in enumerate((step, step.fingerprint()) for step in self._steps) if fp is not None]
-        return [["source", hashlib.sha256("|".join(source).encode()).hexdigest()[:16]]] + inputs + steps
-
-    def _fingerprint_length(self) -> int:
-        try:
-            return len(self._source)
-        except TypeError:
-            return getattr(self._source, "num_shards", -1)
+        return _identity.parts(self._source, self._steps)
 
     def _fingerprint(self) -> str:
         """What a saved ``it.state()`` must match to resume here: the source's size and the steps that order data."""
-        parts = [type(self._source).__name__, str(self._fingerprint_length())]
-        if isinstance(self._source, OrderedSource):
-            parts.append(self._source.order_fingerprint())
-        parts += [p for p in (step.fingerprint() for step in self._steps) if p is not None]
-        return hashlib.sha256("|".join(parts).encode()).hexdigest()[:16]
+        return _identity.fingerprint(self._source, self._steps)
 
     def __repr__(self) -> str:
-        lines = [self._source.describe()]
-        lines += ["  ." + step.describe() for step in self._steps]
-        if self._runtime is not None and not self._runtime.closed:
-            rt = self._runtime
-            lines.append(f"  # running: backend={rt.backend} workers={rt.workers} prefetch={rt.depth} ({rt.decision})")
-        if (tuning := describe_process_tuning()) is not None:
-            lines.append("  " + tuning)
-        return "\n".join(lines)
+        return describe(self._source, self._steps, self._runtime)

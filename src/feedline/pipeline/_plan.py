@@ -14,6 +14,7 @@ the batch steps itself.
 
 from __future__ import annotations
 
+import dataclasses
 import secrets
 from dataclasses import dataclass
 
@@ -84,6 +85,7 @@ class Plan:
     pack: object = None  # the Pack step: rows packed in the consumer (engine/_packer.py)
     rows_per_batch: int | None = None  # pack() then batch(n): n rows a batch (None: rows one at a time)
     budget: int | None = None  # batch_by_budget(max_tokens): items a batch may hold, padding counted (engine/_budget.py)
+    deal: object = None  # shard(even=...) deals whole packed / budgeted batches, or sizes= plans them (engine/_deal.py)
 
     @property
     def streaming(self) -> bool:
@@ -170,7 +172,8 @@ class Plan:
             raise TypeError("len() is unknown after pack(): how many rows the samples fill depends on their lengths")
         if self.filtered:
             raise TypeError("len() is unknown after filter(): the number of samples kept is not known in advance")
-        n = len(self.epoch_indices(0))
+        counted = [s for s in self.index_steps if type(s).__name__ != "Shuffle"]  # a shuffle keeps the length: not drawn
+        n = len(dataclasses.replace(self, index_steps=counted).epoch_order(len(self.part.source), 0))
         size = self.part.batch_size
         if size is None:
             return n
@@ -188,6 +191,7 @@ class PlanBuilder:
         self.positional = []  # take()/skip(): they count samples, which a generator's shards are not
         self.window = None  # shuffle(window=N)
         self.pack = None  # pack(max_length)
+        self.shards = []  # the shard() steps among the index steps
 
     def add_positions(self, step, verb: str) -> None:
         """take()/skip(): an index step; after batch() it counts batches, when every batch is full."""
@@ -230,6 +234,8 @@ class PlanBuilder:
         if self.batch is not None:
             raise ValueError(f"{verb}() must come before batch(): it works on sample indices")
         self.index_steps.append(step)
+        if verb == "shard":
+            self.shards.append(step)
 
     def add_sample_step(self, step, verb: str) -> None:
         if self.pack is not None and self.batch is None:
@@ -261,6 +267,60 @@ def compile_plan(source, steps, seed: int, generator_seed: int | None = None) ->
     builder = PlanBuilder()
     for step in steps:
         step.place(builder)
+    _check_source_fits(source, builder)
+    _check_window(source, builder.window, builder.batch, builder.pack)
+    _check_pack(builder.pack, builder.batch)
+    maps = builder.maps
+    backend, workers, ray = _executor_settings(maps)
+    timeout, timeout_stage = _timeout_settings(builder.ops, maps, source, backend, workers)
+    backend_for_timeout = timeout is not None and backend is None
+    if timeout is not None:
+        backend = "process"  # only a process can be stopped in the middle of a sample
+    source = _source_for_batches(source, builder.batch, builder.pack)
+    cut = _cut(builder, source)
+    index_steps, deal = _index_steps_and_deal(builder, source, cut)
+    part = WorkerPart(
+        source=source,
+        ops=builder.ops,
+        batch_size=cut.task_samples,
+        collate=cut.collate,
+        batch_ops=builder.batch_ops if cut.aligned else [],
+        seed=seed,
+        generator_seed=seed if generator_seed is None else generator_seed,
+        aligned=cut.aligned,
+        skip_read=bool(maps) and maps[0].skips,
+        timeout=timeout,
+        timeout_stage=timeout_stage,
+    )
+    return _plan(builder, part, cut, index_steps, deal, backend, workers, ray, backend_for_timeout)
+
+
+def _plan(builder, part, cut, index_steps, deal, backend, workers, ray, backend_for_timeout) -> Plan:
+    """The `Plan` of `compile_plan`: the worker part, and what the consumer does around it."""
+    batch, pack = builder.batch, builder.pack
+    return Plan(
+        part=part,
+        index_steps=index_steps,
+        drop_remainder=bool(batch and batch.drop_remainder),
+        consumer_batch_ops=[] if cut.aligned else cut.finish + builder.batch_ops,
+        backend=backend,
+        workers=workers,
+        ordered=all(m.ordered for m in builder.maps),
+        depth=builder.depth,
+        ray=ray,
+        filtered=builder.filtered,
+        padder=cut.padder,
+        window=builder.window,
+        backend_for_timeout=backend_for_timeout,
+        pack=pack,
+        budget=cut.budget,
+        rows_per_batch=batch.size if (pack is not None and batch is not None) else None,
+        deal=deal,
+    )
+
+
+def _check_source_fits(source, builder) -> None:
+    """Steps that count sample positions need a random-access source; index steps cannot follow an endless repeat()."""
     if source.streaming and builder.positional:
         verb = builder.positional[0]
         raise ValueError(f"{verb}() needs a random-access source; a generator source streams its shards, so it has no "
@@ -270,68 +330,131 @@ def compile_plan(source, steps, seed: int, generator_seed: int | None = None) ->
         step = builder.index_steps[0].describe()
         raise ValueError(f"{step} after repeat() without a count would need the whole endless stream; put it before "
                          "repeat() (every pass gets its own order), or give repeat(count)")
-    _check_window(source, builder.window, builder.batch, builder.pack)
-    _check_pack(builder.pack, builder.batch)
-    maps = builder.maps
-    backend, workers, ray = _executor_settings(maps)
-    timeout, timeout_stage = _timeout_settings(builder.ops, maps, source, backend, workers)
-    backend_for_timeout = timeout is not None and backend is None
-    if timeout is not None:
-        backend = "process"  # only a process can be stopped in the middle of a sample
-    batch = builder.batch
-    if isinstance(source, OrderedSource) and source.endless and (builder.pack is not None or (batch and batch.budget)):
-        step = builder.pack.describe() if builder.pack is not None else batch.describe()
+
+
+def _source_for_batches(source, batch, pack):
+    """The source the workers read: an endless repeat's batches run across passes, all full.
+
+    Raises:
+        ValueError: pack() or batch_by_budget() after an endless repeat().
+    """
+    if not (isinstance(source, OrderedSource) and source.endless):
+        return source
+    if pack is not None or (batch and batch.budget):
+        step = pack.describe() if pack is not None else batch.describe()
         raise ValueError(f"{step} after repeat() without a count is not supported yet; give repeat(count), or iterate "
                          "the pipeline once per epoch")
-    if isinstance(source, OrderedSource) and source.endless and batch is not None:
-        source = source.for_batches(batch.size)  # an endless repeat's batches run across passes, all full
-    # A generator's batches are re-cut across shards (a shard's last task is short), so batched streams never align.
-    aligned = not ((source.streaming and batch is not None) or builder.filtered or any(m.skips for m in maps))
-    padder = batch.padder if batch else None  # padded_batch / bucket_by_length
-    if padder is not None and padder.buckets is not None:
-        aligned = False  # buckets gather rows from many tasks
+    return source.for_batches(batch.size) if batch is not None else source
+
+
+@dataclass(frozen=True)
+class _Cut:
+    """How tasks become batches: what a task holds, who collates it, and whether its output is one batch."""
+
+    aligned: bool  # a task's output is exactly one batch, so the workers run the batch steps
+    padder: object  # padded_batch / bucket_by_length / batch_by_budget's padding, or None
+    budget: object  # batch_by_budget's max_tokens, or None
+    collate: object
+    finish: list  # what the consumer runs first on re-cut pieces (fitting them to a common length)
+    task_samples: int | None
+
+
+def _cut(builder, source) -> _Cut:
+    """How the epoch's tasks are cut and collated (see `_Cut`)."""
+    batch, pack = builder.batch, builder.pack
+    padder = batch.padder if batch else None
     budget = batch.budget if batch else None
-    if budget is not None:
-        aligned = False  # a batch's rows come from as many tasks as fit the budget
+    aligned = _tasks_are_batches(builder, source, padder, budget)
     collate = padder.collate(aligned) if padder is not None else (batch.collate if batch else None)
     if budget is not None:
         collate = BudgetCollate(padder, batch.length_fn)
     finish = [Finish(padder)] if padder is not None and not aligned else []  # the consumer fits re-cut pieces
-    pack = builder.pack
     task_samples = SAMPLES_PER_PACK_TASK if budget is not None else (batch.size if batch else None)
     if pack is not None:  # workers send ragged pieces of samples; the consumer packs them into rows
-        aligned, collate, task_samples = False, RaggedCollate(pack.max_length, pack.too_long == "split"), SAMPLES_PER_PACK_TASK
-    part = WorkerPart(
-        source=source,
-        ops=builder.ops,
-        batch_size=task_samples,
-        collate=collate,
-        batch_ops=builder.batch_ops if aligned else [],
-        seed=seed,
-        generator_seed=seed if generator_seed is None else generator_seed,
-        aligned=aligned,
-        skip_read=bool(maps) and maps[0].skips,
-        timeout=timeout,
-        timeout_stage=timeout_stage,
-    )
-    return Plan(
-        part=part,
-        index_steps=builder.index_steps,
-        drop_remainder=bool(batch and batch.drop_remainder),
-        consumer_batch_ops=[] if aligned else finish + builder.batch_ops,
-        backend=backend,
-        workers=workers,
-        ordered=all(m.ordered for m in maps),
-        depth=builder.depth,
-        ray=ray,
-        filtered=builder.filtered,
-        padder=padder,
-        window=builder.window,
-        backend_for_timeout=backend_for_timeout,
-        pack=pack,
-        budget=budget,
-        rows_per_batch=batch.size if (pack is not None and batch is not None) else None,
-    )
+        return _Cut(False, padder, budget, RaggedCollate(pack.max_length, pack.too_long == "split"), finish, SAMPLES_PER_PACK_TASK)
+    return _Cut(aligned, padder, budget, collate, finish, task_samples)
+
+
+def _tasks_are_batches(builder, source, padder, budget) -> bool:
+    """Whether a task's output is exactly one batch (before pack(), which never aligns)."""
+    # A generator's batches are re-cut across shards (a shard's last task is short), so batched streams never align.
+    if (source.streaming and builder.batch is not None) or builder.filtered or any(m.skips for m in builder.maps):
+        return False
+    if padder is not None and padder.buckets is not None:
+        return False  # buckets gather rows from many tasks
+    return budget is None  # a budget batch's rows come from as many tasks as fit the budget
+
+
+def _index_steps_and_deal(builder, source, cut: _Cut) -> tuple[list, object]:
+    """``(index steps, deal)``: planned from a table of lengths (``sizes=``) or dealt as whole batches."""
+    batch, pack = builder.batch, builder.pack
+    sizes = pack.sizes if pack is not None else (batch.sizes if cut.budget is not None else None)
+    if sizes is not None:
+        return plan_batches(builder, source, sizes, pack, batch, cut.padder, any(m.skips for m in builder.maps))
+    return deal_batches(builder.index_steps, builder.shards, pack, cut.budget, source.streaming)
+
+
+def deal_batches(index_steps: list, shards: list, pack, budget, streaming: bool) -> tuple[list, tuple | None]:
+    """``(index steps, deal)``: shard(even=...) before pack() / batch_by_budget() deals whole batches (engine/_deal.py).
+
+    How many batches a rank's share of samples makes depends on their
+    lengths, so with ``even`` every rank cuts the whole epoch's batches and
+    keeps every ``count``-th; the shard leaves the index steps.
+    """
+    shards = [s for s in shards if s.even is not None]
+    if (pack is None and budget is None) or streaming or not shards:
+        return index_steps, None
+    step = shards[-1]
+    if len(shards) > 1:
+        raise ValueError(f"{shards[0].describe()} and {step.describe()} before pack() / batch_by_budget(): shard once")
+    if step.even == "pad":
+        raise ValueError(f"{step.describe()} before pack() / batch_by_budget(): whole batches are dealt to ranks, and "
+                         "how many batches the epoch makes is known in advance only from a table of lengths; give "
+                         "sizes= (each sample's length) to pad with the epoch's first batches, or use even='drop' (the "
+                         "epoch's last < count batches are left out, counted in stats().dropped_batches)")
+    from ..engine._deal import Dealt  # start-up cost: describing a pipeline imports nothing of the engine
+
+    return [s for s in index_steps if s is not step], Dealt(step.index, step.count)
+
+
+def plan_batches(builder, source, sizes, pack, batch, padder, skips: bool) -> tuple[list, object]:
+    """``(index steps, deal)`` of pack() / batch_by_budget() with ``sizes=``: batches planned from the table (engine/_deal.py).
+
+    The last index step becomes the plan: this rank's order is the samples
+    of its batches, so with shard(even=...) each rank maps only its own.
+    """
+    step = pack if pack is not None else batch
+    name = step.describe().split("(")[0]
+    _check_sizes(name, source, sizes, builder.filtered or skips)
+    shards = [s for s in builder.shards if s.even is not None]
+    if len(shards) > 1:
+        raise ValueError(f"{shards[0].describe()} and {shards[1].describe()} before {name}(): shard once")
+    shard = shards[0] if shards else None
+    steps = [s for s in builder.index_steps if s is not shard]
+    from ..engine._deal import LengthPlan  # start-up cost, as in deal_batches
+
+    budget = (batch.budget, padder.join, padder.cut) if pack is None else None
+    rows_per_batch = batch.size if (pack is not None and batch is not None) else None
+    plan = LengthPlan(sizes.array, shard.index if shard else 0, shard.count if shard else 1, shard.even if shard else None,
+                      pack, budget, rows_per_batch, bool(batch and batch.drop_remainder), source.where)
+    return steps + [plan], plan
+
+
+def _check_sizes(name: str, source, sizes, drops: bool) -> None:
+    """``sizes=`` of pack() / batch_by_budget(): a table by source index, of a source that can be read by it."""
+    if source.streaming:
+        raise ValueError(f"{name}(sizes=...) needs a random-access source: a generator source has no sample index to "
+                         "look a length up by; leave sizes= out")
+    if isinstance(source, OrderedSource):
+        raise ValueError(f"{name}(sizes=...) after fl.mix(), fl.concatenate() or repeat() is not supported yet: they "
+                         "number their samples across their inputs, so no table by source index fits; leave sizes= out")
+    if drops:
+        raise ValueError(f"{name}(sizes=...) plans the batches before map() runs, so a sample that filter() or "
+                         "on_error='skip' drops would leave a hole in a planned batch; filter by the table first (a "
+                         "source of the samples you keep, and their sizes), or leave sizes= out")
+    if len(sizes) != len(source):
+        raise ValueError(f"{name}(sizes=...) has {len(sizes)} lengths, but the source has {len(source)} samples; give "
+                         "one length per source sample, by source index")
 
 
 def _check_pack(pack, batch) -> None:
@@ -360,21 +483,31 @@ def _check_window(source, window, batch, pack=None) -> None:
 
 
 def _executor_settings(maps):
+    """``(backend, workers, ray)`` of the fused per-sample stage: what the map() steps give, which must agree."""
+    backend = _one_backend(maps)
+    workers = _one_worker_count(maps)
+    given = [m.ray for m in maps if m.ray is not None and m.ray != Ray()]
+    if any(r != given[0] for r in given[1:]):
+        raise ValueError("map() steps give different Ray settings; the fused stage runs on one set of actors, so give them on one map() only")
+    ray = (given[0] if given else Ray()) if backend == "ray" else None
+    return backend, workers, ray
+
+
+def _one_backend(maps):
     backends = {m.backend for m in maps if m.backend is not None}
     if len(backends) > 1:
         raise ValueError(
             f"map() steps ask for different backends ({', '.join(sorted(backends))}); feedline fuses "
             "all per-sample steps into one stage, so give backend= on one map() only"
         )
+    return backends.pop() if backends else None
+
+
+def _one_worker_count(maps):
     counts = {m.workers for m in maps if m.workers is not None}
     if len(counts) > 1:
         raise ValueError(f"map() steps ask for different worker counts ({sorted(counts)}); give workers= on one map() only")
-    given = [m.ray for m in maps if m.ray is not None and m.ray != Ray()]
-    if any(r != given[0] for r in given[1:]):
-        raise ValueError("map() steps give different Ray settings; the fused stage runs on one set of actors, so give them on one map() only")
-    backend = backends.pop() if backends else None
-    ray = (given[0] if given else Ray()) if backend == "ray" else None
-    return backend, (counts.pop() if counts else None), ray
+    return counts.pop() if counts else None
 
 
 def _timeout_settings(ops, maps, source, backend, workers):

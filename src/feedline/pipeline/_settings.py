@@ -22,8 +22,7 @@ class Ray:
         address: the cluster to connect to (``"auto"``, ``"head-node:6379"``)
             when ``ray.init()`` was not called; unset, a local Ray instance is
             started (see docs/scaling.md).
-        num_cpus, num_gpus, memory, resources, runtime_env,
-        scheduling_strategy, accelerator_type: resources and placement of
+        num_cpus, num_gpus, memory, resources, runtime_env, scheduling_strategy, accelerator_type: resources and placement of
             each actor, passed to Ray's ``.options()`` (``num_cpus`` defaults
             to 1: one actor runs one task at a time). feedline sets the rest
             (one call at a time, no restarts by Ray: it redoes lost work
@@ -58,22 +57,12 @@ class Ray:
     OPTIONS = ("accelerator_type", "memory", "num_cpus", "num_gpus", "resources", "runtime_env", "scheduling_strategy")
 
     def __post_init__(self):
-        if self.address is not None and not isinstance(self.address, str):
-            raise TypeError(f"fl.Ray(address=...) must be a string such as 'auto' or 'head-node:6379', got {self.address!r}")
+        _check_address(self.address)
         for key in ("num_cpus", "num_gpus"):
-            value = getattr(self, key)
-            if value is not None and (isinstance(value, bool) or not isinstance(value, numbers.Real) or value < 0):
-                raise ValueError(f"fl.Ray({key}={value!r}): must be a number >= 0")
-        if self.memory is not None and (isinstance(self.memory, bool) or not isinstance(self.memory, numbers.Integral) or self.memory < 1):
-            raise ValueError(f"fl.Ray(memory={self.memory!r}): bytes of memory reserved per actor, an integer >= 1")
-        if self.max_bytes_in_flight is not None and (
-            isinstance(self.max_bytes_in_flight, bool) or not isinstance(self.max_bytes_in_flight, numbers.Integral) or self.max_bytes_in_flight < 1
-        ):
-            raise ValueError(f"fl.Ray(max_bytes_in_flight={self.max_bytes_in_flight!r}): bytes of batches in Ray's object store, an integer >= 1")
-        if self.start_timeout is not None and (
-            isinstance(self.start_timeout, bool) or not isinstance(self.start_timeout, numbers.Real) or not self.start_timeout >= 0
-        ):
-            raise ValueError(f"fl.Ray(start_timeout={self.start_timeout!r}): seconds to wait for room on the cluster, a number >= 0")
+            _check_amount(key, getattr(self, key))
+        _check_bytes("memory", self.memory, "bytes of memory reserved per actor")
+        _check_bytes("max_bytes_in_flight", self.max_bytes_in_flight, "bytes of batches in Ray's object store")
+        _check_start_timeout(self.start_timeout)
         if self.resources is not None and not isinstance(self.resources, dict):
             raise TypeError("fl.Ray(resources=...) must be a dict of custom resource name -> amount")
 
@@ -96,3 +85,31 @@ class Ray:
         shown += [f"{k}={v!r}" for k, v in self.actor_options().items()]
         shown += [f"{k}={getattr(self, k)!r}" for k in ("max_bytes_in_flight", "start_timeout") if getattr(self, k) is not None]
         return f"Ray({', '.join(shown)})"
+
+
+def _not_a(value, kind) -> bool:
+    """Whether ``value`` is not a number of ``kind`` (a bool never counts as one)."""
+    return isinstance(value, bool) or not isinstance(value, kind)
+
+
+def _check_address(address) -> None:
+    if address is not None and not isinstance(address, str):
+        raise TypeError(f"fl.Ray(address=...) must be a string such as 'auto' or 'head-node:6379', got {address!r}")
+
+
+def _check_amount(key: str, value) -> None:
+    """``num_cpus`` / ``num_gpus``: an amount of a resource per actor, a number >= 0."""
+    if value is not None and (_not_a(value, numbers.Real) or value < 0):
+        raise ValueError(f"fl.Ray({key}={value!r}): must be a number >= 0")
+
+
+def _check_bytes(key: str, value, what: str) -> None:
+    """A count of bytes (``memory``, ``max_bytes_in_flight``): an integer >= 1."""
+    if value is not None and (_not_a(value, numbers.Integral) or value < 1):
+        raise ValueError(f"fl.Ray({key}={value!r}): {what}, an integer >= 1")
+
+
+def _check_start_timeout(value) -> None:
+    """Seconds, a number >= 0 (NaN is refused too: it is not >= 0)."""
+    if value is not None and (_not_a(value, numbers.Real) or not value >= 0):
+        raise ValueError(f"fl.Ray(start_timeout={value!r}): seconds to wait for room on the cluster, a number >= 0")

@@ -401,6 +401,7 @@ class Pack(Step):
     buffer: int = 32
     too_long: str = "raise"
     pad_value: Any = 0
+    sizes: Any = None  # a feedline._packing.Sizes: lengths known before the map, to plan the rows (engine/_deal.py)
 
     def __post_init__(self):
         _check_count(self.max_length, "pack(max_length=...)", 1)
@@ -424,10 +425,13 @@ class Pack(Step):
     def describe(self) -> str:
         extras = [f"{name}={getattr(self, name)!r}" for name, default in (("fit", "best"), ("buffer", 32), ("too_long", "raise"),
                                                                            ("pad_value", 0)) if getattr(self, name) != default]
+        if self.sizes is not None:
+            extras.append(f"sizes={self.sizes!r}")
         return f"pack({', '.join([str(self.max_length)] + extras)})"
 
     def fingerprint(self) -> str:
-        return repr(("Pack", self.max_length, self.fit, self.buffer, self.too_long, self.pad_value))
+        return repr(("Pack", self.max_length, self.fit, self.buffer, self.too_long, self.pad_value)
+                    + ((self.sizes.digest,) if self.sizes is not None else ()))
 
     def cache_conflict(self) -> str:
         return "cache() after pack(): the cache stores samples; put pack() (and batch()) after .cache()"
@@ -442,6 +446,7 @@ class BudgetBatch(PaddedBatch):
 
     max_tokens: int = 1
     length_fn: Callable | None = None
+    sizes: Any = None  # a feedline._packing.Sizes: lengths known before the map, to plan the batches (engine/_deal.py)
 
     def __post_init__(self):
         super().__post_init__()
@@ -457,11 +462,13 @@ class BudgetBatch(PaddedBatch):
 
     def describe(self) -> str:
         extras = ", ".join(filter(None, [f"length_fn={fn_name(self.length_fn)}" if self.length_fn else "",
+                                         f"sizes={self.sizes!r}" if self.sizes is not None else "",
                                          self.padding.describe()]))
         return f"batch_by_budget({self.max_tokens}{', ' + extras if extras else ''})"
 
     def fingerprint(self) -> str:
-        return repr(("BudgetBatch", self.max_tokens, self.length_fn is not None, self.padding.identity()))
+        return repr(("BudgetBatch", self.max_tokens, self.length_fn is not None, self.padding.identity())
+                    + ((self.sizes.digest,) if self.sizes is not None else ()))
 
 
 @dataclass(frozen=True)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import _startup
 from .._fingerprint import digest
 from ..pipeline._pipeline import Pipeline
 from ._base import Source
@@ -65,7 +66,5 @@ def from_sequence(obj) -> Pipeline:
             f"has no {' or '.join(missing)}. For an iterator or generator, use "
             "fl.from_generator(factory, num_shards) instead."
         )
-    from ..engine._runtime import start_early  # start-up cost, as in Pipeline.map: obj[i] is user code, as a map is
-
-    start_early(None)
+    _startup.described(None)  # obj[i] is user code, as a map is
     return Pipeline(SequenceSource(obj))

@@ -26,8 +26,10 @@ from ._errors import StoreError
 from ._fields import FieldSpec
 from ._foreign import from_hf_dataset, from_parquet
 from ._format import FORMAT_VERSION
+from ._from_store import from_store
 from ._images import EncodedImage
-from ._reader import Store, from_store, open_store
+from ._open import open_store
+from ._reader import Store
 from ._verify import VerifyReport, verify_store
 from ._writer import StoreWriter
 

@@ -12,7 +12,7 @@ records the regions in the file's manifest entry::
 where record batch ``i`` is bytes ``[offsets[i], offsets[i + 1])``, the head
 ``[0, offsets[0])`` and the tail ``[offsets[-1], bytes)``. Why per record
 batch: a damaged byte is traced to a row range, and a reader that verifies
-hashes only the record batches it reads (a 16 MB batch costs ~1-2 ms), not a
+hashes only the record batches it reads (XXH3 runs at memory speed), not a
 whole 256 MB file before its first sample. The hash is xxHash's XXH3 (64
 bits), which runs at memory speed; it detects damage, not tampering.
 """

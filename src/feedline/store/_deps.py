@@ -1,7 +1,7 @@
 """Lazy import of pyarrow, with an error that names the extra to install.
 
 ``import feedline`` (and ``import feedline.store``) never imports pyarrow:
-the core needs only NumPy, and pyarrow is a large import (~0.2 s).
+the core needs only NumPy, and pyarrow is a large import.
 """
 
 from __future__ import annotations

@@ -136,58 +136,88 @@ def _as_list(column, rows: int, field: str) -> list:
 def infer(name: str, column, rows: int, encoding: str, variable: bool) -> FieldSpec:
     """The `FieldSpec` of a field from its first batch column (an array with a row axis, or a list)."""
     kind_name, _ = parse_encoding(encoding, name)
-    image = kind_name in ("jpeg", "png")
     if isinstance(column, np.ndarray) and column.dtype.kind not in "USO":
-        if column.ndim == 0:
-            raise StoreError(f"field {name!r} of the batch is a 0-d array; batch columns need a row axis")
-        dtype = _storable_dtype(column.dtype, name)
-        if column.ndim == 1:
-            spec = FieldSpec(name, "scalar", dtype.str, encoding=encoding)
-        else:
-            spec = FieldSpec(name, "ragged" if variable else "array", dtype.str, list(column.shape[1:]) if not variable else None,
-                             column.ndim - 1 if variable else None, encoding=encoding)
+        values = None
+        spec = _infer_from_block(name, column, encoding, variable)
+        image = False
     else:
         values = _as_list(column, rows, name)
         if not values:
             raise StoreError(f"field {name!r}: cannot infer its type from an empty batch")
         kind = _first_kind(values[0], name)
-        if kind == "image":
-            first = values[0]
-            shapes = {v.shape for v in values if isinstance(v, EncodedImage)}
-            fixed = len(shapes) == 1 and not variable
-            spec = FieldSpec(name, "array" if fixed else "ragged", first.dtype, list(first.shape) if fixed else None,
-                             None if fixed else len(first.shape), encoding=first.encoding)
-            image = True
-        elif kind == "array":
-            first = values[0]
-            dtype = _storable_dtype(first.dtype, name)
-            fixed = not variable and all(isinstance(v, np.ndarray) and v.shape == first.shape for v in values)
-            spec = FieldSpec(name, "array" if fixed else "ragged", dtype.str, list(first.shape) if fixed else None,
-                             None if fixed else first.ndim, encoding=encoding)
-        elif kind == "scalar":
-            first = values[0]
-            if isinstance(first, np.generic):
-                spec = FieldSpec(name, "scalar", _storable_dtype(np.asarray(first).dtype, name).str, encoding=encoding)
-            else:
-                pytype = "bool" if isinstance(first, bool) else ("int" if isinstance(first, numbers.Integral) else "float")
-                dtype = {"bool": "|b1", "int": "<i8", "float": "<f8"}[pytype]
-                spec = FieldSpec(name, "scalar", dtype, encoding=encoding, pytype=pytype)
-        else:
-            spec = FieldSpec(name, kind, encoding=encoding)
-    if image:
-        if spec.kind not in ("array", "ragged"):
-            raise StoreError(f"field {name!r} holds {spec.kind} values; the {kind_name} encoding is for image arrays. "
-                             "Store already-encoded files with encoding 'raw' (or 'zstd').")
-        shape = spec.shape if spec.kind == "array" else None
-        if shape is not None:
-            check_image(tuple(shape), spec.dtype, parse_encoding(spec.encoding, name)[0], name)
-            spec.channels = 1 if len(shape) == 2 else shape[2]
-        else:
-            sample = values[0] if not isinstance(column, np.ndarray) else column[0]
-            shape = sample.shape
-            check_image(tuple(shape), spec.dtype, parse_encoding(spec.encoding, name)[0], name)
-            spec.channels = 1 if len(shape) == 2 else shape[2]
+        spec = _INFER_FROM_VALUES.get(kind, _infer_plain)(name, kind, values, encoding, variable)
+        image = kind == "image"
+    if image or kind_name in ("jpeg", "png"):
+        _check_image_field(spec, name, kind_name, column, values)
     return spec
+
+
+def _infer_from_block(name: str, column: np.ndarray, encoding: str, variable: bool) -> FieldSpec:
+    """The spec of a field given as one numeric array with a row axis."""
+    if column.ndim == 0:
+        raise StoreError(f"field {name!r} of the batch is a 0-d array; batch columns need a row axis")
+    dtype = _storable_dtype(column.dtype, name)
+    if column.ndim == 1:
+        return FieldSpec(name, "scalar", dtype.str, encoding=encoding)
+    return FieldSpec(name, "ragged" if variable else "array", dtype.str, list(column.shape[1:]) if not variable else None,
+                     column.ndim - 1 if variable else None, encoding=encoding)
+
+
+def _infer_encoded_images(name: str, kind: str, values: list, encoding: str, variable: bool) -> FieldSpec:
+    """The spec of a field of already-encoded images: fixed-shape when every image has one shape."""
+    first = values[0]
+    shapes = {v.shape for v in values if isinstance(v, EncodedImage)}
+    fixed = len(shapes) == 1 and not variable
+    return FieldSpec(name, "array" if fixed else "ragged", first.dtype, list(first.shape) if fixed else None,
+                     None if fixed else len(first.shape), encoding=first.encoding)
+
+
+def _infer_arrays(name: str, kind: str, values: list, encoding: str, variable: bool) -> FieldSpec:
+    """The spec of a field of per-row arrays: fixed-shape when every row has the first row's shape."""
+    first = values[0]
+    dtype = _storable_dtype(first.dtype, name)
+    fixed = not variable and all(isinstance(v, np.ndarray) and v.shape == first.shape for v in values)
+    return FieldSpec(name, "array" if fixed else "ragged", dtype.str, list(first.shape) if fixed else None,
+                     None if fixed else first.ndim, encoding=encoding)
+
+
+def _infer_scalars(name: str, kind: str, values: list, encoding: str, variable: bool) -> FieldSpec:
+    """The spec of a field of numbers: NumPy scalars keep their dtype, Python numbers their type."""
+    first = values[0]
+    if isinstance(first, np.generic):
+        return FieldSpec(name, "scalar", _storable_dtype(np.asarray(first).dtype, name).str, encoding=encoding)
+    pytype = "bool" if isinstance(first, bool) else ("int" if isinstance(first, numbers.Integral) else "float")
+    dtype = {"bool": "|b1", "int": "<i8", "float": "<f8"}[pytype]
+    return FieldSpec(name, "scalar", dtype, encoding=encoding, pytype=pytype)
+
+
+def _infer_plain(name: str, kind: str, values: list, encoding: str, variable: bool) -> FieldSpec:
+    """The spec of a ``str`` or ``bytes`` field."""
+    return FieldSpec(name, kind, encoding=encoding)
+
+
+# first row's kind (see `_first_kind`) -> how to infer the spec of a list column; others are str/bytes.
+_INFER_FROM_VALUES = {
+    "image": _infer_encoded_images,
+    "array": _infer_arrays,
+    "scalar": _infer_scalars,
+}
+
+
+def _check_image_field(spec: FieldSpec, name: str, kind_name: str, column, values: list | None) -> None:
+    """Refuse an image encoding of non-array values; check the image shape and set ``spec.channels``.
+
+    A variable-shape field is checked on its first row (``column[0]`` of an
+    array column, else ``values[0]``).
+    """
+    if spec.kind not in ("array", "ragged"):
+        raise StoreError(f"field {name!r} holds {spec.kind} values; the {kind_name} encoding is for image arrays. "
+                         "Store already-encoded files with encoding 'raw' (or 'zstd').")
+    shape = spec.shape if spec.kind == "array" else None
+    if shape is None:
+        shape = (column[0] if isinstance(column, np.ndarray) else values[0]).shape
+    check_image(tuple(shape), spec.dtype, parse_encoding(spec.encoding, name)[0], name)
+    spec.channels = 1 if len(shape) == 2 else shape[2]
 
 
 def _row_error(spec: FieldSpec, row: int, got: str, hint: str = "") -> StoreError:
@@ -203,66 +233,100 @@ def normalize(spec: FieldSpec, column, rows: int, offset: int = 0):
     ``offset`` is the row number of the batch's first row, for messages.
     """
     if spec.image:
-        out = []
-        values = list(column) if isinstance(column, np.ndarray) else _as_list(column, rows, spec.name)
-        for i, v in enumerate(values):
-            if isinstance(v, EncodedImage):
-                if v.encoding != spec.encoding:
-                    raise _row_error(spec, offset + i, f"an image encoded as {v.encoding}")
-                shape = v.shape
-                data = v.data
-            elif isinstance(v, np.ndarray):
-                shape = v.shape
-                data = None
-            else:
-                raise _row_error(spec, offset + i, f"a {type(v).__name__}")
-            if (spec.kind == "array" and tuple(shape) != tuple(spec.shape)) or (spec.kind == "ragged" and (
-                    len(shape) != spec.ndim or (1 if len(shape) == 2 else shape[2]) != spec.channels)):
-                raise _row_error(spec, offset + i, f"an image of shape {tuple(shape)}",
-                                 "; pass variable_shape=[name] to StoreWriter for images of varying size")
-            out.append(data if data is not None else encode_image(v, spec.encoding, spec.name))
-        return out
+        return _normalize_image(spec, column, rows, offset)
+    return _NORMALIZERS.get(spec.kind, _normalize_blobs)(spec, column, rows, offset)
+
+
+_VARYING_IMAGES = "; pass variable_shape=[name] to StoreWriter for images of varying size"
+_VARYING_ARRAYS = "; pass variable_shape=[name] to StoreWriter for arrays of varying shape"
+
+
+def _image_fits(spec: FieldSpec, shape) -> bool:
+    """Whether an image of ``shape`` fits an image field (its fixed shape, or its dims and channels)."""
     if spec.kind == "array":
-        if isinstance(column, np.ndarray) and column.dtype != object:
-            if column.shape[1:] != tuple(spec.shape):
-                raise _row_error(spec, offset, f"arrays of shape {column.shape[1:]}",
-                                 "; pass variable_shape=[name] to StoreWriter for arrays of varying shape")
-            arr = column
-        else:
-            values = _as_list(column, rows, spec.name)
-            for i, v in enumerate(values):
-                if not isinstance(v, np.ndarray) or v.shape != tuple(spec.shape):
-                    got = f"an array of shape {v.shape}" if isinstance(v, np.ndarray) else f"a {type(v).__name__}"
-                    raise _row_error(spec, offset + i, got, "; pass variable_shape=[name] to StoreWriter for arrays of varying shape")
-            arr = np.stack(values) if values else np.empty((0, *spec.shape), spec.dtype)
-        return _cast(spec, arr, offset)
+        return tuple(shape) == tuple(spec.shape)
     if spec.kind == "ragged":
-        values = list(column) if isinstance(column, np.ndarray) else _as_list(column, rows, spec.name)
-        out = []
-        for i, v in enumerate(values):
-            if not isinstance(v, np.ndarray) or v.ndim != spec.ndim:
-                got = f"an array of {v.ndim} dims" if isinstance(v, np.ndarray) else f"a {type(v).__name__}"
-                raise _row_error(spec, offset + i, got)
-            out.append(_cast(spec, v, offset + i))
-        return out
-    if spec.kind == "scalar":
-        if isinstance(column, np.ndarray) and column.dtype.kind not in "USO":
-            if column.ndim != 1:
-                raise _row_error(spec, offset, f"arrays of shape {column.shape[1:]}")
-            arr = column
+        return len(shape) == spec.ndim and (1 if len(shape) == 2 else shape[2]) == spec.channels
+    return True
+
+
+def _normalize_image(spec: FieldSpec, column, rows: int, offset: int) -> list:
+    """Image rows as encoded bytes: `EncodedImage` data kept as given, arrays encoded here."""
+    out = []
+    values = list(column) if isinstance(column, np.ndarray) else _as_list(column, rows, spec.name)
+    for i, v in enumerate(values):
+        if isinstance(v, EncodedImage):
+            if v.encoding != spec.encoding:
+                raise _row_error(spec, offset + i, f"an image encoded as {v.encoding}")
+            shape = v.shape
+            data = v.data
+        elif isinstance(v, np.ndarray):
+            shape = v.shape
+            data = None
         else:
-            values = _as_list(column, rows, spec.name)
-            for i, v in enumerate(values):
-                if _first_kind(v, spec.name) != "scalar":
-                    raise _row_error(spec, offset + i, f"a {type(v).__name__}")
-            arr = np.asarray(values)
-        return _cast(spec, arr, offset)
+            raise _row_error(spec, offset + i, f"a {type(v).__name__}")
+        if not _image_fits(spec, shape):
+            raise _row_error(spec, offset + i, f"an image of shape {tuple(shape)}", _VARYING_IMAGES)
+        out.append(data if data is not None else encode_image(v, spec.encoding, spec.name))
+    return out
+
+
+def _normalize_array(spec: FieldSpec, column, rows: int, offset: int) -> np.ndarray:
+    """A fixed-shape field as one ``(rows, *shape)`` array."""
+    if isinstance(column, np.ndarray) and column.dtype != object:
+        if column.shape[1:] != tuple(spec.shape):
+            raise _row_error(spec, offset, f"arrays of shape {column.shape[1:]}", _VARYING_ARRAYS)
+        return _cast(spec, column, offset)
+    values = _as_list(column, rows, spec.name)
+    for i, v in enumerate(values):
+        if not isinstance(v, np.ndarray) or v.shape != tuple(spec.shape):
+            got = f"an array of shape {v.shape}" if isinstance(v, np.ndarray) else f"a {type(v).__name__}"
+            raise _row_error(spec, offset + i, got, _VARYING_ARRAYS)
+    arr = np.stack(values) if values else np.empty((0, *spec.shape), spec.dtype)
+    return _cast(spec, arr, offset)
+
+
+def _normalize_ragged(spec: FieldSpec, column, rows: int, offset: int) -> list:
+    """A variable-shape field as a list of arrays, each of the field's dims and dtype."""
+    values = list(column) if isinstance(column, np.ndarray) else _as_list(column, rows, spec.name)
+    out = []
+    for i, v in enumerate(values):
+        if not isinstance(v, np.ndarray) or v.ndim != spec.ndim:
+            got = f"an array of {v.ndim} dims" if isinstance(v, np.ndarray) else f"a {type(v).__name__}"
+            raise _row_error(spec, offset + i, got)
+        out.append(_cast(spec, v, offset + i))
+    return out
+
+
+def _normalize_scalar(spec: FieldSpec, column, rows: int, offset: int) -> np.ndarray:
+    """A scalar field as a 1-D array."""
+    if isinstance(column, np.ndarray) and column.dtype.kind not in "USO":
+        if column.ndim != 1:
+            raise _row_error(spec, offset, f"arrays of shape {column.shape[1:]}")
+        return _cast(spec, column, offset)
+    values = _as_list(column, rows, spec.name)
+    for i, v in enumerate(values):
+        if _first_kind(v, spec.name) != "scalar":
+            raise _row_error(spec, offset + i, f"a {type(v).__name__}")
+    return _cast(spec, np.asarray(values), offset)
+
+
+def _normalize_blobs(spec: FieldSpec, column, rows: int, offset: int) -> list:
+    """A ``str`` field as a list of str, a ``bytes`` field as a list of bytes."""
     values = _as_list(column, rows, spec.name)
     wanted = str if spec.kind == "str" else (bytes, bytearray, memoryview)
     for i, v in enumerate(values):
         if not isinstance(v, wanted):
             raise _row_error(spec, offset + i, f"a {type(v).__name__}")
     return values if spec.kind == "str" else [bytes(v) for v in values]
+
+
+# kind -> the normalizer of its (non-image) batch columns; other kinds are str/bytes.
+_NORMALIZERS = {
+    "array": _normalize_array,
+    "ragged": _normalize_ragged,
+    "scalar": _normalize_scalar,
+}
 
 
 def _cast(spec: FieldSpec, arr: np.ndarray, row: int) -> np.ndarray:

@@ -259,6 +259,15 @@ def from_hf_dataset(path, columns=None, *, decode_images: bool = True) -> Pipeli
         StoreError: no such folder, a ``DatasetDict`` folder (pick a
             split), no Arrow files, a column that does not exist, or files
             whose columns or column types differ (both files named).
+
+    >>> import tempfile
+    >>> import datasets
+    >>> import feedline as fl
+    >>> folder = tempfile.mkdtemp()
+    >>> datasets.Dataset.from_dict({"text": ["a", "b", "c"], "label": [0, 1, 0]}).save_to_disk(folder)
+    >>> pipe = fl.from_hf_dataset(folder, columns=["label"])
+    >>> len(pipe), [int(sample["label"]) for sample in pipe]
+    (3, [0, 1, 0])
     """
     files, features = _hf_files(os.fspath(path))
     rows, schemas = [], []
@@ -416,6 +425,12 @@ def from_parquet(path_or_glob, columns=None, *, storage_options: dict | None = N
         StoreError: no files match, a file is not Parquet, a column is
             missing, or a column's type or the set of columns differs between
             two files (both named; a column all null in one file is accepted).
+
+    >>> import os, tempfile, pyarrow as pa, pyarrow.parquet as pq, feedline as fl
+    >>> tmp = tempfile.TemporaryDirectory()  # removed with its files once the example ends
+    >>> pq.write_table(pa.table({"x": [1, 2, 3], "label": ["a", "b", "c"]}), os.path.join(tmp.name, "part-0.parquet"))
+    >>> [(int(row["x"]), row["label"]) for row in fl.from_parquet(os.path.join(tmp.name, "*.parquet"))]
+    [(1, 'a'), (2, 'b'), (3, 'c')]
     """
     from ..sources._shard_files import ShardFiles, is_url, redact
 

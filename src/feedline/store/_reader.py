@@ -1,4 +1,4 @@
-"""Reading a store: `Store` (random access, a feedline source), `open_store`, `from_store`.
+"""Reading a store: `Store` (random access, a feedline source); `_open.open_store` and `_from_store.from_store` open one.
 
 Files are memory-mapped lazily in the process that reads (descriptors
 closed at once); uncompressed fields are read-only NumPy views, compressed
@@ -20,19 +20,17 @@ import numpy as np
 
 from .._batch_memory import NewArrays, new_arrays
 from .._fingerprint import digest
-from ..pipeline._pipeline import Pipeline
 from ..sources._base import Source
 from ._checksum import Region, bad_ends, batch_matches, has_checksums, manifest_digest, row_ranges
 from ._deps import pyarrow, pyarrow_ipc
 from ._errors import StoreError
 from ._fields import Column, FieldSpec
 from ._format import read_manifest
-from ._remote_fs import is_url
 from ._structure import describe, rebuild, skeleton_of
 
-__all__ = ["Store", "from_store", "open_store"]
+__all__ = ["Store"]
 
-_COMPRESSED_CACHE = 8  # decompressed record batches kept per compressed group (~1 MiB each)
+_COMPRESSED_CACHE = 8  # decompressed record batches kept per compressed group (each one record batch, 1 MiB when written compressed)
 _ROW_BY_ROW = 4 << 10  # a gather copies larger rows one by one, smaller ones per record batch (see _GatherPlan)
 _GIL_FREE_ABOVE = 500  # NumPy copies a fancy index without the GIL only above this many elements (see _pieces)
 _MIN_PIECE = 256  # bytes: the smallest piece of a row worth cutting for that
@@ -265,31 +263,13 @@ class Store(Source):
         batch that allocator reuses memory for, arrays it gives).
         Variable-size fields (ragged arrays, bytes, str) come back as lists.
         """
-        idx = np.asarray(indices, dtype=np.int64).reshape(-1)
-        n = len(idx)
-        if n and (idx.min() < 0 or idx.max() >= self._length):
-            bad = int(idx[(idx < 0) | (idx >= self._length)][0])
-            raise IndexError(f"sample {bad} is out of range: the store {self.path!r} has {self._length} samples")
-        chunks = np.searchsorted(self._starts_array, idx, side="right") - 1
-        rows = idx - self._starts_array[chunks]
+        chunks, rows = self._locate(indices)
+        n = len(chunks)
         unique = np.unique(chunks).tolist()
         by_chunk = {c: self._chunk_columns(c) for c in unique}
         plan = _GatherPlan(chunks, rows, unique)
-        stacked = {}  # field position -> its rows, gathered into a new array with one copy
-        if alloc is None or isinstance(alloc, NewArrays):
-            for f, spec in enumerate(self._specs):
-                if spec.kind in ("array", "scalar") and not spec.image:
-                    if alloc is not None and alloc.reuses(n * np.dtype(spec.dtype).itemsize * math.prod(spec.shape or ())):
-                        continue  # a large batch: into an array used before (no fresh pages), copied as below
-                    array = plan.gathered([by_chunk[c][f].array for c in unique])
-                    if array is not None:
-                        stacked[f] = array
-        wanted = []
-        for f, spec in enumerate(self._specs):
-            if f in stacked or spec.kind not in ("array", "scalar"):
-                continue
-            wanted.append(((n, *spec.shape) if spec.kind == "array" else (n,), np.dtype(spec.dtype)))
-        outs = iter((alloc or new_arrays)(wanted))
+        stacked = self._stack_new(plan, by_chunk, n, alloc) if alloc is None or isinstance(alloc, NewArrays) else {}
+        outs = iter((alloc or new_arrays)(self._wanted_arrays(stacked, n)))
         chunk_list, row_list = chunks.tolist(), rows.tolist()
         values = []
         for f, spec in enumerate(self._specs):
@@ -306,6 +286,41 @@ class Store(Source):
             else:
                 values.append([by_chunk[c][f].value(r) for c, r in zip(chunk_list, row_list)])
         return rebuild(self._skeleton, values)
+
+    def _locate(self, indices) -> tuple:
+        """The record batch and the row in it of each of ``indices`` (checked to be in range)."""
+        idx = np.asarray(indices, dtype=np.int64).reshape(-1)
+        if len(idx) and (idx.min() < 0 or idx.max() >= self._length):
+            bad = int(idx[(idx < 0) | (idx >= self._length)][0])
+            raise IndexError(f"sample {bad} is out of range: the store {self.path!r} has {self._length} samples")
+        chunks = np.searchsorted(self._starts_array, idx, side="right") - 1
+        return chunks, idx - self._starts_array[chunks]
+
+    def _stack_new(self, plan: "_GatherPlan", by_chunk: dict, n: int, alloc) -> dict:
+        """Field position -> its rows, gathered into a new array with one copy (for the fields where that works).
+
+        A field a `NewArrays` allocator would give reused memory for is left
+        out: it is copied into that memory by `gather` instead.
+        """
+        stacked = {}
+        for f, spec in enumerate(self._specs):
+            if spec.kind not in ("array", "scalar") or spec.image:
+                continue
+            if alloc is not None and alloc.reuses(n * np.dtype(spec.dtype).itemsize * math.prod(spec.shape or ())):
+                continue  # a large batch: into an array used before (no fresh pages), copied as below
+            array = plan.gathered([by_chunk[c][f].array for c in plan.unique])
+            if array is not None:
+                stacked[f] = array
+        return stacked
+
+    def _wanted_arrays(self, stacked: dict, n: int) -> list:
+        """``(shape, dtype)`` of the batch array of every fixed-size field not already in ``stacked``."""
+        wanted = []
+        for f, spec in enumerate(self._specs):
+            if f in stacked or spec.kind not in ("array", "scalar"):
+                continue
+            wanted.append(((n, *spec.shape) if spec.kind == "array" else (n,), np.dtype(spec.dtype)))
+        return wanted
 
     def where(self, index: int) -> str:
         chunk = bisect.bisect_right(self._starts, index) - 1
@@ -344,9 +359,8 @@ class _GatherPlan:
     hold the GIL, so threads could not read two batches at once). Larger
     rows are copied one assignment per row, straight into the batch: the
     Python step is small beside the copy (which releases the GIL), and the
-    scratch pass would double the memory traffic (measured 0.4x as fast
-    on 3x224x224 rows, about even at 4 KiB, and no faster, alone or in 2
-    threads, at 3x64x64; benchmarks/store_gather.py). The plan is made
+    scratch pass would double the memory traffic (slower on image rows,
+    no faster on small ones: benchmarks/store_gather.py). The plan is made
     once per gather and used for every fixed-size field.
     """
 
@@ -452,91 +466,3 @@ class _RowWindow:
         self.__array_interface__ = {
             "shape": (count,), "typestr": f"|V{row_bytes}", "strides": (1,), "data": (address, True), "version": 3,
         }
-
-
-def open_store(path, *, verify: bool = False, storage_options: dict | None = None, cache_dir=None,
-               cache_limit=None, **remote) -> Store:
-    """Open the store at ``path`` (a directory, or a URL: see `from_store`) for random access.
-
-    Checks the manifest and that every file is present with its recorded
-    size (a `stat` per file; no data is read).
-
-    Args:
-        path: the store directory.
-        verify: check every record batch against the checksum its writer
-            recorded, the first time this process reads from it (and each
-            file's header and footer when it is opened): about the cost of
-            reading the batch once more (docs/store.md, "Checksums").
-
-    Raises:
-        StoreError: no store there, an incomplete store (no manifest: the
-            writer was interrupted), a newer format version, or a missing
-            or truncated file; with ``verify``, a store without checksums, and
-            (when read) a record batch that does not match its checksum,
-            naming the file and the rows. The message says what to do.
-        ImportError: pyarrow is missing (``pip install 'feedline[store]'``).
-    """
-    return _open(path, verify, dict(remote, storage_options=storage_options, cache_dir=cache_dir, cache_limit=cache_limit))
-
-
-def _open(path, verify: bool, remote: dict) -> Store:
-    """A `Store` for a local path, a `RemoteStore` for a URL."""
-    if is_url(path):
-        # _remote subclasses Store (it imports this module), so it can only be imported here, on first use.
-        from ._remote import RemoteStore
-
-        return RemoteStore(path, verify=verify, **remote)
-    given = sorted(k for k, v in remote.items() if v is not None)
-    if given:
-        raise TypeError(f"{', '.join(given)} apply only to a remote store (a URL such as 's3://bucket/train.store'); "
-                        f"{path!r} is a local path: drop them")
-    return Store(path, verify=verify)
-
-
-def from_store(path, *, verify: bool = False, storage_options: dict | None = None, cache_dir=None,
-               cache_limit=None, **remote) -> Pipeline:
-    """A pipeline over the samples of a store written by ``feedline convert`` or `StoreWriter`.
-
-    Samples come in the structure they were written (e.g. ``{"image": ...,
-    "label": ...}``). Without per-sample steps, ``batch()`` gathers rows in
-    bulk straight into the batch (shared memory in process workers); with
-    ``map``, each worker reads its samples from its own memory map. The
-    pipeline pickles as the store's path and manifest, so it works with
-    every backend, ``shuffle`` and ``shard``. ``verify=True`` checks what
-    each worker reads against the store's checksums (see `open_store`); a
-    damaged record batch stops the epoch with an error naming the file
-    and its rows.
-
-    A URL (``s3://``, ``gs://``, ``az://``, ``http(s)://``, any fsspec
-    protocol; ``pip install 'feedline[remote]'``) is read through a local
-    cache of its files, fetched ahead in the epoch's order
-    (docs/store.md, "Remote stores").
-
-    Args:
-        path: the store directory, or its URL.
-        verify: check reads against the store's checksums.
-        storage_options: for a URL: fsspec filesystem options (credentials,
-            ``endpoint_url``...); they travel to workers with the pipeline,
-            while credentials from the environment are read by each worker.
-        cache_dir: for a URL: the local cache (default
-            ``$FEEDLINE_CACHE_DIR`` or ``~/.cache/feedline/stores``).
-        cache_limit: for a URL: bytes (or ``"20GiB"``) the cache may take (default 50 GiB).
-        **remote: for a URL: ``concurrency`` (downloads in flight, 8),
-            ``retries`` (per download, 4), ``read_ahead`` (True).
-
-    Raises:
-        StoreError: see `open_store`; for a URL also a download that failed
-            after its retries, naming the file (and, in a pipeline, the sample).
-        TypeError: remote options given with a local path.
-
-    >>> import numpy as np, tempfile, os, feedline as fl
-    >>> from feedline.store import StoreWriter
-    >>> tmp = tempfile.TemporaryDirectory()  # removed with its files once the example ends
-    >>> path = os.path.join(tmp.name, "digits.store")
-    >>> with StoreWriter(path) as w:
-    ...     w.write((np.arange(10, dtype=np.uint8).reshape(5, 2), np.arange(5)))
-    >>> [b[1].tolist() for b in fl.from_store(path).batch(2)]
-    [[0, 1], [2, 3], [4]]
-    """
-    return Pipeline(_open(path, verify, dict(remote, storage_options=storage_options, cache_dir=cache_dir,
-                                             cache_limit=cache_limit)))

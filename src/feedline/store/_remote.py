@@ -31,7 +31,7 @@ from ._remote_fs import RETRIES, Location
 __all__ = ["RemoteStore"]
 
 DEFAULT_CACHE_LIMIT = "50GiB"  # fits the local disk of a typical training machine; set cache_limit= to change
-CONCURRENCY = 8  # requests in flight per consumer: hides ~20-100 ms of latency per file at object-store speeds
+CONCURRENCY = 8  # requests in flight per consumer: hides each request's latency at object-store speeds
 FAILED_FOR = 10.0  # seconds a file that failed every attempt fails at once here: its other samples skip fast
 # The cache's counters that reach `Stats.source_counts` (`pipe.stats()`), under these names.
 _COUNTER_NAMES = {"downloads": "remote downloads", "bytes": "remote bytes downloaded",

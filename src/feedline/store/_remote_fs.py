@@ -3,8 +3,8 @@
 `Location` holds a store's URL and the ``storage_options`` given for it,
 opens its client lazily (in the process that reads: a pickled `Location`
 reopens it in a worker) and downloads one file with retries and
-exponential backoff. The client is obstore (Rust, measured 2-8x faster and
-4-10x less CPU per byte than s3fs: benchmarks/fs_layers.py) when it is
+exponential backoff. The client is obstore (Rust: faster, and less CPU per
+byte than s3fs; docs/store.md, "Filesystem layer") when it is
 installed, the scheme is ``s3``/``s3a``/``gs``/``http(s)`` and every
 option has an obstore equivalent (`obstore_config`); otherwise fsspec.
 ``FEEDLINE_FS_BACKEND=fsspec`` (or ``obstore``) forces one. Credentials: options the user passed explicitly

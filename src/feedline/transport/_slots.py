@@ -91,7 +91,7 @@ def _views(buffer, layout, total):
     arrays = []
     for offset, shape, dtype in layout:
         dtype = np.dtype(dtype)
-        nbytes = math.prod(shape) * dtype.itemsize  # math.prod: np.prod costs ~5 us per call, per batch
+        nbytes = math.prod(shape) * dtype.itemsize  # math.prod: np.prod is far slower on a short tuple, per batch
         arrays.append(flat[offset : offset + nbytes].view(dtype).reshape(shape))
     return flat, arrays
 
@@ -249,8 +249,8 @@ class SlotWriter:
         behind an earlier one) never come back: the wait is bounded, and
         then the error stands. Only where nothing can spill
         (`feedline.transport._shm`): a file there costs a first epoch less
-        than waiting (4 MB of /dev/shm, 6 MiB batches: 632-641 samples/s
-        with a 0.5 s wait per extra slot, against 1,858-1,891 in /dev/shm).
+        than waiting for a slot that will not come back (docs/bad_input.md,
+        "Full disk").
         """
         if self.returned is None or len(self.slots) <= len(self.free):
             return None  # nothing of ours is out: nothing can come back

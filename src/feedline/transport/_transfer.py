@@ -132,9 +132,16 @@ def code_with_its_file(code: types.CodeType):
     return constructor, tuple(code.co_filename if isinstance(a, str) and a == _DYNAMIC_FILE else a for a in args)
 
 
+def _drop(buffer) -> None:
+    """A dry run's buffer callback: the buffer is not needed."""
+
+
 class _WorkerPickler(cloudpickle.Pickler):
-    def __init__(self, file, shared: SharedArrays):
-        super().__init__(file)
+    def __init__(self, file, shared: SharedArrays | None, out_of_band: bool = False):
+        if out_of_band:  # (a dry run: protocol 5 hands each buffer to the callback instead of writing it)
+            super().__init__(file, protocol=5, buffer_callback=_drop)
+        else:
+            super().__init__(file)
         self._shared = shared
 
     def reducer_override(self, obj):
@@ -154,13 +161,23 @@ class _WorkerPickler(cloudpickle.Pickler):
         return super().reducer_override(obj)
 
 
+class _Discard:
+    """A file that keeps nothing: a dry run needs the pickler's checks, not its bytes."""
+
+    def write(self, data) -> int:
+        return len(data)
+
+
 def check_picklable(obj) -> None:
     """Pickle ``obj`` as `dumps_for_workers` would, without copying large arrays.
 
     Cheap enough to run before any worker starts, so an unpicklable
-    function is reported first; raises what the pickler raises.
+    function is reported first; raises what the pickler raises. Nothing
+    is kept: the bytes go to a sink, and array buffers of any size (and
+    bytearrays) go out of band to a callback that drops them, so a source
+    of many small arrays is not copied either.
     """
-    _WorkerPickler(io.BytesIO(), None).dump(obj)
+    _WorkerPickler(_Discard(), None, out_of_band=True).dump(obj)
 
 
 def dumps_for_workers(obj, shared: SharedArrays) -> bytes:

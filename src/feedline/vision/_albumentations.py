@@ -38,11 +38,18 @@ def from_albumentations(transform) -> AlbumentationsOp:
         (the augmented image is returned) or a dict of targets
         (``{"image": ..., "mask": ...}``; the dict albumentations returns).
 
-    Example (albumentations installed)::
+    Each sample's augmentation is drawn from the pipeline's seed, so an
+    epoch repeats exactly (albumentations installed):
 
-        import albumentations as A
-        aug = A.Compose([A.RandomResizedCrop((224, 224)), A.HorizontalFlip()])
-        pipe = fl.from_files(paths).map(fv.decode).map(fv.from_albumentations(aug))
+    >>> import albumentations as A
+    >>> import numpy as np, feedline as fl, feedline.vision as fv
+    >>> aug = A.Compose([A.RandomCrop(24, 24), A.HorizontalFlip()])
+    >>> images = np.random.default_rng(0).integers(0, 255, (4, 32, 32, 3), dtype=np.uint8)
+    >>> pipe = fl.from_arrays(images).map(fv.from_albumentations(aug), backend="serial").batch(4)
+    >>> first, again = next(iter(pipe.epoch(0))), next(iter(pipe.epoch(0)))
+    >>> first.shape, bool((first == again).all())
+    ((4, 24, 24, 3), True)
+    >>> pipe.close()
     """
     if not callable(transform) or not hasattr(transform, "set_random_seed"):
         raise TypeError(

@@ -51,8 +51,8 @@ def random_resized_crop(
         scale: range of the box's area as a fraction of the image's.
         ratio: range of the box's width / height.
         interpolation: ``"area"`` (default: averages, no aliasing),
-            ``"linear"`` (~5x faster resampling, aliases when shrinking
-            more than ~1.5x; albumentations' default), or ``"nearest"``
+            ``"linear"`` (faster resampling that aliases when shrinking
+            more than about a factor 1.5; albumentations' default), or ``"nearest"``
             (for label masks). To crop an image and its mask alike, give
             both a generator made from the same seed (see docs/vision.md).
         mode: decode mode for encoded input (see `decode`).

@@ -11,6 +11,7 @@ from ._source import Encoded
 __all__ = ["MODES", "decode", "decode_encoded", "image_size", "size_of"]
 
 MODES = ("RGB", "L", "unchanged")
+"""The ``mode`` values of `decode`: ``"RGB"`` (HxWx3), ``"L"`` (grey, HxWx1) or ``"unchanged"`` (the channels and depth as stored)."""
 REDUCTIONS = (1, 2, 4, 8)
 
 

@@ -80,6 +80,24 @@ class EncodedCrop:
         interpolation: ``"area"``, ``"linear"`` or ``"nearest"`` (as `random_resized_crop`).
         pixels: ``(height, width, 3)`` uint8, already cropped, resized and
             flipped on the CPU, for images nvJPEG is not given; else None.
+
+    A JPEG keeps its bytes for the device; a PNG is cropped here and carries pixels:
+
+    >>> import io
+    >>> import numpy as np, feedline.vision as fv
+    >>> from PIL import Image
+    >>> def encoded(kind):
+    ...     buf = io.BytesIO()
+    ...     Image.new("RGB", (500, 375)).save(buf, kind)
+    ...     return buf.getvalue()
+    >>> jpeg = fv.plan_random_resized_crop(encoded("JPEG"), 224, np.random.default_rng(0))
+    >>> jpeg.image_size, jpeg.size, jpeg.data is not None, jpeg.pixels is None
+    ((375, 500), (224, 224), True, True)
+    >>> png = fv.plan_random_resized_crop(encoded("PNG"), 224, np.random.default_rng(0))
+    >>> png.data is None, png.pixels.shape
+    (True, (224, 224, 3))
+    >>> png.box == jpeg.box  # the same random numbers draw the same box
+    True
     """
 
     data: bytes | None
@@ -297,7 +315,7 @@ class DeviceJpegDecoder:
         cols_w = resample_weights(torch, k_w, grid_w, p[:, 1], area, p[:, 2] > 0, nearest)  # (n, out_w, max w)
         # Each crop into one zero-padded (chunk, max h, 3, max w) float block: one copy kernel per image. Then
         # rows and columns are one batched GEMM each for the whole chunk (the padding meets zero weights).
-        # Per image, two GEMMs and the crop's own copies launched from Python took 20 ms a batch of 256 on an H100.
+        # Per image, two GEMMs and the crop's own copies launched from Python cost a kernel launch each, per image.
         block = torch.zeros((len(crops), grid_h.shape[-1], 3, grid_w.shape[-1]), dtype=torch.float32, device=self.device)
         for k, (c, image) in enumerate(zip(crops, images)):
             got = (int(image.shape[-2]), int(image.shape[-1]))

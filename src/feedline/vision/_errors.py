@@ -19,6 +19,13 @@ class ImageDecodeError(DecodeError):
         name: the file path, or ``"<N bytes>"`` for an in-memory buffer.
         format: ``"jpeg"``, ``"png"``, or what the first bytes look like.
         reason: the decoder's own words.
+
+    >>> import feedline.vision as fv
+    >>> try:
+    ...     fv.decode(b"not an image")
+    ... except fv.ImageDecodeError as e:
+    ...     print(e.name, e.format)
+    <12 bytes> an image
     """
 
     def __init__(self, name: str, format: str, reason: str, hint: str | None = None):

@@ -4,9 +4,9 @@
 pixels each output pixel covers (OpenCV ``INTER_AREA``): no aliasing, and
 the natural continuation of a JPEG decoded at 1/2, 1/4 or 1/8, which
 averages 2x2, 4x4 or 8x8 blocks (FFCV resizes this way too).
-``"linear"`` (OpenCV ``INTER_LINEAR``, as albumentations) is ~5x faster
-(0.08 ms against 0.42 ms for a 224x224 output on the benchmark host) but
-aliases when it shrinks by more than ~1.5x. Enlarging is linear.
+``"linear"`` (OpenCV ``INTER_LINEAR``, as albumentations) is several times
+faster but aliases when it shrinks by more than about a factor 1.5.
+Enlarging is linear.
 ``"nearest"`` copies the nearest input pixel, for label masks, whose
 values must not be blended.
 OpenCV releases the GIL while it resizes.

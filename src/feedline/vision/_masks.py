@@ -3,9 +3,9 @@
 `colour_mask_to_index` packs each pixel's R, G, B into one 24-bit key and
 looks every key up at once in a table indexed by key (16 MiB, built once
 per palette and cached, 4 palettes at most): two vectorised passes over
-the mask, no loop over classes. On the 2-core benchmark host a 512x512
-mask with 21 colours takes ~1 ms (a ``searchsorted`` over the palette took
-~7.6 ms; a per-class ``np.all(mask == colour, -1)`` loop ~100 ms).
+the mask, no loop over classes (faster than a ``searchsorted`` over the
+palette, and far faster than a per-class ``np.all(mask == colour, -1)``
+loop: benchmarks/RESULTS.md, "Where the defaults come from").
 """
 
 from __future__ import annotations

@@ -5,9 +5,9 @@
 in the CPU cache: each block is read once as uint8 and written once as
 float32. NHWC works on whole rows with ``a``, ``b`` tiled along the row (a
 long inner loop instead of one of length C); NCHW works one (image,
-channel) plane at a time, so the transposition costs nothing extra. On the
-2-core benchmark host a 64x224x224x3 batch takes ~10 ms either way, against
-~60 ms for ``((x.astype(float32) / 255 - mean) / std)`` and a transpose.
+channel) plane at a time, so the transposition costs nothing extra. Either
+way it is several times faster than ``((x.astype(float32) / 255 - mean) / std)``
+and a transpose (benchmarks/RESULTS.md, "Where the defaults come from").
 NumPy releases the GIL in each block, so threads can overlap it.
 """
 
@@ -18,7 +18,9 @@ import numpy as np
 __all__ = ["IMAGENET_MEAN", "IMAGENET_STD", "normalize"]
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
+"""Per-channel RGB mean of ImageNet on a 0-1 scale, for `normalize` (the values torchvision's models were trained with)."""
 IMAGENET_STD = (0.229, 0.224, 0.225)
+"""Per-channel RGB standard deviation of ImageNet on a 0-1 scale, for `normalize`."""
 _ROWS_PER_BLOCK = 16
 _LAYOUTS = ("NHWC", "NCHW")
 

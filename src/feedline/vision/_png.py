@@ -1,10 +1,9 @@
 """PNG decoding: OpenCV (libpng) for pixels, a chunk walk for headers and errors.
 
-Why OpenCV: in ``benchmarks/decoders.py`` it decodes 512x512 PNGs as fast
-as Pillow or faster in every colour type (RGB: 283/s against 207-258) and
-releases the GIL for the whole decode (1.9-2.0x with two threads), so the
-thread backend scales; pyspng was 10-25 % faster on one core for RGB, RGBA
-and palette images but holds the GIL (0.94-1.10x with two threads).
+Why OpenCV: it decodes PNGs as fast as Pillow or faster in every colour
+type and releases the GIL for the whole decode, so the thread backend
+scales; pyspng is a little faster on one core but holds the GIL, so two
+threads gain nothing (benchmarks/decoders.py; docs/vision.md, "Decoders").
 
 The chunk walk (signature, IHDR, every chunk complete, IEND present) costs
 microseconds and runs before decoding, so a truncated file is reported as

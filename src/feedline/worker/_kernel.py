@@ -13,6 +13,8 @@ random generators are then seeded before each batch (`_generators`).
 
 from __future__ import annotations
 
+import enum
+import sys
 import time
 
 import numpy as np
@@ -20,6 +22,7 @@ import numpy as np
 from .._batch_memory import new_arrays
 from .._tree import BatchGroup, collate_into
 from ._generators import seed_global_generators
+from ._info import working_as
 from ._protocol import Result, Task, TaskError
 
 __all__ = ["Cancelled", "StopHere", "joins_rows", "run_task", "sample_rng", "splittable"]
@@ -76,7 +79,8 @@ def sample_rng(seed: int, epoch: int, index, step: int) -> np.random.Generator:
     return np.random.Generator(np.random.PCG64(np.random.SeedSequence(seed, spawn_key=key)))
 
 
-def run_task(part, task: Task, alloc=None, progress=None, streams=None, waits=None, own_process: bool = False) -> Result:
+def run_task(part, task: Task, alloc=None, progress=None, streams=None, waits=None, own_process: bool = False,
+             worker: tuple = (0, 1, "serial")) -> Result:
     """Run one task and record when it ran, the CPU it used (for traces) and how long it waited for one.
 
     Args:
@@ -95,9 +99,12 @@ def run_task(part, task: Task, alloc=None, progress=None, streams=None, waits=No
         own_process: the caller is a process that runs only feedline's
             tasks (a process worker, a Ray actor), whose global random
             generators are seeded per batch; never in the user's process.
+        worker: ``(id, num_workers, backend)`` of the worker running it,
+            what `feedline.get_worker_info` says while it runs.
     """
     start, cpu, waited = time.perf_counter(), time.thread_time(), 0.0 if waits is None else waits.read()
-    result = _run(part, task, alloc, progress, streams, part.generator_seed if own_process else None)
+    with working_as(part.generator_seed, *worker):
+        result = _run(part, task, alloc, progress, streams, part.generator_seed if own_process else None)
     result.span = (start, time.perf_counter())
     result.cpu = time.thread_time() - cpu
     if waits is not None:
@@ -107,51 +114,45 @@ def run_task(part, task: Task, alloc=None, progress=None, streams=None, waits=No
 
 
 def _run(part, task: Task, alloc, progress, streams, reseed: int | None) -> Result:
-    """``reseed``: the seed of the process's global generators, reseeded before each batch; None: left alone."""
+    """``reseed``: the seed of the process's global generators, reseeded before each batch; None: left alone.
+
+    The per-sample loop stays in this one function, on purpose: it is the
+    worker's hot path, so only set-up, tear-down and the rare outcomes (a
+    stop, a failure) are helpers.
+    """
     result = Result()
-    times = result.times
+    if part.bulk_read and task.indices is not None:
+        return _run_bulk(part, task, alloc, result, reseed)
     source = part.source
     size = part.batch_size
-    grouped = bool(size) and task.indices is not None and len(task.indices) > size  # several whole batches (aligned plans)
-    if part.bulk_read and task.indices is not None:
-        t0 = time.perf_counter()
-        batch = source.gather(task.indices, alloc or new_arrays)
-        times["read"] = time.perf_counter() - t0
-        result.rows = len(task.indices)  # several batches' rows (no map_batch then): the consumer cuts them apart
-        result.payload = _batch_steps(part, batch, times, reseed, task.epoch, task.indices[0] if len(task.indices) else 0)
-        return result
-
+    grouped = _groups_batches(part, task)
+    indexed = task.indices is not None
     samples, kept = [], []
-    if task.indices is not None:
-        items = ((int(i), None) for i in task.indices)
-    else:
-        wanted = part.batch_size or part.stream_chunk
-        items = _stream_items(part, task, streams, result, lambda: len(samples) < wanted)
+    items = _task_items(part, task, streams, result, samples)
     read_time = 0.0
     op_times = [0.0] * len(part.ops)
     timed_out = task.timed_out  # empty unless map(timeout=...) stopped a worker on one of these
-    every = size or None  # the generators are reseeded at each batch's first sample (each task's, unbatched)
+    every = size or sys.maxsize  # the generators are reseeded at each batch's first sample (each task's, unbatched)
     for position, (index, streamed) in enumerate(items):
-        if reseed is not None and (position == 0 or (every and position % every == 0)):
+        if reseed is not None and position % every == 0:
             seed_global_generators(reseed, task.epoch, 0, index)
         if progress is not None:
             try:
                 progress(index)
             except StopHere:
-                if not samples or not splittable(part, task):
+                if not _stops_with_rows_done(part, task, samples, result):
                     raise
-                result.stopped = len(samples)  # every sample is kept (`splittable`): the first rows, in order
                 break
         stage = None  # None: reading the sample; else the position of the failing step
         t0 = time.perf_counter()
         try:
             first = 0
-            if timed_out and index in timed_out:  # it got stuck before: what on_error makes of a TimeoutError, unread
-                stage = first = part.timeout_stage
+            if index in timed_out:  # it got stuck before: what on_error makes of a TimeoutError, unread
+                stage = part.timeout_stage
                 sample = part.ops[stage].recover(index, _timed_out(part.timeout))
-                first += 1
+                first = stage + 1
             else:
-                sample = source.read(index) if task.indices is not None else streamed
+                sample = source.read(index) if indexed else streamed
             if isinstance(sample, _ReadFailure):
                 raise sample.error
             read_time += time.perf_counter() - t0
@@ -164,22 +165,86 @@ def _run(part, task: Task, alloc, progress, streams, reseed: int | None) -> Resu
                 if not keep:
                     break
         except Exception as exc:
-            name = "read" if stage is None else part.ops[stage].name
-            if part.skips(stage):
-                result.skipped.append((index, f"{name}: {type(exc).__name__}: {exc}"))
+            outcome = _after_failure(part, exc, index, stage, result, grouped, len(samples))
+            if outcome is _Failure.SKIP:
                 continue
-            result.error = TaskError.from_exception(exc, index, source.where(index), name)
-            if not grouped or len(samples) < size:
+            if outcome is _Failure.END_TASK:
                 return result
             break  # the whole batches before this sample are delivered first, then the error (as one batch a task would)
         if keep:
             samples.append(sample)
             kept.append(index)
+    _end_sampling(part, progress, result, read_time, op_times)
+    return _deliver(part, task, samples, kept, alloc, result, reseed, grouped)
+
+
+def _run_bulk(part, task: Task, alloc, result: Result, reseed: int | None) -> Result:
+    """A task of a bulk-read source without per-sample steps: one ``gather`` of all its rows, then the batch steps."""
+    times = result.times
+    t0 = time.perf_counter()
+    batch = part.source.gather(task.indices, alloc or new_arrays)
+    times["read"] = time.perf_counter() - t0
+    result.rows = len(task.indices)  # several batches' rows (no map_batch then): the consumer cuts them apart
+    result.payload = _batch_steps(part, batch, times, reseed, task.epoch, task.indices[0] if len(task.indices) else 0)
+    return result
+
+
+def _task_items(part, task: Task, streams, result: Result, samples: list):
+    """``(index, sample)`` pairs of the task: indices with None (read later), or a stream shard's items until full."""
+    if task.indices is not None:
+        return ((int(i), None) for i in task.indices)
+    wanted = part.batch_size or part.stream_chunk
+    return _stream_items(part, task, streams, result, lambda: len(samples) < wanted)
+
+
+def _stops_with_rows_done(part, task: Task, samples: list, result: Result) -> bool:
+    """On `StopHere`: whether the task ends at the rows done (recorded in ``result.stopped``); False: re-raise."""
+    if not samples or not splittable(part, task):
+        return False
+    result.stopped = len(samples)  # every sample is kept (`splittable`): the first rows, in order
+    return True
+
+
+class _Failure(enum.Enum):
+    """What a task does after one of its samples failed (`_after_failure`)."""
+
+    SKIP = "skip"  # on_error skips it: go on with the next sample
+    END_TASK = "end task"  # the error is the task's whole result
+    DELIVER_BEFORE = "deliver before"  # collate the whole batches before it, then the error
+
+
+def _after_failure(part, exc: Exception, index, stage, result: Result, grouped: bool, done: int) -> _Failure:
+    """Record a sample's failure in ``result`` (skipped, or the task's error) and say what the task does next.
+
+    ``stage`` is None for a failed read, else the position of the failing
+    step; ``grouped``: the task holds several batches, of which ``done``
+    samples are kept before this one.
+    """
+    name = "read" if stage is None else part.ops[stage].name
+    if part.skips(stage):
+        result.skipped.append((index, f"{name}: {type(exc).__name__}: {exc}"))
+        return _Failure.SKIP
+    result.error = TaskError.from_exception(exc, index, part.source.where(index), name)
+    return _Failure.DELIVER_BEFORE if grouped and done >= part.batch_size else _Failure.END_TASK
+
+
+def _groups_batches(part, task: Task) -> bool:
+    """Whether the task holds several whole batches (aligned plans), collated one by one into a `BatchGroup`."""
+    return bool(part.batch_size) and task.indices is not None and len(task.indices) > part.batch_size
+
+
+def _end_sampling(part, progress, result: Result, read_time: float, op_times: list) -> None:
+    """After the last sample: tell ``progress`` (collating is not a sample's time) and record the step times."""
     if progress is not None and part.timeout is not None and result.stopped is None:
-        progress(None)  # collating is not a sample's time
+        progress(None)
+    times = result.times
     times["read"] = read_time
     for op, spent in zip(part.ops, op_times):
         times[op.name] = times.get(op.name, 0.0) + spent
+
+
+def _deliver(part, task: Task, samples: list, kept: list, alloc, result: Result, reseed, grouped: bool) -> Result:
+    """The task's result from its kept samples: a group of batches, one batch, or the samples themselves (unbatched)."""
     if grouped:
         return _collate_group(part, samples, kept, alloc, result, reseed, task.epoch)
     result.rows = len(samples)
@@ -190,7 +255,7 @@ def _run(part, task: Task, alloc, progress, streams, reseed: int | None) -> Resu
     if part.batch_size is None:
         result.payload = samples
         return result
-    result.payload, result.error = _one_batch(part, samples, kept, alloc, times, reseed, task.epoch)
+    result.payload, result.error = _one_batch(part, samples, kept, alloc, result.times, reseed, task.epoch)
     return result
 
 

@@ -136,6 +136,7 @@ class RunTask:
     key: tuple
     task: Task
     release: list = field(default_factory=list)
+    worker: tuple = (0, 1)  # (its position in the pool, the pool's size now): what get_worker_info() says
 
 
 @dataclass

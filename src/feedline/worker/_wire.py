@@ -1,10 +1,10 @@
 """The process backend's messages as bytes: `encode` on one side of the pipe, `decode` on the other.
 
 The pipe carries one message per task each way, so at small batches its
-cost is the consumer's cost per batch (issue 14: ~200 us per batch on a
-tiny map, most of it pickling dataclasses and NumPy index arrays). The
+cost is the consumer's cost per batch (issue 14: on a tiny map, most of it
+went to pickling dataclasses and NumPy index arrays). The
 three messages of the steady state travel as `marshal` of plain tuples
-(a microsecond or two): `RunTask` with a 1-D integer index array, `Done`
+(far cheaper than pickle): `RunTask` with a 1-D integer index array, `Done`
 whose batch lies in shared memory (or that has no rows), and `Release`.
 Anything else, or any value marshal cannot write (a NumPy scalar, a
 namedtuple in a batch's skeleton, an error record, unbatched samples),
@@ -51,7 +51,7 @@ def encode(message) -> bytes:
             return _RELEASE + marshal.dumps(message.slots)
     except (_Unfit, ValueError, TypeError):  # marshal raises ValueError on a type it cannot write
         pass
-    try:  # the standard pickler: cloudpickle's per-object hook made a list of 4096 samples 3x slower to send
+    try:  # the standard pickler: cloudpickle's per-object hook makes long lists of samples much slower to send
         return _PICKLED + pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
     except Exception:  # a lambda, a local class, an object of __main__: what cloudpickle is for
         return _PICKLED + cloudpickle.dumps(message)
@@ -78,14 +78,14 @@ def _task_to_wire(message: RunTask):
     if (task.shard is not None or task.start is not None or task.timed_out or type(indices) is not np.ndarray
             or indices.ndim != 1 or indices.dtype.kind not in "iu"):
         raise _Unfit
-    _check_plain((message.key, task.epoch, task.number, message.release))
+    _check_plain((message.key, task.epoch, task.number, message.release, message.worker))
     return (message.key, task.epoch, task.number, indices.dtype.str, np.ascontiguousarray(indices).tobytes(),
-            message.release)
+            message.release, message.worker)
 
 
 def _task_from_wire(wire) -> RunTask:
-    key, epoch, number, dtype, raw, release = wire
-    return RunTask(key, Task(epoch=epoch, number=number, indices=np.frombuffer(raw, dtype=dtype)), release)
+    key, epoch, number, dtype, raw, release, worker = wire
+    return RunTask(key, Task(epoch=epoch, number=number, indices=np.frombuffer(raw, dtype=dtype)), release, worker)
 
 
 # ------------------------------------------------------------------- done

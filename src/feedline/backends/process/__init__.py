@@ -1,7 +1,9 @@
-"""The process backend: fresh interpreters as workers, batches through shared memory.
+"""The process backend: workers in processes of their own, batches through shared memory.
 
-`_executor` is the consumer's side, `_main` the worker's entry point; the
-messages between them are `feedline.worker._protocol`'s dataclasses.
+Workers are forked from the fork server on Linux and macOS and are fresh
+interpreters on Windows (`_workers`). `_executor` is the consumer's side,
+`_main` the worker's entry point, `_forkserver_main` the fork server's; the
+messages between consumer and workers are `feedline.worker._protocol`'s dataclasses.
 Imported lazily so that a worker importing `_main` loads nothing else.
 """
 

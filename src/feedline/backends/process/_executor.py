@@ -1,11 +1,14 @@
-"""The process backend: worker processes forked from the fork server on Linux and macOS, fresh interpreters on Windows.
+"""The process backend's executor: workers in their own processes, batches back through shared memory.
 
-On Windows (or with ``FEEDLINE_FORKSERVER=0``) each worker is a fresh
-interpreter (``python -c``). Either way ``multiprocessing``'s spawn, which
-would re-run an unguarded ``__main__``, is never used: workers import only
-feedline and get the
-pipeline by value (cloudpickle). The protocol, in short (the full story
-is in docs/architecture.md, "Protocols"):
+On Linux and macOS each worker is forked by the fork server (`_forkserver`),
+a clean interpreter that imported NumPy and feedline once; on Windows, or
+with ``FEEDLINE_FORKSERVER=0``, it is a fresh interpreter (``python -c``).
+Either way ``multiprocessing``'s spawn, which would re-run an unguarded
+``__main__``, is never used: workers hold no user state, import only
+feedline (and the modules the pipeline names) and get the pipeline by value
+(cloudpickle). Starting a worker and its handle are `_workers`; where they
+connect and the poll set over their pipes, `_connections`. The protocol,
+in short (the full story is in docs/architecture.md, "Protocols"):
 - Start: an accept thread does the handshake (`Hello` in, `SendPart` out);
   everything else runs in the consumer's thread in `submit`/`wait`, so
   there is no lock. Tasks go to a worker as soon as it answers `Ready`.
@@ -15,8 +18,9 @@ is in docs/architecture.md, "Protocols"):
   (copied and released at once past `SlotViews`' bound of batches out).
 - Cancel: the backlog's tasks of the generation are dropped, and a word in
   each worker's status segment names it, so a worker stops such a task
-  before its next sample and answers it empty; the next epoch's tasks are
-  sent at once (a cancelled task takes no room in a worker's share).
+  before its next sample and answers it empty. A worker that may still be
+  inside such a sample takes no new task until it answered; the others
+  take the next epoch's tasks at once, one at a time meanwhile.
 - Death: EOF on a worker's pipe; its tasks go to a replacement, the one it
   was running counts an attempt (`MAX_ATTEMPTS`), nothing is lost or doubled.
 - Time limit (``map(timeout=...)``): while the consumer waits, it reads each
@@ -31,23 +35,16 @@ from __future__ import annotations
 
 import collections
 import itertools
-import math
 import os
-import pickle
 import queue
-import select
-import signal
 import subprocess
 import sys
 import threading
 import time
-from multiprocessing.connection import Client, Listener
-from multiprocessing.connection import wait as wait_connections
-
-import numpy as np
+from multiprocessing.connection import Listener
 
 from ..._errors import SharedMemoryFull, WorkerError
-from ..._malloc import MALLOC_VARS, turned_off
+from ..._forking import use_forkserver
 from ..._switch_interval import SwitchHold, short_switch_interval
 from ...transport._shm import Segment, SegmentGone, bounded_room, segment_prefix, sweep, unlink
 from ...transport._slots import SlotReader, SlotViews, mapped_bound
@@ -57,78 +54,15 @@ from ...worker._protocol import Done, PartError, Ready, Release, RunTask, SendPa
 from ...worker._wire import decode, encode
 from .._base import Event, Executor, PartNotPicklable
 from .._pool import MAX_ATTEMPTS, TaskPool
-from ._forkserver import ForkedProcess, forkserver
-from ._main import BLAS_VARS, CANCELLED_WORD, STATUS_WORDS, TF_POOL_VARS, status_ring
-from ._preload import libraries_of, libraries_to_preload, preload_allowed
+from ._connections import LISTEN_BACKLOG, Readable, listen_address, wake_listener, wake_pipe
+from ._forkserver import ForkedProcess
+from ._main import status_ring
+from ._preload import libraries_to_preload, preload_allowed
+from ._workers import START_TIMEOUT, Worker, describe_exit, start_process
 
 __all__ = ["MAX_ATTEMPTS", "ProcessExecutor"]
 
-START_TIMEOUT = 60.0  # seconds a worker may take to import and connect
-# Connections the listener queues for its accept thread: every worker may connect at once, the tuner's
-# grown ones too (a backlog of 1 made connects queue in the kernel, and a wake-up connect block, at 8+
-# workers; 17 for 16 workers was filled by a pool grown to 38). An unused queue costs nothing.
-LISTEN_BACKLOG = 256
 _worker_ids = itertools.count()
-# glibc's default heap thresholds make a fresh interpreter hand temporaries of a
-# few hundred KB back to the OS after every call and fault them in again (story 4:
-# 851k page faults and 2.3 s of kernel time per epoch). Forked workers inherit a
-# grown heap; ours start fresh, so keep freed memory up to these bounds per worker
-# (`feedline._malloc`). Other C libraries ignore the variables; the user's own
-# settings win, and FEEDLINE_MALLOC=0 leaves them out.
-_WORKER_CODE = "from feedline.backends.process._main import main; main()"
-
-
-def describe_exit(code: int | None) -> str:
-    if code is None:
-        return "still running"
-    if code < 0:
-        try:
-            return f"killed by signal {signal.Signals(-code).name}"
-        except ValueError:
-            return f"killed by signal {-code}"
-    return f"exited with code {code}"
-
-
-class _Worker:
-    __slots__ = ("id", "position", "proc", "conn", "ready", "has_part", "outstanding", "reader", "status", "ring",
-                 "started")
-
-    def __init__(self, wid, position, proc, reader):
-        self.id, self.position, self.proc, self.reader = wid, position, proc, reader
-        self.conn = None
-        self.ready = False
-        self.has_part = False  # the accept thread sent it the pipeline: starting is up to the worker from then on
-        self.outstanding: collections.OrderedDict = collections.OrderedDict()
-        self.status = None
-        self.ring = None  # its `ReleaseRing`, in the status segment: freed slots go back without a message
-        self.started = time.monotonic()
-
-    def current_index(self) -> int:
-        """The sample the worker was on (from its status word), or -1."""
-        if self.status is None:
-            return -1
-        return int(np.ndarray((2,), np.int64, buffer=self.status.buf)[1])
-
-    def mark_cancelled(self, generation: int) -> None:
-        """Tell the worker that tasks of ``generation`` and older are not wanted: it stops them before their next sample."""
-        np.ndarray((STATUS_WORDS,), np.int64, buffer=self.status.buf)[CANCELLED_WORD] = generation
-
-    def live_outstanding(self, live) -> int:
-        """Tasks sent to it that someone will read (a cancelled one ends at its next sample and takes no room)."""
-        return sum(1 for key in self.outstanding if live(key))
-
-    def current_sample(self) -> tuple[int, int, int] | None:
-        """``(task number, sample index, monotonic_ns when it began)`` of the sample running now, or None.
-
-        The worker writes the start time before the index; reading the time on
-        both sides of the index and requiring it unchanged never pairs a new
-        index with the previous sample's start.
-        """
-        if self.status is None:
-            return None
-        words = np.ndarray((STATUS_WORDS,), np.int64, buffer=self.status.buf)
-        began, index, number, again = int(words[2]), int(words[1]), int(words[0]), int(words[2])
-        return (number, index, began) if index >= 0 and began == again else None
 
 
 class ProcessExecutor(Executor):
@@ -139,7 +73,12 @@ class ProcessExecutor(Executor):
 
         Held, a worker's fork and hand-shake can go by while the automatic
         choice still judges the threads (`feedline.engine._trial`), and
-        only the pipeline's unpickling is left once it decides.
+        only the pipeline's unpickling is left once it decides. Held and
+        forked from the fork server, the pickling (which copies large
+        arrays into shared memory) and the forks run in a thread of their
+        own (`feedline-held-start`), so the consumer is not kept from its
+        threads' batches: `connecting` meanwhile, a failure raised by the
+        next `release` or `wait`.
         """
         try:
             check_picklable(part)  # cheap, and before any worker starts
@@ -156,15 +95,15 @@ class ProcessExecutor(Executor):
         self.timeout = part.timeout  # seconds a sample may run (map(timeout=...)), or None
         self.prefix = segment_prefix()
         self.authkey = os.urandom(32)
-        self.listener = Listener(_listen_address(), backlog=max(LISTEN_BACKLOG, workers + 1), authkey=self.authkey)
+        self.listener = Listener(listen_address(), backlog=max(LISTEN_BACKLOG, workers + 1), authkey=self.authkey)
         self.accepted: queue.SimpleQueue = queue.SimpleQueue()
-        self.wake_r, self.wake_w = _wake_pipe()
-        self.readable = _Readable(self.wake_r)  # the workers' pipes and the wake pipe, registered once each
+        self.wake_r, self.wake_w = wake_pipe()
+        self.readable = Readable(self.wake_r)  # the workers' pipes and the wake pipe, registered once each
         self.closing = False
         self.views = SlotViews(mapped_bound())  # batches out as views of slots; past its bound they are copied
         self._releasing: collections.defaultdict = collections.defaultdict(list)  # worker id -> slots to hand back
-        self.pool: list[_Worker | None] = [None] * workers
-        self.by_id: dict[int, _Worker] = {}
+        self.pool: list[Worker | None] = [None] * workers
+        self.by_id: dict[int, Worker] = {}
         self._pinned = False  # a stream shard was pinned to a worker: the count must not change
         self.restarts = 0  # workers replaced after dying with work in hand
         self._cancelled_through = -1  # the newest cancelled generation (`cancel`), as each worker's status word says
@@ -174,17 +113,40 @@ class ProcessExecutor(Executor):
         self.acceptor.start()
         self.shared = SharedArrays()
         self.libraries: tuple[str, ...] = ()  # imported once by a zygote of the fork server, for every worker
+        self._starting: threading.Thread | None = None  # held: pickles (copies large arrays) and forks beside the consumer
+        self._start_error: BaseException | None = None
         forked = use_forkserver()
-        if forked:  # pipeline first: the fork server's zygote imports the libraries it names before any worker forks
-            self._pickle(part)
-            if preload_allowed():
-                self.libraries = libraries_to_preload(self._part_bytes)
-        for position in range(workers):
-            self._spawn(position)
-        if not forked:  # pickling (and sharing large arrays) overlaps the interpreters' start-up
-            self._pickle(part)
+        if forked and held:  # the consumer goes on with its threads' batches meanwhile; `release` waits for nothing
+            self._starting = threading.Thread(target=self._start_held, args=(part,), name="feedline-held-start", daemon=True)
+            self._starting.start()
+            return
+        if forked:
+            self._start_forked(part)
+        else:
+            for position in range(workers):
+                self._spawn(position)
+            self._pickle(part)  # pickling (and sharing large arrays) overlaps the interpreters' start-up
         if not held:
             self.release()
+
+    def _start_forked(self, part) -> None:
+        """Pipeline first: the fork server's zygote imports the libraries it names before any worker forks."""
+        self._pickle(part)
+        if preload_allowed():
+            self.libraries = libraries_to_preload(self._part_bytes)
+        for position in range(self.workers):
+            if self.closing:
+                return
+            self._spawn(position)
+
+    def _start_held(self, part) -> None:
+        try:
+            self._start_forked(part)
+        except BaseException as e:  # raised by `release` and `wait`, where the automatic choice reports it
+            self._start_error = e
+            return
+        if not self._held:
+            self.release()  # asked for while pickling: it found no pipeline to send
 
     def _pickle(self, part) -> None:
         try:
@@ -198,6 +160,7 @@ class ProcessExecutor(Executor):
 
     def release(self) -> None:
         """The pipeline goes to every worker: those waiting for it now, the others as they say hello."""
+        self._check_started()
         self._held = False
         if self._part_bytes is None:
             return  # still pickling (`__init__` releases once it is done)
@@ -209,7 +172,16 @@ class ProcessExecutor(Executor):
 
     def connecting(self) -> bool:
         """Held workers not all waiting for the pipeline yet (the automatic choice judges no stretch meanwhile)."""
-        return self._held and len(self._waiting) < sum(w is not None for w in self.pool)
+        return self._held and (self.still_starting() or len(self._waiting) < sum(w is not None for w in self.pool))
+
+    def still_starting(self) -> bool:
+        """Held workers whose pipeline is still being pickled (its large arrays copied) or who are not all forked yet."""
+        return self._starting is not None and self._starting.is_alive()
+
+    def _check_started(self) -> None:
+        if self._start_error is not None:
+            error, self._start_error = self._start_error, None
+            raise error
 
     @property
     def part_bytes(self) -> bytes | None:
@@ -222,18 +194,14 @@ class ProcessExecutor(Executor):
     def wait_ready(self, timeout: float | None = None) -> bool:
         """Block until every worker answered `Ready`; False on timeout (the trial asks with 0, tests and benchmarks wait).
 
-        Tasks finished meanwhile are kept for the next `wait`, once this
-        returns: held while it still looked, they came back from its next
-        `wait` in place of the workers' messages, and a `Ready` behind a
-        finished task was never read (a test waited 60 s for a worker idle
-        since it said it was ready, about 1 run in 10 without the fork server).
+        Tasks finished meanwhile are held for the next `wait`, once this returns, so that every `Ready` is read.
         """
         deadline = None if timeout is None else time.monotonic() + timeout
         finished: list = []
         try:
             while True:
                 finished += self.wait(0)  # takes new connections and Ready messages (and, first, what was held)
-                if not any(w is not None and not w.ready for w in self.pool):
+                if not self.still_starting() and not any(w is not None and not w.ready for w in self.pool):
                     return True
                 remaining = None if deadline is None else deadline - time.monotonic()
                 if remaining is not None and remaining <= 0:
@@ -246,7 +214,6 @@ class ProcessExecutor(Executor):
     def _spawn(self, position: int) -> None:
         self._switch.take()  # until every worker is up: the GIL comes back sooner beside busy threads
         wid = next(_worker_ids)
-        env = worker_env()
         boot = {
             "worker_id": wid,
             "parent_pid": os.getpid(),
@@ -255,16 +222,7 @@ class ProcessExecutor(Executor):
             "authkey": self.authkey,
             "sys_path": list(sys.path),
         }
-        if use_forkserver():
-            server = forkserver(env, FIXED_VARS)
-            boot.update(parent_pid=server.pid, consumer_pid=os.getpid(), cwd=os.getcwd(), env=env)
-            try:
-                proc = server.start(boot, self.libraries)
-            except OSError:  # the server died or hangs: this worker starts the slow way
-                proc = _fresh_interpreter(env, {k: v for k, v in boot.items() if k not in ("cwd", "env", "consumer_pid")} | {"parent_pid": os.getpid()})
-        else:
-            proc = _fresh_interpreter(env, boot)
-        worker = _Worker(wid, position, proc, SlotReader(wid, self.views))
+        worker = Worker(wid, position, start_process(boot, self.libraries), SlotReader(wid, self.views))
         self.pool[position] = worker
         self.by_id[wid] = worker
 
@@ -365,16 +323,21 @@ class ProcessExecutor(Executor):
         self.tasks.dispatch(self._pick, self._send)
         self._send_releases()  # those no task carried
 
-    def _pick(self, key, task, affinity) -> _Worker | None:
+    def _pick(self, key, task, affinity) -> Worker | None:
         if affinity is not None:
             worker = self.pool[affinity % self.workers]
             return worker if worker is not None and worker.ready else None
-        return self.tasks.least_loaded(self.pool, lambda w: w.ready, lambda w: w.live_outstanding(self.tasks.live), piece=task.piece)
+        # A worker still inside a cancelled task's sample takes nothing new until it answers: the next epoch's first
+        # tasks go to the workers that can start them now, and meanwhile those take one at a time, so that the next
+        # task goes to whichever worker is free first (the one finishing, after its sample, or another).
+        finishing = any(w is not None and w.busy_finishing() for w in self.pool)
+        return self.tasks.least_loaded(self.pool, lambda w: w.ready and not w.busy_finishing(),
+                                       lambda w: w.live_outstanding(self.tasks.live), piece=task.piece or finishing)
 
-    def _send(self, worker: _Worker, key, task) -> None:
+    def _send(self, worker: Worker, key, task) -> None:
         worker.outstanding[key] = task
         try:  # the slots it may reuse ride along: one message, one wake-up of the worker, instead of two
-            worker.conn.send_bytes(encode(RunTask(key, task, self._releasing.pop(worker.id, []))))
+            worker.conn.send_bytes(encode(RunTask(key, task, self._releasing.pop(worker.id, []), (worker.position, self.workers))))
         except OSError:
             pass  # its death is handled when wait() sees the EOF
 
@@ -398,6 +361,7 @@ class ProcessExecutor(Executor):
 
     # ------------------------------------------------------------- collect
     def wait(self, timeout):
+        self._check_started()
         events = self.tasks.take_held()
         if events:
             return events
@@ -408,33 +372,8 @@ class ProcessExecutor(Executor):
             self._send_releases()
             starting = [w for w in self.pool if w is not None and not w.ready]
             remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
-            step = remaining
-            if starting:
-                step = 0.05 if step is None else min(step, 0.05)
-            if self.timeout is not None:  # look at running samples a few times per limit
-                poll = min(0.5, max(0.01, self.timeout / 4))
-                step = poll if step is None else min(step, poll)
-            for conn, worker in self.readable.wait(step):
-                if worker is None:  # the wake pipe: the accept thread took a connection
-                    self.wake_r.recv_bytes()
-                    continue
-                received = time.perf_counter()
-                try:
-                    message = decode(conn.recv_bytes())
-                except (EOFError, OSError):
-                    self._on_death(worker)
-                    continue
-                new = self._on_message(worker, message)
-                for event in new:
-                    event.result.transport = time.perf_counter() - received
-                events.extend(new)
-            for worker in starting:
-                if worker.proc.poll() is not None and self.pool[worker.position] is worker and worker.conn is None:
-                    self._on_death(worker)
-                elif time.monotonic() - worker.started > START_TIMEOUT and worker.conn is None:
-                    raise WorkerError(f"a process worker did not start within {START_TIMEOUT:.0f} s; is the machine overloaded?")
-            if starting and self._switch.held:
-                self._release_switch_if_up()
+            events.extend(self._read_messages(self._poll_step(remaining, bool(starting))))
+            self._check_starting(starting)
             if self.timeout is not None:
                 self._stop_stuck()
             events.extend(self.tasks.take_held())
@@ -442,21 +381,57 @@ class ProcessExecutor(Executor):
             if events or (deadline is not None and time.monotonic() >= deadline):
                 return events
 
+    def _poll_step(self, remaining: float | None, starting: bool) -> float | None:
+        """How long one look at the connections may block: short while workers start or samples have a time limit."""
+        step = remaining
+        if starting:
+            step = 0.05 if step is None else min(step, 0.05)
+        if self.timeout is not None:  # look at running samples a few times per limit
+            poll = min(0.5, max(0.01, self.timeout / 4))
+            step = poll if step is None else min(step, poll)
+        return step
+
+    def _read_messages(self, step: float | None) -> list:
+        """The finished tasks among the messages that arrive within ``step`` seconds (and the accept thread's wake-ups)."""
+        events = []
+        for conn, worker in self.readable.wait(step):
+            if worker is None:  # the wake pipe: the accept thread took a connection
+                self.wake_r.recv_bytes()
+                continue
+            received = time.perf_counter()
+            try:
+                message = decode(conn.recv_bytes())
+            except (EOFError, OSError):
+                self._on_death(worker)
+                continue
+            new = self._on_message(worker, message)
+            for event in new:
+                event.result.transport = time.perf_counter() - received
+            events.extend(new)
+        return events
+
+    def _check_starting(self, starting: list) -> None:
+        """A starting worker that died is replaced, one that takes too long is an error; the interval goes back once all are up."""
+        for worker in starting:
+            if worker.proc.poll() is not None and self.pool[worker.position] is worker and worker.conn is None:
+                self._on_death(worker)
+            elif time.monotonic() - worker.started > START_TIMEOUT and worker.conn is None:
+                raise WorkerError(f"a process worker did not start within {START_TIMEOUT:.0f} s; is the machine overloaded?")
+        if starting and self._switch.held:
+            self._release_switch_if_up()
+
     def _release_switch_if_up(self) -> None:
         """Give the shorter switch interval back once every worker has the pipeline, or is held and waiting for it.
 
-        From then on the consumer's part of starting is reading each worker's `Ready` while it waits for work, and
-        whoever waits holds the interval for that (the trial with tasks in flight, `Executor.workers_elsewhere`).
-        Waiting for `Ready` here kept the interval short past the end of an epoch whose process workers were still
-        loading the pipeline when it ended: nothing polled them until the next epoch, and the user's own threads
-        ran at the short interval meanwhile.
+        Not at `Ready`: nothing may poll the workers until the next epoch, and the user's threads would run at the
+        short interval meanwhile. Whoever waits for work later holds the interval itself (`Executor.workers_elsewhere`).
         """
         with self._waiting_lock:  # (waiting while the pipeline is pickled is still starting: it is sent at once after)
             waiting = {hello.worker_id for _, hello in self._waiting} if self._held else set()
         if all(w is None or w.ready or w.has_part or w.id in waiting for w in list(self.pool)):
             self._switch.give_back()
 
-    def _on_message(self, worker: _Worker, message) -> list:
+    def _on_message(self, worker: Worker, message) -> list:
         if isinstance(message, Ready):
             worker.ready = True
             return []
@@ -484,7 +459,7 @@ class ProcessExecutor(Executor):
             return []  # dropping the result's views releases the slot
         return [Event(key, result)]
 
-    def _lost(self, worker: _Worker) -> None:
+    def _lost(self, worker: Worker) -> None:
         """``worker`` exited before the consumer mapped what it handed over: the death path runs its tasks again."""
         worker.proc.kill()  # it is gone already, or no use: what it sends cannot be read
         self._on_death(worker)
@@ -501,7 +476,7 @@ class ProcessExecutor(Executor):
             worker.proc.kill()  # SIGKILL: a sample stuck in a system call would not run a SIGTERM handler
             self._on_death(worker, stuck=current)
 
-    def _on_death(self, worker: _Worker, stuck: tuple | None = None) -> None:
+    def _on_death(self, worker: Worker, stuck: tuple | None = None) -> None:
         """A worker's pipe reached EOF (or ``stuck``: it was killed on ``(task number, index, start)``)."""
         if self.pool[worker.position] is not worker:
             return
@@ -561,8 +536,15 @@ class ProcessExecutor(Executor):
             if worker is not None and worker.status is not None:
                 worker.mark_cancelled(self._cancelled_through)
 
+    def take_queued(self) -> list:
+        """The backlog's tasks no worker holds yet (late binding: past each worker's share of the window), in key order."""
+        taken = []
+        while (pair := self.tasks.take_unpinned()) is not None:
+            taken.append(pair)
+        return sorted(taken, key=lambda pair: pair[0])
+
     def workers_forked(self) -> bool:
-        return all(w.proc.known.is_set() for w in self.pool if w is not None and isinstance(w.proc, ForkedProcess))
+        return not self.still_starting() and all(w.proc.known.is_set() for w in self.pool if w is not None and isinstance(w.proc, ForkedProcess))
 
     def worker_pids(self) -> list[int]:
         return [w.proc.pid for w in self.pool if w is not None]
@@ -572,6 +554,8 @@ class ProcessExecutor(Executor):
         if self.closing:
             return
         self.closing = True
+        if self.still_starting() and self._starting is not threading.current_thread():
+            self._starting.join()  # it forks no worker once closing is set: the ones it forked are closed below
         with short_switch_interval():  # its waits for the workers' exits get the GIL back sooner beside busy threads
             self._close()
 
@@ -595,8 +579,8 @@ class ProcessExecutor(Executor):
         deadline = time.monotonic() + 1.0
         for w in workers:
             if not w.ready:
-                # Still starting (forking, connecting, or unpickling the pipeline, whose imports can take seconds:
-                # torch ~1-2 s): nothing to finish, and Stop would be read only after the imports.
+                # Still starting (forking, connecting, or unpickling the pipeline, whose imports can take seconds):
+                # nothing to finish, and Stop would be read only after the imports.
                 w.proc.terminate()
                 continue
             try:
@@ -613,7 +597,7 @@ class ProcessExecutor(Executor):
                 w.proc.wait()
             if w.conn is not None:
                 w.conn.close()
-        _wake_listener(self.listener.address)  # the accept thread sees `closing` and exits
+        wake_listener(self.listener.address)  # the accept thread sees `closing` and exits
         self.listener.close()
         self.acceptor.join(timeout=1.0)
         while True:  # connections accepted but never taken over
@@ -636,142 +620,4 @@ def _leave_out(redo, number: int, index: int) -> None:
     for task in sorted(holding, key=lambda task: task.number != number)[:1]:
         task.timed_out = task.timed_out + (index,)
 
-
-FIXED_VARS = BLAS_VARS + tuple(MALLOC_VARS)  # read once by native libraries when they load
-
-
-def worker_env() -> dict:
-    """The consumer's environment, with one native thread per worker and malloc thresholds, unless set."""
-    env = dict(os.environ)
-    for var in BLAS_VARS + TF_POOL_VARS:
-        env.setdefault(var, "1")  # one native thread per worker: N workers x N threads thrash
-    if not turned_off():
-        for var, value in MALLOC_VARS.items():
-            env.setdefault(var, value)
-    return env
-
-
-def prepare_zygote(described: tuple) -> None:
-    """Start, in a background thread, the fork server's zygote for the libraries ``described`` uses (a map's source and steps).
-
-    Reading them pickles the functions and the source (arrays left out,
-    `_preload.libraries_of`), which can take a while for a large list of
-    paths: not in the thread that describes the pipeline. The key is this
-    process's directory, path and environment now; a pipeline run after
-    they changed gets a zygote of its own. Errors are left for the
-    executor, whose pickling reports them with context.
-    """
-    if not preload_allowed():
-        return
-
-    def prepare():
-        try:
-            libraries = libraries_of(*described)
-            if libraries:
-                env = worker_env()
-                setting = {"cwd": os.getcwd(), "sys_path": list(sys.path), "env": env}
-                forkserver(env, FIXED_VARS).prepare(setting, libraries)
-        except Exception:  # noqa: S110 - a head start only: the executor's own start reports what is wrong
-            pass
-
-    threading.Thread(target=prepare, name="feedline-preload", daemon=True).start()
-
-
-def use_forkserver() -> bool:
-    """Fork workers from the fork server (POSIX), unless ``FEEDLINE_FORKSERVER=0`` asks for fresh interpreters.
-
-    Fresh interpreters are what Windows always gets; the variable lets the
-    tests (and a user chasing a problem) run that path on Linux and macOS.
-    """
-    return hasattr(os, "fork") and os.environ.get("FEEDLINE_FORKSERVER", "1") != "0"
-
-
-def _fresh_interpreter(env: dict, boot: dict) -> subprocess.Popen:
-    proc = subprocess.Popen([sys.executable, "-c", _WORKER_CODE], stdin=subprocess.PIPE, env=env)
-    try:
-        proc.stdin.write(pickle.dumps(boot))
-        proc.stdin.close()
-    except OSError:
-        pass  # it died at once; noticed as a failed start
-    return proc
-
-
-def _listen_address() -> str | None:
-    """Where the workers connect: on Linux a socket with no file (abstract namespace), else multiprocessing's default.
-
-    multiprocessing's default on POSIX is a socket file in a ``pymp-*``
-    folder under the temporary directory, removed at a clean exit: a
-    consumer that is killed (out of memory, a preempted job) left one
-    behind each time. An abstract socket goes with the last descriptor.
-    """
-    if sys.platform.startswith("linux"):
-        return f"\0feedline-{os.getpid()}-{os.urandom(8).hex()}"
-    return None
-
-
-def _wake_listener(address) -> None:
-    """Connect to ``address`` once, giving up after a second: never blocks close.
-
-    A Linux listener's abstract address reads back as bytes
-    (``Listener.address``), and multiprocessing's client connects with no
-    time limit: where workers still connecting (the tuner had grown the
-    pool past the listener's backlog) filled its queue after the accept
-    thread had left, close waited for ever (16 workers, 1 run in ~30).
-    """
-    if isinstance(address, (str, bytes)) and sys.platform != "win32":
-        import socket
-
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
-            sock.settimeout(1.0)
-            try:
-                sock.connect(address)
-            except OSError:  # the listener is gone or its queue is full: the thread is not in accept() for long
-                pass
-        return
-    try:  # a named pipe: multiprocessing's client waits at most 1 s for it
-        Client(address).close()
-    except OSError:
-        pass
-
-
-class _Readable:
-    """The consumer's pipes, registered once, so a wait costs O(ready pipes), not O(workers).
-
-    ``multiprocessing.connection.wait`` builds a selector and registers every
-    pipe on each call: with 64 workers that is paid per batch. Where
-    ``select.poll`` is missing (Windows) it is still what runs.
-    """
-
-    def __init__(self, wake):
-        self.poll = select.poll() if hasattr(select, "poll") else None
-        self.by_fd: dict = {}
-        self.add(wake, None)
-
-    def add(self, conn, worker) -> None:
-        self.by_fd[conn.fileno()] = (conn, worker)
-        if self.poll is not None:
-            self.poll.register(conn.fileno(), select.POLLIN)
-
-    def remove(self, conn) -> None:
-        try:
-            fd = conn.fileno()
-        except OSError:  # already closed
-            return
-        if self.by_fd.pop(fd, None) is not None and self.poll is not None:
-            self.poll.unregister(fd)
-
-    def wait(self, timeout: float | None) -> list:
-        """``(conn, worker)`` pairs with something to read (or at EOF); the wake pipe's worker is None."""
-        if self.poll is None:
-            conns = {conn: worker for conn, worker in self.by_fd.values()}
-            return [(conn, conns[conn]) for conn in wait_connections(list(conns), timeout)]
-        ms = -1 if timeout is None else max(0, math.ceil(timeout * 1000))
-        events = self.poll.poll(ms)  # retried on EINTR by Python itself (PEP 475)
-        return [self.by_fd[fd] for fd, _ in events if fd in self.by_fd]
-
-
-def _wake_pipe():
-    from multiprocessing.connection import Pipe
-
-    return Pipe(duplex=False)
 

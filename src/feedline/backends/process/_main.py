@@ -1,8 +1,10 @@
-"""Entry point of a process worker (a fresh interpreter, never a fork).
+"""Entry point of a process worker: forked from the fork server (`run`), or a fresh interpreter (`main`).
 
-Started by `feedline.backends.process._executor` as
+Started by `_workers.start_process`: on Linux and macOS the fork server
+(or its zygote) forks a child that calls `run(boot)`, never a fork of the
+training process; on Windows or with ``FEEDLINE_FORKSERVER=0`` a fresh
 ``python -c "from feedline.backends.process._main import main; main()"``
-with a bootstrap record on stdin. It does not import the parent's
+reads its bootstrap record on stdin. It does not import the parent's
 ``__main__``, so a script without an ``if __name__ == "__main__"`` guard is
 not re-run, and user functions arrive by value through cloudpickle.
 
@@ -34,11 +36,11 @@ from ..._blas_limit import USER_BLAS_VARS
 from .._base import loading_pipeline, mark_worker
 
 # Thread pools of native libraries, set to one thread per worker unless the user set them:
-# N workers each starting N threads oversubscribe the cores (3-7x slower, measured on peers).
+# N workers each starting N threads oversubscribe the cores.
 BLAS_VARS = USER_BLAS_VARS + ("NUMEXPR_NUM_THREADS", "OPENCV_FOR_THREADS_NUM")
 # TensorFlow's intra-op pool (a thread per core, read when TensorFlow runs its first op) for ops a map function
-# runs, a Keras Sequence's on the TensorFlow backend too: tf.image ops per sample on 2 workers ran 425 samples/s
-# with one, 319 with a thread per core (benchmarks.blas_threads --workload tf). Its inter-op pool is left as it is: no faster with one.
+# runs, a Keras Sequence's on the TensorFlow backend too: one thread per worker, for the same reason.
+# Its inter-op pool is left as it is: it was no faster with one.
 TF_POOL_VARS = ("TF_NUM_INTRAOP_THREADS",)
 
 
@@ -219,8 +221,10 @@ def run(boot: dict) -> None:
                 status[0] = task.number
                 generation[0] = key[0]
                 try:
+                    if words[CANCELLED_WORD] >= key[0]:
+                        raise Cancelled  # queued behind the sample it was on when its epoch was left: not begun at all
                     result = run_task(part, task, writer.alloc, progress if part.timeout is None else timed_progress, streams,
-                                      waits, own_process=True)
+                                      waits, own_process=True, worker=(*message.worker, "process"))
                 except Cancelled:  # nobody will read it: an empty answer frees its place in the consumer's window
                     result = Result()
                 except BaseException as exc:  # reported to the consumer, never swallowed

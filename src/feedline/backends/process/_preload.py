@@ -1,10 +1,10 @@
 """Libraries imported once for every worker: the fork server's zygotes.
 
 A worker unpickles the pipeline, and that imports the libraries its
-functions use: torch took 1.5 s of a core and 132 MB of private memory in
-every worker here (albumentations 2.2 s and 168 MB, jax 0.5 s and 50 MB), so
-8 process workers on 2 cores started in 5-6 s, and 64 workers on a big host
-hold 64 copies. Here the libraries are imported once, in a *zygote*: a child
+functions use: for torch, albumentations or jax, seconds of a core and a
+hundred MB or more of private memory in every worker, so many workers start
+slowly and a big host holds a copy per worker. Here the libraries are
+imported once, in a *zygote*: a child
 of the fork server that imports them and then forks the pipeline's workers,
 which start with them loaded (shared, copy-on-write) in milliseconds.
 

@@ -148,7 +148,7 @@ class RayWorker:
         node = ray.get_runtime_context().get_node_id()
         return ("ready", os.getpid(), socket.gethostname(), node, time.time() - time.perf_counter())
 
-    def run(self, task: Task, generation: int = -1) -> Result:
+    def run(self, task: Task, generation: int = -1, worker: tuple = (0, 1)) -> Result:
         """Run one task of ``generation``; its batch goes back through the object store.
 
         It stops before its next sample once `cancel` named its generation
@@ -159,7 +159,7 @@ class RayWorker:
                 raise Cancelled
 
         try:
-            return run_task(self.part, task, None, unless_cancelled, self.streams, own_process=True)
+            return run_task(self.part, task, None, unless_cancelled, self.streams, own_process=True, worker=(*worker, "ray"))
         except Cancelled:
             return Result()
         except BaseException as exc:  # reported to the consumer, never swallowed

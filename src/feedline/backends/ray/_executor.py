@@ -265,13 +265,13 @@ class RayExecutor(Executor):
     def _send(self, actor: _Actor, key, task) -> None:
         position = self.isolate.get(key)
         if position is None:
-            self._call(actor, key, task, actor.handle.run.remote(task, key[0]), None)
+            self._call(actor, key, task, actor.handle.run.remote(task, key[0], (actor.position, self.workers)), None)
             return
         actor.isolating = True
         if position < len(task.indices):  # one sample alone: if it kills the actor, it is the culprit
             self._call(actor, (key, position), task, actor.handle.probe.remote(task, position), position)
         else:
-            self._call(actor, key, task, actor.handle.run.remote(task, key[0]), None)
+            self._call(actor, key, task, actor.handle.run.remote(task, key[0], (actor.position, self.workers)), None)
 
     def _call(self, actor: _Actor, call_key, task, ref, probe) -> None:
         actor.outstanding[call_key] = _Call(call_key, task, ref, probe)

@@ -12,7 +12,7 @@ their cores to the GIL (`feedline.engine._trial`). So the quota counts:
 Read from cgroup v2 (``cpu.max``: ``"max 100000"`` or ``"400000
 100000"``) or v1 (``cpu.cfs_quota_us`` and ``cpu.cfs_period_us``, ``-1``
 for none), for this process's cgroup and each one above it (a parent's
-quota limits its children too; `feedline.engine._cgroups`). Anything
+quota limits its children too; `feedline._cgroups`). Anything
 unreadable counts as no quota: other systems have none of these files.
 
 Where neither says what the machine gives this process (a Kubernetes pod
@@ -30,8 +30,8 @@ import math
 import os
 import sys
 
-from .._errors import FeedlineError
 from ._cgroups import cgroup_dirs
+from ._errors import FeedlineError
 
 __all__ = ["CPU_COUNT_VAR", "cores_note", "cpu_count_set", "cpu_quota", "usable_cores"]
 

@@ -1,0 +1,107 @@
+"""The thresholds of the automatic backend choice, in one frozen value (docs/automatic_choice.md, "The policy").
+
+Every decision `feedline.engine.choice.decide` takes reads its thresholds
+from a `Policy`; the trial (`feedline.engine._trial.BackendTrial`) takes the
+policy in force when it is built: `DEFAULT_POLICY`, or the one a test passes
+with `feedline.testing.choice_policy`. Shares are of the cores the threads
+could use; spans are seconds of wall time on the running pipeline.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+
+__all__ = ["DEFAULT_POLICY", "Policy", "current_policy", "using_policy"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Policy:
+    """What the automatic choice needs to see before it decides; each field's reason is its comment.
+
+    The rest is derived, so that one idea has one number: threads keep the
+    work at once at ``1 / process_margin`` of their cores (processes could
+    not beat them by the margin), and a close call is a share between
+    ``near_bound`` of that and it (`keep_share`, `close_call_share`).
+
+    >>> Policy().keep_share
+    0.9090909090909091
+    """
+
+    process_margin: float = 1.1  # processes must deliver this multiple of the threads: threads copy no batch and hold no memory per worker
+    near_bound: float = 0.85  # a measured rate or busy share this close to its bound counts as reaching it (measurement noise)
+    held_share: float = 0.6  # threads under this share of their cores busy are plainly held by the GIL: one GIL keeps 1/n busy, GIL-free threads beside one more busy process n/(n+1)
+    sure_ratio: float = 2.0  # a rate this many times the other's decides on few, cold tasks: cold tasks only slow the faster down
+    io_share: float = 0.2  # thread tasks using under this share of a core while they run wait on I/O, not on a CPU ...
+    io_together: float = 0.5  # ... if all together use under this much of a core too: one GIL keeps a whole core busy
+    sign_span: float = 0.01  # seconds of a stretch that are a sign of the GIL: start the fork server (two in a row: the workers)
+    early_span: float = 0.02  # seconds past the first samples that give the plain verdict on threads plainly held back
+    evidence_span: float = 0.05  # seconds of side-by-side work (per worker, for measured tasks) that make a measurement
+    verdict_due: float = 0.3  # seconds without a verdict on the threads (they keep waiting for tasks) before processes start anyway
+    scouts: int = 4  # threads judged first on many cores or big pools: what four cannot keep busy, more cannot either
+    many_cores: int = 8  # from this many cores: scouts first, and every thread paused while the workers start
+    gil_cap: float = 1.25  # grown threads within this factor of one core busy are capped by the GIL: try processes
+    drift_ratio: float = 0.6  # the winner's rate per worker under this share of what won it, two windows in a row: try again
+    retrial_after: float = 10.0  # seconds after a decision before drift may revisit it; doubled each time the winner is confirmed
+
+    def __post_init__(self):
+        for field in dataclasses.fields(self):
+            value = getattr(self, field.name)
+            if not value >= 0:
+                raise ValueError(f"feedline: Policy.{field.name} must not be negative, got {value!r}")
+        if self.process_margin < 1.0:
+            raise ValueError(f"feedline: Policy.process_margin must be at least 1 (processes must not win on less "
+                             f"than the threads deliver), got {self.process_margin!r}")
+
+    @property
+    def keep_share(self) -> float:
+        """Threads that keep this share of their cores busy keep the work: processes could not beat them by the margin."""
+        return 1.0 / self.process_margin
+
+    @property
+    def close_call_share(self) -> float:
+        """From here to `keep_share` the whole pool's reading is a close call, judged over `close_call_span`."""
+        return self.near_bound
+
+    @property
+    def close_call_span(self) -> float:
+        """A close call needs three measurements' worth of side-by-side work."""
+        return 3 * self.evidence_span
+
+    @property
+    def gil_limit(self) -> tuple[float, float]:
+        """Cores grown threads keep busy between them when one GIL is what limits them."""
+        return 1.0 / self.gil_cap, self.gil_cap
+
+
+DEFAULT_POLICY = Policy()
+_in_force: list[Policy] = [DEFAULT_POLICY]
+
+
+def current_policy() -> Policy:
+    """The policy trials built now take: `DEFAULT_POLICY` unless `using_policy` put another in force."""
+    return _in_force[-1]
+
+
+@contextlib.contextmanager
+def using_policy(policy: Policy):
+    """Trials built inside the ``with`` block take ``policy`` (`feedline.testing.choice_policy` is the public door)."""
+    if not isinstance(policy, Policy):
+        raise TypeError(f"feedline: a choice policy must be a feedline.engine.choice.Policy, got {type(policy).__name__}")
+    _in_force.append(policy)
+    try:
+        yield policy
+    finally:
+        _in_force.remove(policy)
+
+
+def first_threads(workers: int, cores: int, policy: Policy | None = None) -> int:
+    """Threads the automatic choice starts with: all, or `Policy.scouts` where more are asked for or cores are many.
+
+    Threads that hold the GIL share it, so many of them show it only after
+    many samples' worth of Python, and what few cannot keep busy, more
+    cannot either; few that keep their cores busy say nothing about many,
+    so then the whole pool starts and is judged again (`feedline.engine._trial.BackendTrial._widen`).
+    """
+    policy = policy or current_policy()
+    return min(workers, policy.scouts) if cores >= policy.many_cores or workers > policy.scouts else workers
