@@ -12,12 +12,14 @@ import re
 from pathlib import Path
 
 SRC = Path(__file__).resolve().parent.parent / "src" / "feedline"
-UNIT = r"(?:ms|us|s|x|%|samples/s|images/s|MiB|MB|GiB/s)\b"
+UNIT = r"(?:ms|us|s|x|%|samples/s|images/s|MiB|MB|GiB/s)(?![A-Za-z])"  # not \b: "%" is no word character
 MEASURED = [
     re.compile(rf"\d[\d,.]*\s?-\s?\d[\d,.]*\s?{UNIT}"),  # a measured range: "0.59-0.72 x", "632-641 samples/s"
     re.compile(rf"~\s?\d[\d,.]*\s?{UNIT}"),  # an approximate reading: "~40 ms"
     re.compile(r"\d+(?:\.\d+)?x (?:faster|slower|less|more)"),  # a speed-up: "5x faster"
-    re.compile(r"\d[\d,.]* (?:samples|images)/s"),  # a throughput
+    re.compile(r"\d[\d,.]* (?:samples|images|batches|rows|records)/s"),  # a throughput
+    re.compile(r"\d[\d,.]*\s?(?:GiB|MiB|GB|MB|KiB|kB)/s(?![A-Za-z])"),  # a read or copy speed: "2.1 GiB/s"
+    re.compile(r"\b\d+ (?:threads|workers|cores|processes), \d+ (?:batches|tasks|samples)\b"),  # a run's setting: "32 threads, 51 batches"
     re.compile(r"\bstory[ -]?\d\b", re.IGNORECASE),  # a benchmark run by its name
 ]
 # Files still to clean (none left: add none).
@@ -35,6 +37,9 @@ def test_the_scan_finds_the_forms_a_measurement_takes():
     assert measurements('"""threads gave 3,992-4,664 images/s"""')
     assert measurements("# OpenCV is 5x faster here")
     assert measurements("# as story 4 showed")
+    assert measurements("the same wall time, 10-15 % more CPU")
+    assert measurements("#   - a local store: 2.1 GiB/s")
+    assert measurements("# (32 threads, 51 batches)")
     assert not measurements("ROOM_WAIT = 3.0  # seconds a worker waits for a slot")
 
 

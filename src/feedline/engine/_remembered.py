@@ -47,7 +47,7 @@ from .._fingerprint import digest
 __all__ = ["AGREE", "MAX_ENTRIES", "REMEMBER_RUNS", "STARTED_ON_IT", "Remembered", "choices_file", "note_workers", "recall", "record", "work_key"]
 
 AGREE = 2  # trials in a row that must reach the same verdict before runs start on it
-REMEMBER_RUNS = 10  # runs that start on one remembered verdict before the trial runs again (one trial in ten: ~1 % of the cost)
+REMEMBER_RUNS = 10  # runs that start on one remembered verdict before the trial runs again (one run in ten pays for a trial)
 MAX_ENTRIES = 256  # pipelines remembered per file; the least recently used go first
 WHY_CHARS = 400  # of the trial's decision text, kept for the runs that start on it
 REMEMBER_VAR = "FEEDLINE_REMEMBER"

@@ -30,7 +30,7 @@ from ..worker import Result, TaskError, joins_rows
 
 __all__ = ["COPY_RATE", "COPY_SHARE", "MAX_PIECES", "PIECE_SECONDS", "TailPieces", "join", "piece_indices"]
 
-PIECE_SECONDS = 0.01  # a piece takes at least this much work: its message and its share of the join stay under ~3 %
+PIECE_SECONDS = 0.01  # a piece takes at least this much work: its message and its share of the join stay a small part of it
 MAX_PIECES = 8  # pieces of one batch, at most: the last wave's idle time falls from a batch to an eighth of one
 COPY_RATE = 1 << 30  # bytes/s the join makes a batch at: a fresh array is faulted in page by page, the slow case
 COPY_SHARE = 0.1  # the join's copy must cost under this share of the task's work
