@@ -33,12 +33,11 @@ import os
 import shutil
 import sys
 import time
-import warnings
 
 from .._folders import AUDIO_EXTENSIONS, IMAGE_EXTENSIONS, outside_class_folders
 from .._folders import labels_from_folders as _labels_from_folders
 from .._folders import numbered as _numbered
-from ._convert_parts import ConvertSummary, Decode, human_bytes, progress_bar, reason_of
+from ._convert_parts import ConvertSummary, Decode, check_fit, human_bytes, progress_bar, reason_of, skips_unannounced, store_bytes
 from ._convert_shards import convert_shards, is_shard_source, shard_format
 from ._errors import StoreError
 from ._writer import StoreWriter
@@ -63,6 +62,11 @@ def parse_size(text: str) -> tuple[int, int]:
     if len(parts) > 2 or h < 1 or w < 1:
         raise ValueError(f"--size must look like HxW with positive numbers (e.g. 224x224), got {text!r}")
     return h, w
+
+
+def _fitted_size(size):
+    """``size`` as ``(height, width)``: a tuple is kept, text (``"224x224"``) parsed, None (each image's own size) kept."""
+    return size if size is None or isinstance(size, tuple) else parse_size(str(size))
 
 
 # ------------------------------------------------------------ listing
@@ -132,6 +136,21 @@ def _class_members(src: str, files: list[str]) -> tuple[list[str], list[str]]:
     return inside, outside
 
 
+def _labelled(src: str, files: list[str], labels_csv) -> tuple[list[str], list | None, list | None, str | None, list, list]:
+    """(files to convert, labels, class names, where the labels came from, [(path, reason)] skipped, files left out).
+
+    The labels come from ``labels_csv`` when given (the files it lists that
+    are not found are skipped), else from the class folders (the files
+    beside them are left out); without either the store has no labels.
+    """
+    if labels_csv is not None:
+        files, labels, classes, skipped = _labels_from_csv(src, os.fspath(labels_csv), files)
+        return files, labels, classes, "csv", skipped, []
+    files, outside = _class_members(src, files)
+    labels, classes = _labels_from_folders(files)
+    return files, labels, classes, "folders" if labels is not None else None, [], outside
+
+
 # ------------------------------------------------------------ the command
 def convert(src, dst, *, size=None, fit: str = "resize", encodings: dict | None = None, labels_csv=None,
             workers: int | None = None, backend: str | None = None, overwrite: bool = False,
@@ -169,31 +188,20 @@ def convert(src, dst, *, size=None, fit: str = "resize", encodings: dict | None 
     """
     import feedline as fl
 
-
     if is_shard_source(src):  # WebDataset, TFRecord or ArrayRecord files (store/_convert_shards.py)
         if labels_csv is not None:
             raise StoreError("a labels CSV names the files of a folder; shard files carry their labels in their samples")
-        return convert_shards(src, dst, shard_format(src), size=size if size is None or isinstance(size, tuple) else parse_size(str(size)),
+        return convert_shards(src, dst, shard_format(src), size=_fitted_size(size),
                               fit=fit, encodings=encodings, workers=workers, backend=backend, overwrite=overwrite,
                               rows_per_file=rows_per_file, progress=progress, strict=strict)
     src, dst = os.path.abspath(os.fspath(src)), os.path.abspath(os.fspath(dst))
     if not os.path.isdir(src):
         raise StoreError(f"{src!r} is not a folder (convert reads a folder of images or audio files)")
-    if fit not in ("resize", "center-crop"):
-        raise ValueError(f"fit must be 'resize' or 'center-crop', got {fit!r}")
-    if size is not None and not isinstance(size, tuple):
-        size = parse_size(str(size))
+    check_fit(fit)
+    size = _fitted_size(size)
     started = time.perf_counter()
     kind, files = _list_files(src)
-    skipped: list = []
-    outside: list = []
-    if labels_csv is not None:
-        files, labels, classes, skipped = _labels_from_csv(src, os.fspath(labels_csv), files)
-        label_source = "csv"
-    else:
-        files, outside = _class_members(src, files)
-        labels, classes = _labels_from_folders(files)
-        label_source = "folders" if labels is not None else None
+    files, labels, classes, label_source, skipped, outside = _labelled(src, files, labels_csv)
     if not files:
         raise StoreError(f"nothing to convert in {src!r}: the labels CSV lists none of its files")
     field_name = "image" if kind == "image" else "audio"
@@ -223,30 +231,33 @@ def convert(src, dst, *, size=None, fit: str = "resize", encodings: dict | None 
     # closing(bar): the bar is closed however the block ends (Ctrl-C included), so the terminal line is finished
     with writer, pipe, contextlib.closing(bar):
         it = iter(pipe)
-        pending = []
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message="feedline skipped", category=RuntimeWarning)  # listed in the summary
-            for item in it:
-                if fixed:
-                    writer.write(item)
-                    bar.update(len(item[field_name]))
-                    continue
-                pending.append(item)
-                if len(pending) >= _WRITE_EVERY:
-                    writer.write_rows(pending)
-                    bar.update(len(pending))
-                    pending = []
-            if pending:
-                writer.write_rows(pending)
-                bar.update(len(pending))
+        with skips_unannounced():
+            _write_decoded(it, writer, bar, fixed, field_name)
         for index, reason in it.stats().skipped:
             skipped.append((files[index], reason_of(reason)))
         bar.update(len(it.stats().skipped))
         skipped.sort()
         writer.meta["skipped"] = [list(s) for s in skipped]
         samples = writer.rows
-    total = sum(os.path.getsize(os.path.join(root, f)) for root, _, names in os.walk(dst) for f in names)
-    return ConvertSummary(src, dst, kind, samples, total, time.perf_counter() - started, skipped, classes, outside)
+    return ConvertSummary(src, dst, kind, samples, store_bytes(dst), time.perf_counter() - started, skipped, classes, outside)
+
+
+def _write_decoded(it, writer: StoreWriter, bar, fixed: bool, field_name: str) -> None:
+    """Hand the decoded samples to ``writer`` as they come: whole batches when fixed-size, else rows in groups of _WRITE_EVERY."""
+    pending = []
+    for item in it:
+        if fixed:
+            writer.write(item)
+            bar.update(len(item[field_name]))
+            continue
+        pending.append(item)
+        if len(pending) >= _WRITE_EVERY:
+            writer.write_rows(pending)
+            bar.update(len(pending))
+            pending = []
+    if pending:
+        writer.write_rows(pending)
+        bar.update(len(pending))
 
 
 def run_convert(args) -> int:
@@ -256,26 +267,9 @@ def run_convert(args) -> int:
     (never Python arguments), each on one line with exit status 1; Ctrl-C
     prints one line and exits with 130, leaving DST as it was.
     """
-    encodings = {}
-    for item in args.encoding or []:
-        name, sep, enc = item.partition("=")
-        if not sep or not name:
-            raise SystemExit(f"feedline convert: --encoding takes FIELD=ENCODING (e.g. image=jpeg:90), got {item!r}")
-        encodings[name] = enc
+    encodings = _encodings_of(args.encoding)
     src, dst = os.path.abspath(args.src), os.path.abspath(args.dst)
-
-    if is_shard_source(args.src):  # shard files: convert() reads them with their source
-        src = args.src
-    elif not os.path.isdir(src):
-        what = "does not exist" if not os.path.exists(src) else "is not a folder"
-        raise SystemExit(f"feedline convert: SRC {args.src!r} {what}; give the folder of images or audio files to convert "
-                         "(or WebDataset .tar, TFRecord or ArrayRecord files)")
-    if args.labels is not None and not os.path.isfile(args.labels):
-        raise SystemExit(f"feedline convert: --labels {args.labels!r} is not a file; give a CSV of path,label lines")
-    if args.workers == 0 and args.backend not in (None, "serial"):
-        raise SystemExit(f"feedline convert: --workers 0 decodes in this process; it does not go with --backend {args.backend}")
-    if os.path.exists(dst) and not args.overwrite:
-        raise SystemExit(f"feedline convert: DST {args.dst!r} already exists; add --overwrite to replace it, or choose another DST")
+    src = _check_arguments(args, src, dst)
     try:
         size = parse_size(args.size) if args.size else None
         summary = convert(
@@ -289,16 +283,52 @@ def run_convert(args) -> int:
         text = str(e).replace("pass overwrite=True", "add --overwrite")
         raise SystemExit(f"feedline convert: {text}") from e
     except OSError as e:  # e.g. the disk filled up: say so in one line, not a traceback
-        # The writer may have failed to remove its temporary directory (closing a file on a full disk fails too).
-        for leftover in glob.glob(glob.escape(dst) + f".tmp-{os.getpid()}-*"):
-            shutil.rmtree(leftover, ignore_errors=True)
-        full = e.errno in (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC))
-        if full or os.path.abspath(os.fspath(e.filename or "")).startswith(dst):
-            raise SystemExit(f"feedline convert: cannot write {args.dst!r}: {e}; nothing was written there "
-                             "(free space, or choose a DST on another disk, and run again)") from e
-        raise SystemExit(f"feedline convert: {e}") from e
+        raise _write_failure(e, args.dst, dst) from e
     except KeyboardInterrupt:
         print(f"feedline convert: interrupted; {args.dst!r} was left as it was (no partial store is kept)", file=sys.stderr)
         return 130
     print(summary)
     return 0
+
+
+def _encodings_of(flags: list[str] | None) -> dict:
+    """The ``--encoding FIELD=ENCODING`` flags as ``{field: encoding}``, refusing one that is not of that form."""
+    encodings = {}
+    for item in flags or []:
+        name, sep, enc = item.partition("=")
+        if not sep or not name:
+            raise SystemExit(f"feedline convert: --encoding takes FIELD=ENCODING (e.g. image=jpeg:90), got {item!r}")
+        encodings[name] = enc
+    return encodings
+
+
+def _check_arguments(args, src: str, dst: str) -> str:
+    """SRC as `convert` takes it (shard files as given, a folder made absolute), once SRC, --labels, --workers and DST make sense.
+
+    Each refusal is one line that names the flag, given before anything is read or written.
+    """
+    if is_shard_source(args.src):  # shard files: convert() reads them with their source
+        src = args.src
+    elif not os.path.isdir(src):
+        what = "does not exist" if not os.path.exists(src) else "is not a folder"
+        raise SystemExit(f"feedline convert: SRC {args.src!r} {what}; give the folder of images or audio files to convert "
+                         "(or WebDataset .tar, TFRecord or ArrayRecord files)")
+    if args.labels is not None and not os.path.isfile(args.labels):
+        raise SystemExit(f"feedline convert: --labels {args.labels!r} is not a file; give a CSV of path,label lines")
+    if args.workers == 0 and args.backend not in (None, "serial"):
+        raise SystemExit(f"feedline convert: --workers 0 decodes in this process; it does not go with --backend {args.backend}")
+    if os.path.exists(dst) and not args.overwrite:
+        raise SystemExit(f"feedline convert: DST {args.dst!r} already exists; add --overwrite to replace it, or choose another DST")
+    return src
+
+
+def _write_failure(e: OSError, shown_dst: str, dst: str) -> SystemExit:
+    """The one-line error for an OSError while converting, once the temporary directory a failed writer may leave is gone."""
+    # The writer may have failed to remove its temporary directory (closing a file on a full disk fails too).
+    for leftover in glob.glob(glob.escape(dst) + f".tmp-{os.getpid()}-*"):
+        shutil.rmtree(leftover, ignore_errors=True)
+    full = e.errno in (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC))
+    if full or os.path.abspath(os.fspath(e.filename or "")).startswith(dst):
+        return SystemExit(f"feedline convert: cannot write {shown_dst!r}: {e}; nothing was written there "
+                          "(free space, or choose a DST on another disk, and run again)")
+    return SystemExit(f"feedline convert: {e}")

@@ -8,6 +8,8 @@ so imports flow one way.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import warnings
 from dataclasses import dataclass, field
 
@@ -16,7 +18,8 @@ import numpy as np
 from .._errors import DecodeError
 from ._images import EncodedImage, encode_image
 
-__all__ = ["ConvertSummary", "Decode", "Unreadable", "human_bytes", "progress_bar", "reason_of"]
+__all__ = ["ConvertSummary", "Decode", "Unreadable", "check_fit", "human_bytes", "progress_bar", "reason_of", "skips_unannounced",
+           "store_bytes"]
 
 
 def human_bytes(n: float) -> str:
@@ -72,6 +75,25 @@ class ConvertSummary:
         else:
             lines.append("  skipped 0 files")
         return "\n".join(lines)
+
+
+def check_fit(fit: str) -> None:
+    """Refuse a ``fit`` other than the two ways an image is made a size, before any file is read."""
+    if fit not in ("resize", "center-crop"):
+        raise ValueError(f"fit must be 'resize' or 'center-crop', got {fit!r}")
+
+
+def store_bytes(dst: str) -> int:
+    """The bytes the finished store takes on disk, for the summary."""
+    return sum(os.path.getsize(os.path.join(root, f)) for root, _, names in os.walk(dst) for f in names)
+
+
+@contextlib.contextmanager
+def skips_unannounced():
+    """Silence the pipeline's "feedline skipped" warnings: the summary lists every skipped file instead."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="feedline skipped", category=RuntimeWarning)
+        yield
 
 
 # ------------------------------------------------------------ decoding (in workers)

@@ -19,7 +19,6 @@ import glob
 import itertools
 import os
 import time
-import warnings
 
 import numpy as np
 
@@ -27,7 +26,7 @@ from ..sources import _array_record as array_record
 from ..sources import _tfrecord as tfrecord
 from ..sources import _webdataset as webdataset
 from ..sources._shard_files import expand_braces, has_suffix, is_url, redact
-from ._convert_parts import ConvertSummary, Decode, progress_bar
+from ._convert_parts import ConvertSummary, Decode, check_fit, progress_bar, skips_unannounced, store_bytes
 from ._errors import StoreError
 from ._images import EncodedImage, encode_image
 from ._writer import StoreWriter
@@ -139,18 +138,13 @@ def convert_shards(src, dst, kind: str, *, size=None, fit: str = "resize", encod
     Called by `feedline.store._convert.convert`, whose arguments these are.
     """
     started = time.perf_counter()
-    if fit not in ("resize", "center-crop"):
-        raise ValueError(f"fit must be 'resize' or 'center-crop', got {fit!r}")
+    check_fit(fit)
     dst = os.path.abspath(os.fspath(dst))
     src = [os.fspath(s) for s in src] if isinstance(src, (list, tuple)) else os.fspath(src)
     encodings = dict(encodings or {})
     pipe = _open_source(src, kind)
     source = pipe.source
-    if source.streaming:  # compressed tar shards: no length, the first sample is the first shard's first
-        total, first_read = None, next(iter(source.open(0)), None)
-    else:
-        total = len(source)
-        first_read = source.read(0) if total else None
+    total, first_read = _first_record(source)
     if first_read is None:
         raise StoreError(f"nothing to convert: {src!r} holds no samples (or its first shard is empty)")
     image = Decode("image", size, fit, "raw", "float32", None, False, strict)
@@ -158,12 +152,10 @@ def convert_shards(src, dst, kind: str, *, size=None, fit: str = "resize", encod
     fields = sorted(first_sample)
     row = ShardRow(image, encodings, fields)
     first = row(first_sample)
-    images = [name for name, value in first_sample.items() if _is_image(value[0] if isinstance(value, list) and value else value)]
+    images = _image_fields(first_sample)
     fixed = set(images) if size is not None else set()
     variable = [name for name, value in _leaves(first) if isinstance(value, np.ndarray) and name not in fixed]
-    meta = {"made_by": "feedline convert", "source": redact(src) if isinstance(src, str) else [redact(s) for s in src],
-            "kind": kind, "images": images, "size": list(size) if size and images else None,
-            "fit": fit if size and images else None, "skipped": []}
+    meta = _meta(src, kind, images, size, fit)
     mapped = pipe.map(row, workers=workers, backend=backend, on_error="skip")
     bar = progress_bar(total, progress)
     writer = StoreWriter(dst, encodings={k: v for k, v in encodings.items() if k not in images}, rows_per_file=rows_per_file,
@@ -171,8 +163,7 @@ def convert_shards(src, dst, kind: str, *, size=None, fit: str = "resize", encod
     skipped = []
     with writer, mapped, contextlib.closing(bar):
         it = iter(mapped)
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message="feedline skipped", category=RuntimeWarning)  # listed in the summary
+        with skips_unannounced():
             while chunk := list(itertools.islice(it, _WRITE_EVERY)):
                 writer.write_rows(chunk)
                 bar.update(len(chunk))
@@ -181,9 +172,29 @@ def convert_shards(src, dst, kind: str, *, size=None, fit: str = "resize", encod
         bar.update(len(skipped))
         writer.meta["skipped"] = [list(s) for s in skipped]
         samples = writer.rows
-    total = sum(os.path.getsize(os.path.join(root, f)) for root, _, names in os.walk(dst) for f in names)
+    total = store_bytes(dst)
     shown = redact(src) if isinstance(src, str) else f"{len(src)} files"
     return ConvertSummary(shown, dst, kind, samples, total, time.perf_counter() - started, skipped, None)
+
+
+def _first_record(source) -> tuple[int | None, object]:
+    """(samples in ``source``, None when streaming; its first record, None when it has none): the first sample sets the fields."""
+    if source.streaming:  # compressed tar shards: no length, the first sample is the first shard's first
+        return None, next(iter(source.open(0)), None)
+    total = len(source)
+    return total, source.read(0) if total else None
+
+
+def _meta(src, kind: str, images: list[str], size, fit: str) -> dict:
+    """The store's ``meta`` before any skip is known: the shards it came from (credentials redacted), its image fields and their fit."""
+    return {"made_by": "feedline convert", "source": redact(src) if isinstance(src, str) else [redact(s) for s in src],
+            "kind": kind, "images": images, "size": list(size) if size and images else None,
+            "fit": fit if size and images else None, "skipped": []}
+
+
+def _image_fields(sample: dict) -> list[str]:
+    """The fields of ``sample`` that hold JPEG or PNG bytes (alone or first in a list): these are decoded and fitted."""
+    return [name for name, value in sample.items() if _is_image(value[0] if isinstance(value, list) and value else value)]
 
 
 def is_shard_source(src) -> bool:
