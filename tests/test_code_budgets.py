@@ -25,9 +25,6 @@ LONG_MODULES: dict[str, int] = {
 COMPLEX_FUNCTIONS: dict[str, int] = {
     "backends/process/_main.py:run": 23,
     "backends/ray/_executor.py:RayExecutor._on_death": 24,
-    "store/_convert.py:convert": 31,
-    "store/_convert.py:run_convert": 23,
-    "store/_convert_shards.py:convert_shards": 30,
 }
 
 
