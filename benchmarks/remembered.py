@@ -12,7 +12,7 @@ process pipeline), then per round one epoch with start-up of each setting
 in a seeded shuffled order: ``hand`` (the suite's best hand setting of ``map()``),
 ``auto`` (``map(fn)``, nothing remembered: every run a first run) and
 ``remembered`` (``map(fn)`` with a file of verdicts of its own: the first
-`feedline.engine._remembered.AGREE` rounds are its agreeing trials and are
+`feedline.engine.choice.DEFAULT_POLICY.agree` rounds are its agreeing trials and are
 left out of its median). In one process the rows share one memory state,
 which the peer suite's rows do not (there the JPEG rows split into runs that
 faulted in fresh memory and runs that did not, 0.8k against 1.05k samples/s).
@@ -61,15 +61,17 @@ def epoch(w, settings: dict, memory: str) -> tuple[float, str]:
 
 def main(argv=None) -> None:
     from feedline.backends import warm_up
-    from feedline.engine._remembered import AGREE
+    from feedline.engine.choice import DEFAULT_POLICY
+
+    agree = DEFAULT_POLICY.agree  # the agreeing trials' rounds
 
     parser = argparse.ArgumentParser(prog="python -m benchmarks.remembered", description=__doc__.splitlines()[0])
     parser.add_argument("--workload", action="append", choices=("jpeg", "audio", "gil", "seg"))
     parser.add_argument("--rounds", type=int, default=8)
-    parser.add_argument("--quick", action="store_true", help="small data, AGREE + 1 rounds: a smoke test (epochs this short "
+    parser.add_argument("--quick", action="store_true", help="small data, agree + 1 rounds: a smoke test (epochs this short "
                         "may end before a trial decides, so the remembered row may start on nothing)")
     args = parser.parse_args(argv)
-    rounds = AGREE + 1 if args.quick else max(args.rounds, AGREE + 1)
+    rounds = agree + 1 if args.quick else max(args.rounds, agree + 1)
     warm_up("process")
     time.sleep(1.0)
     rows = []
@@ -84,7 +86,7 @@ def main(argv=None) -> None:
                 for setting in random.Random(r).sample(SETTINGS, len(SETTINGS)):
                     rate, why = epoch(w, dict(w.hand or {}) if setting == "hand" else {},
                                       memory if setting == "remembered" else "0")
-                    if setting != "remembered" or r >= AGREE:
+                    if setting != "remembered" or r >= agree:
                         rates[setting].append(rate)
                     if setting == "remembered" and r == rounds - 1:
                         decision = why
@@ -94,7 +96,7 @@ def main(argv=None) -> None:
         rows.append([name, *(f"{medians[s]:,.0f}" for s in SETTINGS), f"{medians['auto'] / medians['hand']:.2f}",
                      f"{medians['remembered'] / medians['hand']:.2f}"])
         print(f"  {name}: remembered row's last decision: {decision}", flush=True)
-    print(f"\nsamples/s, one epoch with start-up, medians of {rounds} rounds ({rounds - AGREE} for remembered); "
+    print(f"\nsamples/s, one epoch with start-up, medians of {rounds} rounds ({rounds - agree} for remembered); "
           f"{os.cpu_count()} CPUs\n")
     print(markdown_table(["workload", *SETTINGS, "auto / hand", "remembered / hand"], rows, "lrrrrr"))
 

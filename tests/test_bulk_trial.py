@@ -7,7 +7,6 @@ import pytest
 
 import feedline as fl
 from feedline import testing
-from feedline.engine._choice import default_workers
 
 
 def normalise(batch):
@@ -22,7 +21,7 @@ def images():
 
 def _cores(pipe) -> int:
     """Cores this process may use: the trial runs only with two or more."""
-    return default_workers()
+    return testing.usable_cores()
 
 
 def _epochs_until_decided(pipe, reference, most=8):

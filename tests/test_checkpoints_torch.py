@@ -43,11 +43,11 @@ def test_state_dict_mid_epoch_resumes_the_rest_of_the_epoch_then_the_next(before
     seen, it = run_until(loader, 3)
     state = loader.state_dict()
     it.close()
-    loader._pipe.close()
+    loader.dataset.pipeline.close()
     fresh = build(*after).torch()
     fresh.load_state_dict(state)
     rest, following = epochs(fresh, 2)
-    fresh._pipe.close()
+    fresh.dataset.pipeline.close()
     assert seen + rest == expected[0]
     assert following == expected[1]
 
@@ -89,7 +89,7 @@ def test_distributed_checkpoint_saves_and_loads_the_loader(tmp_path):
     seen, it = run_until(loader, 4)
     dcp.save({"loader": loader}, checkpoint_id=str(tmp_path / "ckpt"))
     it.close()
-    loader._pipe.close()
+    loader.dataset.pipeline.close()
     fresh = build("serial", 1).torch()
     dcp.load({"loader": fresh}, checkpoint_id=str(tmp_path / "ckpt"))
     rest, following = epochs(fresh, 2)

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from test_padding_and_generators import resume_everywhere
 
 import feedline as fl
-from feedline._errors import SampleError
+from feedline import SampleError
 
 
 # ------------------------------------------------------------------ helpers

@@ -1,4 +1,4 @@
-"""The automatic choice remembers its verdict across runs and starts later runs on it (feedline.engine._remembered)."""
+"""The automatic choice remembers its verdict across runs and starts later runs on it (docs/automatic_choice.md)."""
 
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ import pytest
 from conftest import snapshot
 
 import feedline as fl
+import feedline.backends.process
 from feedline import testing
-from feedline.engine import _remembered
 from feedline.engine.choice import DEFAULT_POLICY
 
 pytestmark = pytest.mark.usefixtures("no_leaks")
@@ -59,7 +59,7 @@ def _entries(path) -> dict:
     return json.loads(path.read_text())
 
 
-def _set_winner(path, winner: str, agreed: int = _remembered.AGREE) -> None:
+def _set_winner(path, winner: str, agreed: int = DEFAULT_POLICY.agree) -> None:
     """Rewrite the one remembered verdict as ``winner`` (as if ``agreed`` trials in a row had found it)."""
     entries = _entries(path)
     (entry,) = entries.values()
@@ -69,7 +69,7 @@ def _set_winner(path, winner: str, agreed: int = _remembered.AGREE) -> None:
 
 def _trials(fn=waits, **kwargs):
     """The runs whose trials must agree before a verdict is started on; the last one's (batches, stats)."""
-    for _ in range(_remembered.AGREE):
+    for _ in range(DEFAULT_POLICY.agree):
         out = _run(fn, **kwargs)
         assert "remembered" not in out[1].decision, out[1].decision
     return out
@@ -111,8 +111,8 @@ def test_a_remembered_process_verdict_starts_the_workers_at_once_with_the_same_b
     assert second == first
 
 
-def test_the_trial_runs_again_after_remember_runs_runs_and_is_remembered_anew(choices, monkeypatch):
-    monkeypatch.setattr(_remembered, "REMEMBER_RUNS", 2)
+def test_the_trial_runs_again_after_remember_runs_runs_and_is_remembered_anew(choices, choice_policy):
+    choice_policy(remember_runs=2)
     _trials()
     assert "remembered" in _run()[1].decision and "remembered" in _run()[1].decision
     _, fresh = _run()
@@ -161,8 +161,8 @@ def test_a_torn_file_counts_as_empty_and_is_written_afresh(choices):
     assert len(_entries(choices)) == 1
 
 
-def test_the_file_keeps_only_the_most_recently_used_entries(choices, monkeypatch):
-    monkeypatch.setattr(_remembered, "MAX_ENTRIES", 2)
+def test_the_file_keeps_only_the_most_recently_used_entries(choices, choice_policy):
+    choice_policy(remember_entries=2)
     for fn in (waits, waits_longer):
         _trials(fn)
     assert "remembered" in _run(waits)[1].decision  # used again: now the most recent
@@ -203,7 +203,7 @@ def test_a_fresh_interpreter_recalls_what_the_previous_ones_found(choices):
     """The key is a digest of the code, stable across interpreters (no ids, no addresses): a script's third run recalls."""
     env = {**os.environ, "FEEDLINE_REMEMBER": str(choices)}
     runs = [subprocess.run([sys.executable, "-c", _SCRIPT], capture_output=True, text=True, timeout=120, env=env)
-            for _ in range(_remembered.AGREE + 1)]
+            for _ in range(DEFAULT_POLICY.agree + 1)]
     assert all(run.returncode == 0 for run in runs), [run.stderr for run in runs]
     totals = [run.stdout.split(" ", 1)[0] for run in runs]
     assert totals == [str(4 * sum(range(96)))] * len(runs)
@@ -211,18 +211,13 @@ def test_a_fresh_interpreter_recalls_what_the_previous_ones_found(choices):
 
 
 def test_remembered_processes_that_cannot_start_leave_the_run_to_a_trial(choices, monkeypatch):
-    from feedline.engine import _runtime
-
     first, _ = _run()
     _set_winner(choices, "process")
-    real = _runtime.make_executor
 
-    def no_processes(kind, *args, **kwargs):  # feedline's own factory, as on a machine where workers cannot start
-        if kind == "process":
-            raise OSError("no process workers here")
-        return real(kind, *args, **kwargs)
+    def no_processes(*args, **kwargs):  # the process backend's executor, as on a machine where workers cannot start
+        raise OSError("no process workers here")
 
-    monkeypatch.setattr(_runtime, "make_executor", no_processes)
+    monkeypatch.setattr(feedline.backends.process, "ProcessExecutor", no_processes)
     interval = sys.getswitchinterval()
     second, stats = _run()
     assert second == first
@@ -233,7 +228,7 @@ def test_remembered_processes_that_cannot_start_leave_the_run_to_a_trial(choices
 
 def test_a_later_run_starts_at_the_worker_count_the_tuner_left(choices):
     """Threads that wait on I/O are grown by the worker tuner; the next run starts grown, not at one per core."""
-    for _ in range(_remembered.AGREE):  # the trials that agree; each run's tuner grows the threads
+    for _ in range(DEFAULT_POLICY.agree):  # the trials that agree; each run's tuner grows the threads
         pipe = fl.from_arrays(np.arange(1200)).map(waits).batch(4)
         with pipe:
             first = [b.tolist() for b in pipe]
@@ -252,11 +247,11 @@ def test_a_later_run_starts_at_the_worker_count_the_tuner_left(choices):
     assert f"threads x{grown.workers} at once, remembered" in again.decision, again.decision
 
 
-def test_a_memory_that_cannot_count_its_runs_is_not_started_on(choices, monkeypatch):
+def test_a_memory_that_cannot_count_its_runs_is_not_started_on(choices):
     """A file it can read but not write (read-only) would hold one verdict forever: the trial runs, and says why."""
     _trials()
     refused = "not remembered (PermissionError: [Errno 13] read-only; set FEEDLINE_REMEMBER to a writable file, or 0)"
-    monkeypatch.setattr(_remembered, "_write", lambda path, entries: refused)  # as a read-only file answers
-    _, stats = _run()
+    with testing.remembering_refused(refused):  # as a read-only file answers
+        _, stats = _run()
     assert "at once, remembered" not in stats.decision
     assert refused in stats.decision, stats.decision

@@ -162,8 +162,7 @@ def test_a_grown_worker_count_gives_the_same_batches_as_a_fixed_one(backend, no_
 
 
 def _depth_after_one_window(task_ms: float, waited: bool = True, messages=None) -> tuple[int, list]:
-    from feedline.engine import Stats
-    from feedline.engine._autotune import DepthTuner
+    from feedline.engine import DepthTuner, Stats
 
     tuner = DepthTuner(depth=4, workers=2, enabled=True, messages=messages)
     stats = Stats("process", 2, 4, "test")
@@ -210,11 +209,11 @@ def test_short_store_reads_on_threads_keep_two_tasks_per_thread(tmp_path, no_lea
 
 
 def test_a_thread_pool_that_shrinks_finishes_what_its_other_threads_hold_and_lets_them_go(no_leaks):
-    from feedline.backends._thread import ThreadExecutor
+    from feedline.backends import make_executor
     from feedline.worker import Task
 
     part = fl.from_arrays(np.arange(64)).map(waits_on_io, backend="thread").batch(4).plan.part
-    pool = ThreadExecutor(part, 6)
+    pool = make_executor("thread", part, 6, cores=1)  # cores: the report's denominator only
     try:
         for k in range(12):  # two tasks queued on every thread
             pool.submit((0, k), Task(0, k, indices=np.arange(4 * k, 4 * k + 4)))
@@ -254,11 +253,10 @@ class _Counters:
         self.task_spans.append((0, 0.0, task_seconds, self.tasks, rows))
 
 
-def test_a_growth_after_which_fewer_samples_arrive_is_undone_even_if_tasks_look_faster(monkeypatch):
-    from feedline.engine import _autotune
+def test_a_growth_after_which_fewer_samples_arrive_is_undone_even_if_tasks_look_faster():
+    from feedline.engine import WorkerTuner
 
-    monkeypatch.setattr(_autotune, "machine_idle", lambda: None)  # the machine's load plays no part here
-    tuner, stats = _autotune.WorkerTuner(2, 2, enabled=True), _Counters()
+    tuner, stats = WorkerTuner(2, 2, enabled=True, idle=lambda: None), _Counters()  # the machine's load plays no part here
     asked = None
     for _ in range(8):  # tasks at 10 % CPU while the consumer waits: more workers are asked for
         stats.batch(task_seconds=0.01, cpu_share=0.1, wall=0.005)
@@ -273,15 +271,15 @@ def test_a_growth_after_which_fewer_samples_arrive_is_undone_even_if_tasks_look_
     assert "samples delivered -50%" in tuner.stopped, tuner.stopped
 
 
-def test_no_worker_count_is_asked_for_while_a_trial_runs_two_backends(monkeypatch):
+def test_no_worker_count_is_asked_for_while_a_trial_runs_two_backends():
     # Sixteen GIL-bound threads measured in the automatic choice's trial each use 1/16 of a core while they run,
     # as threads waiting on I/O do. The tuner asked for 128 workers then, and the process workers that won the
     # trial were given them (591 samples/s where sixteen deliver 2,200; 16 cores, benchmarks/server_check.py).
-    from feedline.engine import Stats, _autotune
+    from feedline.engine import Stats, WorkerTuner
 
     calls = iter(range(1, 10**6))
-    monkeypatch.setattr(_autotune, "machine_idle", lambda: (lambda k: (90 * k, 100 * k))(next(calls)))  # 90 % idle
-    tuner = _autotune.WorkerTuner(workers=16, cores=16, enabled=True)
+    tuner = WorkerTuner(workers=16, cores=16, enabled=True,
+                        idle=lambda: (lambda k: (90 * k, 100 * k))(next(calls)))  # the machine: 90 % idle
     stats = Stats("auto", 16, 32, "test", cores=16)
 
     def batch(steady: bool):
@@ -330,32 +328,28 @@ def test_no_room_for_one_more_process_worker_keeps_the_count_and_says_why(monkey
 
 
 def test_available_memory_is_the_smaller_of_the_machines_and_the_cgroups_room(tmp_path):
-    from feedline.engine._memory import available_memory
-
     (tmp_path / "meminfo").write_text("MemTotal:       32000000 kB\nMemAvailable:   20000000 kB\n")
     (tmp_path / "self").write_text("0::/job\n")
     (tmp_path / "cg" / "job").mkdir(parents=True)
     (tmp_path / "cg" / "job" / "memory.max").write_text(f"{8 << 30}\n")
     (tmp_path / "cg" / "job" / "memory.current").write_text(f"{3 << 30}\n")
-    paths = dict(root=str(tmp_path / "cg"), own=str(tmp_path / "self"), meminfo=str(tmp_path / "meminfo"))
-    assert available_memory(**paths) == 5 << 30  # the container's 8 GiB limit, 3 used
+    paths = dict(cgroup_root=str(tmp_path / "cg"), own_cgroup=str(tmp_path / "self"), meminfo=str(tmp_path / "meminfo"))
+    assert testing.available_memory(**paths) == 5 << 30  # the container's 8 GiB limit, 3 used
     (tmp_path / "cg" / "job" / "memory.max").write_text("max\n")
-    assert available_memory(**paths) == 20000000 * 1024  # no limit: the machine's
-    assert available_memory(str(tmp_path / "no"), str(tmp_path / "no"), str(tmp_path / "no")) is None
+    assert testing.available_memory(**paths) == 20000000 * 1024  # no limit: the machine's
+    assert testing.available_memory(str(tmp_path / "no"), str(tmp_path / "no"), str(tmp_path / "no")) is None
 
 
 def test_a_container_memory_limit_is_the_memory_available_to_its_processes():
     """In a real cgroup limited to 256 MiB (a container's memory limit), the room is under 256 MiB, not the machine's."""
     from cgroups import cgroup_limited, run_in
 
-    from feedline.engine._memory import available_memory
-
-    machine = available_memory()
+    machine = testing.available_memory()
     if machine is None or machine < 1 << 30:
         pytest.skip("this machine's available memory is unknown or under 1 GiB: a 256 MiB limit would not show")
     limit = 256 << 20
     with cgroup_limited({"memory": {"memory.limit_in_bytes": str(limit)}}, {"memory.max": str(limit)}) as folder:
-        run = run_in(folder, "from feedline.engine._memory import available_memory; print(available_memory())")
+        run = run_in(folder, "from feedline import testing; print(testing.available_memory())")
     assert run.returncode == 0, run.stderr
     inside = int(run.stdout.strip())
     assert 0 < inside < limit, (inside, limit)  # the limit minus what the child itself already uses

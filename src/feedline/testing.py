@@ -18,7 +18,10 @@ True
 
 from __future__ import annotations
 
+import contextlib
+
 __all__ = [
+    "available_memory",
     "batches_ahead",
     "bounded_shared_memory",
     "choice_policy",
@@ -30,6 +33,7 @@ __all__ = [
     "libraries_to_preload",
     "order_draws",
     "read_ahead",
+    "remembering_refused",
     "remote_client",
     "remove_segment",
     "runtime",
@@ -37,6 +41,7 @@ __all__ = [
     "segment_folders",
     "shard_cache",
     "switch_interval_holds",
+    "usable_cores",
     "wait_ready",
     "worker_pids",
     "zygote_count",
@@ -200,6 +205,43 @@ def cpu_quota(cgroup_root: str = "/sys/fs/cgroup", own_cgroup: str = "/proc/self
     return read(cgroup_root, own_cgroup)
 
 
+def usable_cores() -> int:
+    """Cores this process may use, as the automatic choice counts them: one worker per core.
+
+    The count the user set (``PYTHON_CPU_COUNT``, ``-X cpu_count``), else the
+    affinity mask capped by the CPU quota (`cpu_quota`). Tests that need two
+    cores for a trial to run skip on fewer.
+
+    >>> usable_cores() >= 1
+    True
+    """
+    from ._cores import usable_cores as count
+
+    return count()
+
+
+def available_memory(cgroup_root: str = "/sys/fs/cgroup", own_cgroup: str = "/proc/self/cgroup",
+                     meminfo: str = "/proc/meminfo") -> int | None:
+    """Bytes this process could still allocate, as the worker tuner reads them; None: unknown. Tests pass a fake tree.
+
+    The machine's ``MemAvailable`` capped by the room its cgroups (v1 or v2)
+    leave: what bounds how far process workers grow. A container limited
+    to 8 GiB of which 3 are used, on a machine with 16 GiB available:
+
+    >>> import pathlib, tempfile
+    >>> root = pathlib.Path(tempfile.mkdtemp())
+    >>> _ = (root / "meminfo").write_text(f"MemAvailable: {16 << 20} kB\\n")
+    >>> _ = (root / "own_cgroup").write_text("0::/\\n")
+    >>> _ = (root / "memory.max").write_text(f"{8 << 30}\\n")
+    >>> _ = (root / "memory.current").write_text(f"{3 << 30}\\n")
+    >>> available_memory(str(root), str(root / "own_cgroup"), str(root / "meminfo")) == 5 << 30
+    True
+    """
+    from .engine._memory import available_memory as read
+
+    return read(cgroup_root, own_cgroup, meminfo)
+
+
 def bounded_shared_memory() -> int | None:
     """Bytes of ``/dev/shm`` that bound the batches in flight (segments have nowhere else to go); None: unbounded.
 
@@ -336,6 +378,28 @@ def choice_policy(policy):
     from .engine.choice import using_policy
 
     return using_policy(policy)
+
+
+@contextlib.contextmanager
+def remembering_refused(reason: str):
+    """Context manager: the automatic choice reads its remembered verdicts, but every write of them answers ``reason``.
+
+    As a file it can read but not write answers (read-only; ``reason`` is
+    the text the write's failure gives, as in ``"not remembered (...)"``).
+    A test cannot make such a file where it runs as root, which writes
+    through file modes; this stands in for it, and nothing else changes.
+
+    >>> with remembering_refused("not remembered (PermissionError: read-only)"):
+    ...     pass
+    """
+    from .engine import _remembered
+
+    write = _remembered._write
+    _remembered._write = lambda path, entries: reason
+    try:
+        yield
+    finally:
+        _remembered._write = write
 
 
 def order_draws() -> int:

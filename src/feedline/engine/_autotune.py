@@ -185,8 +185,9 @@ class WorkerTuner:
     GAIN = 1.1  # a growth must raise the workers' rate this much, else the count goes back where it was ...
     KEEP_DELIVERED = 0.95  # ... and keep the samples the consumer got a second at least this share of what they were
 
-    def __init__(self, workers: int, cores: int, enabled: bool):
+    def __init__(self, workers: int, cores: int, enabled: bool, idle=None):
         self.workers, self.cores, self.enabled = workers, cores, enabled
+        self._idle = idle or machine_idle  # () -> the machine's (idle, total) CPU time so far, or None (`machine_idle`)
         self.last_reason = ""
         self.stopped = ""  # why the count no longer grows ("" while it may)
         self.busy_windows = 0  # windows that asked for more workers while other programs kept the CPUs busy
@@ -310,7 +311,7 @@ class WorkerTuner:
                 and now[3] - self._start[3] >= self.MIN_SECONDS)
 
     def _restart(self, now) -> None:
-        self._start, self._seen, self._idle_start = now, 0, machine_idle()
+        self._start, self._seen, self._idle_start = now, 0, self._idle()
 
 
 def machine_idle() -> tuple[int, int] | None:

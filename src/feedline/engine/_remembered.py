@@ -15,19 +15,19 @@ straight on the winner, as the hand setting would.
   worker (what the drift check compares against), its worker count as the
   run left it (the worker tuner grows threads that wait on I/O, which takes
   part of the first epoch), when, and how many runs started on it.
-- Only a verdict that `AGREE` trials in a row reached (two runs' trials,
+- Only a verdict that `Policy.agree` trials in a row reached (two runs' trials,
   or a trial and the drift check's) is started on: one trial can be wrong (a busy moment, a cold file
   cache), and remembered it would hold 10 runs on the slower backend, since the drift check watches
   the winner only, never the loser. A trial that disagrees replaces it.
 - A run that starts on a remembered verdict is watched like any decision:
   a rate that falls under `feedline.engine.choice.Policy.drift_ratio` of the
-  remembered one runs the trial again. After `REMEMBER_RUNS` runs the
+  remembered one runs the trial again. After `Policy.remember_runs` runs the
   trial runs again anyway (data and libraries change under the same code),
   and its verdict is remembered anew.
 - One small JSON file, rewritten whole through a temporary file and
   ``os.replace``: concurrent runs (ranks of one job) never see a torn file;
   the last writer wins, and a lost entry costs one trial. An unreadable
-  file counts as empty. At most `MAX_ENTRIES`, the most recently used.
+  file counts as empty. At most `Policy.remember_entries`, the most recently used.
 - ``FEEDLINE_REMEMBER=0`` turns it off; a path puts the file there;
   default ``$XDG_CACHE_HOME/feedline/choices.json`` (``~/.cache``).
 """
@@ -43,12 +43,10 @@ import time
 from dataclasses import dataclass
 
 from .._fingerprint import digest
+from .choice import current_policy
 
-__all__ = ["AGREE", "MAX_ENTRIES", "REMEMBER_RUNS", "STARTED_ON_IT", "Remembered", "choices_file", "note_workers", "recall", "record", "work_key"]
+__all__ = ["STARTED_ON_IT", "Remembered", "choices_file", "note_workers", "recall", "record", "work_key"]
 
-AGREE = 2  # trials in a row that must reach the same verdict before runs start on it
-REMEMBER_RUNS = 10  # runs that start on one remembered verdict before the trial runs again (one run in ten pays for a trial)
-MAX_ENTRIES = 256  # pipelines remembered per file; the least recently used go first
 WHY_CHARS = 400  # of the trial's decision text, kept for the runs that start on it
 REMEMBER_VAR = "FEEDLINE_REMEMBER"
 STARTED_ON_IT = "at once, remembered"  # in the decision text of a run that starts on a remembered verdict (`Remembered.describe`)
@@ -64,7 +62,7 @@ class Remembered:
     per_worker: float  # the winner's samples/s per worker then: the drift check's reference
     when: float  # seconds since the epoch, when that trial decided
     why: str  # that trial's decision text
-    run: int  # this run is the run-th to start on it (1 .. REMEMBER_RUNS)
+    run: int  # this run is the run-th to start on it (1 .. `Policy.remember_runs`)
     workers: int | None = None  # the winner's worker count when the run that left it last changed it (None: as asked)
 
     def describe(self) -> str:
@@ -72,7 +70,7 @@ class Remembered:
         day = time.strftime("%Y-%m-%d %H:%M", time.localtime(self.when))
         count = f" x{self.workers}" if self.workers else ""
         return (f"{'threads' if self.winner == 'thread' else 'processes'}{count} {STARTED_ON_IT}: this pipeline's trial "
-                f"on this machine ({day}) found: {self.why} (run {self.run} of {REMEMBER_RUNS} on it before the "
+                f"on this machine ({day}) found: {self.why} (run {self.run} of {current_policy().remember_runs} on it before the "
                 f"trial runs again; {REMEMBER_VAR}=0: always run it)")
 
 
@@ -100,8 +98,10 @@ def work_key(plan, workers: int, cores: int) -> str:
 
 def recall(key: str) -> Remembered | None:
     """The verdict remembered for ``key`` if this run may start on it (counted as one more run), else None."""
+    policy = current_policy()
+
     def count_run(entry):
-        if not _valid(entry) or entry["runs"] >= REMEMBER_RUNS or entry.get("agreed", 0) < AGREE:
+        if not _valid(entry) or entry["runs"] >= policy.remember_runs or entry.get("agreed", 0) < policy.agree:
             return None
         entry["runs"] += 1
         entry["used"] = time.time()
@@ -144,7 +144,7 @@ def note_workers(key: str, winner: str, workers: int) -> str | None:
 def _change(key: str, edit) -> tuple:
     """``(entry, trouble)``: ``edit(entry or None)`` returns the new entry, or None to leave the file as it is.
 
-    The one read-modify-write of the file: `MAX_ENTRIES` kept (the most
+    The one read-modify-write of the file: `Policy.remember_entries` kept (the most
     recently used), written whole; ``trouble`` is why it could not be
     written (None: written, or nothing to write, or remembering is off).
     """
@@ -156,8 +156,9 @@ def _change(key: str, edit) -> tuple:
     if entry is None:
         return None, None
     entries[key] = entry
-    if len(entries) > MAX_ENTRIES:
-        kept = sorted(entries, key=lambda k: entries[k].get("used", 0) if isinstance(entries[k], dict) else 0)[-MAX_ENTRIES:]
+    most = current_policy().remember_entries
+    if len(entries) > most:
+        kept = sorted(entries, key=lambda k: entries[k].get("used", 0) if isinstance(entries[k], dict) else 0)[-most:]
         entries = {k: entries[k] for k in kept}
     return entry, _write(path, entries)
 

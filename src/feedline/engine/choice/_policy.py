@@ -43,6 +43,9 @@ class Policy:
     gil_cap: float = 1.25  # grown threads within this factor of one core busy are capped by the GIL: try processes
     drift_ratio: float = 0.6  # the winner's rate per worker under this share of what won it, two windows in a row: try again
     retrial_after: float = 10.0  # seconds after a decision before drift may revisit it; doubled each time the winner is confirmed
+    agree: int = 2  # trials in a row that must reach the same verdict before later runs start on it (`feedline.engine._remembered`)
+    remember_runs: int = 10  # runs that start on one remembered verdict before the trial runs again (one run in ten pays for a trial)
+    remember_entries: int = 256  # pipelines remembered per file; the least recently used go first
 
     def __post_init__(self):
         for field in dataclasses.fields(self):
