@@ -7,8 +7,9 @@ Either way ``multiprocessing``'s spawn, which would re-run an unguarded
 ``__main__``, is never used: workers hold no user state, import only
 feedline (and the modules the pipeline names) and get the pipeline by value
 (cloudpickle). Starting a worker and its handle are `_workers`; where they
-connect and the poll set over their pipes, `_connections`. The protocol,
-in short (the full story is in docs/architecture.md, "Protocols"):
+connect and the poll set over their pipes, `_connections`; the hand-shake,
+`_handshake`. The protocol, in short (the full story is in
+docs/architecture.md, "Protocols"):
 - Start: an accept thread does the handshake (`Hello` in, `SendPart` out);
   everything else runs in the consumer's thread in `submit`/`wait`, so
   there is no lock. Tasks go to a worker as soon as it answers `Ready`.
@@ -36,12 +37,10 @@ from __future__ import annotations
 import collections
 import itertools
 import os
-import queue
 import subprocess
 import sys
 import threading
 import time
-from multiprocessing.connection import Listener
 
 from ..._errors import SharedMemoryFull, WorkerError
 from ..._forking import use_forkserver
@@ -50,12 +49,13 @@ from ...transport._shm import Segment, SegmentGone, bounded_room, segment_prefix
 from ...transport._slots import SlotReader, SlotViews, mapped_bound
 from ...transport._transfer import SharedArrays, check_picklable, dumps_for_workers
 from ...worker import Result, TaskError
-from ...worker._protocol import Done, PartError, Ready, Release, RunTask, SendPart, Stop
+from ...worker._protocol import Done, PartError, Ready, Release, RunTask, Stop
 from ...worker._wire import decode, encode
 from .._base import Event, Executor, PartNotPicklable
 from .._pool import MAX_ATTEMPTS, TaskPool
-from ._connections import LISTEN_BACKLOG, Readable, listen_address, wake_listener, wake_pipe
+from ._connections import Readable
 from ._forkserver import ForkedProcess
+from ._handshake import Handshake
 from ._main import status_ring
 from ._preload import libraries_to_preload, preload_allowed
 from ._workers import START_TIMEOUT, Worker, describe_exit, start_process
@@ -85,32 +85,24 @@ class ProcessExecutor(Executor):
         except Exception as e:
             raise PartNotPicklable(str(e)) from e
         self._part_bytes = None
-        self.part_known = threading.Event()
         self._held = held
-        self._waiting: list = []  # (conn, hello) of workers that said hello before the pipeline was theirs to get
-        self._waiting_lock = threading.Lock()
         self.tasks = TaskPool()  # backlog, late binding, attempts, cancelled generations
         self.workers = workers
         self.describe_index = part.source.where
         self.timeout = part.timeout  # seconds a sample may run (map(timeout=...)), or None
         self.prefix = segment_prefix()
-        self.authkey = os.urandom(32)
-        self.listener = Listener(listen_address(), backlog=max(LISTEN_BACKLOG, workers + 1), authkey=self.authkey)
-        self.accepted: queue.SimpleQueue = queue.SimpleQueue()
-        self.wake_r, self.wake_w = wake_pipe()
-        self.readable = Readable(self.wake_r)  # the workers' pipes and the wake pipe, registered once each
-        self.closing = False
+        self.by_id: dict[int, Worker] = {}
+        self.handshake = Handshake(workers, self.by_id, self._release_switch_if_up)  # listener and accept thread
+        self.readable = Readable(self.handshake.wake_r)  # the workers' pipes and the wake pipe, registered once each
         self.views = SlotViews(mapped_bound())  # batches out as views of slots; past its bound they are copied
         self._releasing: collections.defaultdict = collections.defaultdict(list)  # worker id -> slots to hand back
         self.pool: list[Worker | None] = [None] * workers
-        self.by_id: dict[int, Worker] = {}
         self._pinned = False  # a stream shard was pinned to a worker: the count must not change
         self.restarts = 0  # workers replaced after dying with work in hand
         self._cancelled_through = -1  # the newest cancelled generation (`cancel`), as each worker's status word says
         self.start_failures = 0  # workers that died before becoming ready
         self._switch = SwitchHold()  # while any worker starts (`feedline._switch_interval`); the accept thread gives it back too
-        self.acceptor = threading.Thread(target=self._accept_loop, name="feedline-accept", daemon=True)
-        self.acceptor.start()
+        self.handshake.start()
         self.shared = SharedArrays()
         self.libraries: tuple[str, ...] = ()  # imported once by a zygote of the fork server, for every worker
         self._starting: threading.Thread | None = None  # held: pickles (copies large arrays) and forks beside the consumer
@@ -164,15 +156,11 @@ class ProcessExecutor(Executor):
         self._held = False
         if self._part_bytes is None:
             return  # still pickling (`__init__` releases once it is done)
-        with self._waiting_lock:
-            self.part_known.set()
-            waiting, self._waiting = self._waiting, []
-        for conn, hello in waiting:
-            self._send_part(conn, hello)
+        self.handshake.release(self._part_bytes)
 
     def connecting(self) -> bool:
         """Held workers not all waiting for the pipeline yet (the automatic choice judges no stretch meanwhile)."""
-        return self._held and (self.still_starting() or len(self._waiting) < sum(w is not None for w in self.pool))
+        return self._held and (self.still_starting() or self.handshake.waiting_count() < sum(w is not None for w in self.pool))
 
     def still_starting(self) -> bool:
         """Held workers whose pipeline is still being pickled (its large arrays copied) or who are not all forked yet."""
@@ -218,80 +206,26 @@ class ProcessExecutor(Executor):
             "worker_id": wid,
             "parent_pid": os.getpid(),
             "prefix": self.prefix,
-            "address": self.listener.address,
-            "authkey": self.authkey,
+            "address": self.handshake.address,
+            "authkey": self.handshake.authkey,
             "sys_path": list(sys.path),
         }
         worker = Worker(wid, position, start_process(boot, self.libraries), SlotReader(wid, self.views))
         self.pool[position] = worker
         self.by_id[wid] = worker
 
-    def _accept_loop(self) -> None:
-        while not self.closing:
-            try:
-                conn = self.listener.accept()  # authenticates with the key, or raises
-            except Exception:  # closed, a failed handshake, or a worker dying mid-connect
-                if self.closing:
-                    return
-                continue
-            if self.closing:
-                conn.close()
-                return
-            # The handshake happens here, not in the consumer's thread, so a
-            # consumer busy with a long task does not hold workers back.
-            try:
-                if not conn.poll(START_TIMEOUT):
-                    raise EOFError
-                hello = decode(conn.recv_bytes())
-            except (EOFError, OSError):
-                conn.close()  # it died before saying hello; the start-up check sees its exit
-                continue
-            with self._waiting_lock:
-                held = not self.part_known.is_set()  # held, or still pickling: `release` sends it
-                if held:
-                    self._waiting.append((conn, hello))
-            if held:
-                self._release_switch_if_up()  # held workers may wait long for the pipeline: nothing starts meanwhile
-                continue
-            self._send_part(conn, hello)
-            self._release_switch_if_up()  # here too: the consumer may not poll again for long (an epoch ended)
-
-    def _send_part(self, conn, hello) -> None:
-        """Send a worker that said hello the pipeline; it is the consumer's from then on (`_take_accepted`)."""
-        if self.closing:
-            conn.close()
-            return
+    def _adopt(self, worker: Worker, conn, hello) -> None:
+        """``worker``'s connection, now that it has the pipeline (`Handshake.take`): polled, its status segment mapped."""
+        worker.conn = conn
+        self.readable.add(conn, worker)
         try:
-            conn.send_bytes(encode(SendPart(self._part_bytes)))
-        except (EOFError, OSError):
-            conn.close()  # it died meanwhile; the start-up check sees its exit
+            worker.status = Segment.attach(hello.status_segment)
+        except SegmentGone:  # it exited right after saying hello (its status segment was a memory file)
+            self._lost(worker)
             return
-        worker = self.by_id.get(hello.worker_id)
-        if worker is not None:
-            worker.has_part = True
-        self.accepted.put((conn, hello))
-        self.wake_w.send_bytes(b"w")
-
-    def _take_accepted(self) -> None:
-        while True:
-            try:
-                conn, hello = self.accepted.get_nowait()
-            except queue.Empty:
-                return
-            worker = self.by_id.get(hello.worker_id)
-            if worker is None:
-                conn.close()
-                continue
-            worker.conn = conn
-            self.readable.add(conn, worker)
-            try:
-                worker.status = Segment.attach(hello.status_segment)
-            except SegmentGone:  # it exited right after saying hello (its status segment was a memory file)
-                self._lost(worker)
-                continue
-            unlink(hello.status_segment)
-            worker.ring = status_ring(worker.status.buf)
-            worker.mark_cancelled(self._cancelled_through)
+        unlink(hello.status_segment)
+        worker.ring = status_ring(worker.status.buf)
+        worker.mark_cancelled(self._cancelled_through)
 
     # ------------------------------------------------------------- dispatch
     def submit(self, key, task, affinity=None):
@@ -367,7 +301,7 @@ class ProcessExecutor(Executor):
             return events
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
-            self._take_accepted()
+            self.handshake.take(self._adopt)
             self._take_releases()  # before blocking: a worker on a full /dev/shm may be waiting for one (`SlotWriter._handed_back`)
             self._send_releases()
             starting = [w for w in self.pool if w is not None and not w.ready]
@@ -396,7 +330,7 @@ class ProcessExecutor(Executor):
         events = []
         for conn, worker in self.readable.wait(step):
             if worker is None:  # the wake pipe: the accept thread took a connection
-                self.wake_r.recv_bytes()
+                self.handshake.wake_r.recv_bytes()
                 continue
             received = time.perf_counter()
             try:
@@ -426,8 +360,8 @@ class ProcessExecutor(Executor):
         Not at `Ready`: nothing may poll the workers until the next epoch, and the user's threads would run at the
         short interval meanwhile. Whoever waits for work later holds the interval itself (`Executor.workers_elsewhere`).
         """
-        with self._waiting_lock:  # (waiting while the pipeline is pickled is still starting: it is sent at once after)
-            waiting = {hello.worker_id for _, hello in self._waiting} if self._held else set()
+        # (waiting while the pipeline is pickled is still starting: it is sent at once after)
+        waiting = self.handshake.waiting_ids() if self._held else set()
         if all(w is None or w.ready or w.has_part or w.id in waiting for w in list(self.pool)):
             self._switch.give_back()
 
@@ -550,25 +484,22 @@ class ProcessExecutor(Executor):
         return [w.proc.pid for w in self.pool if w is not None]
 
     # ------------------------------------------------------------- shutdown
+    @property
+    def closing(self) -> bool:
+        """`close` has begun: no worker starts from then on, and the hand-shake sends none the pipeline."""
+        return self.handshake.closing
+
     def close(self):
         if self.closing:
             return
-        self.closing = True
+        self.handshake.closing = True
         if self.still_starting() and self._starting is not threading.current_thread():
             self._starting.join()  # it forks no worker once closing is set: the ones it forked are closed below
         with short_switch_interval():  # its waits for the workers' exits get the GIL back sooner beside busy threads
             self._close()
 
     def _close(self):
-        with self._waiting_lock:
-            self.part_known.set()  # (a hello from now on is not kept waiting)
-            waiting, self._waiting = self._waiting, []
-        for conn, _ in waiting:  # held workers, never given the pipeline: they stop as told (or are terminated below)
-            try:
-                conn.send_bytes(encode(Stop()))
-            except OSError:
-                pass
-            conn.close()
+        self.handshake.stop_waiting()  # held workers, never given the pipeline: they stop as told (or are terminated below)
         workers = [w for w in self.pool if w is not None]
         for w in workers:
             if w.conn is not None:
@@ -597,15 +528,7 @@ class ProcessExecutor(Executor):
                 w.proc.wait()
             if w.conn is not None:
                 w.conn.close()
-        wake_listener(self.listener.address)  # the accept thread sees `closing` and exits
-        self.listener.close()
-        self.acceptor.join(timeout=1.0)
-        while True:  # connections accepted but never taken over
-            try:
-                conn, _ = self.accepted.get_nowait()
-            except queue.Empty:
-                break
-            conn.close()
+        self.handshake.close()  # the accept thread sees `closing` and exits
         for w in workers:
             sweep(f"{self.prefix}w{w.id}_")
         self.pool = [None] * self.workers

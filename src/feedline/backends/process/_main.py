@@ -90,14 +90,8 @@ def main() -> None:
     run(boot)
 
 
-def run(boot: dict) -> None:
-    """Serve tasks until told to stop or the consumer is gone.
-
-    ``boot["parent_pid"]`` is this process's parent: the consumer, or the
-    fork server (`_forkserver`), which exits when the consumer does.
-    A forked worker also gets the consumer's current directory and
-    environment, which a fresh interpreter inherits by itself.
-    """
+def _settle(boot: dict) -> None:
+    """Before anything is imported: SIGINT ignored, the consumer's import path, and (forked) its directory and environment."""
     if hasattr(signal, "SIGINT"):
         signal.signal(signal.SIGINT, signal.SIG_IGN)
     sys.path[:] = boot["sys_path"]
@@ -106,6 +100,28 @@ def run(boot: dict) -> None:
         os.environ.clear()
         os.environ.update(boot["env"])
     mark_worker()  # user code that describes a pipeline here starts no fork server ahead of time
+
+
+def _publish(writer, result, part):
+    """Place a finished task's batch in a shared-memory slot: the fields `Done` names it by, or None (it is pickled)."""
+    if result.payload is not None and part.batch_size is not None:
+        fields = writer.publish(result.payload)  # None: not for shared memory, pickled instead
+        if fields is not None:
+            result.payload = None
+        return fields
+    writer.publish(None)  # nothing to place: the slots the task took are free again
+    return None
+
+
+def run(boot: dict) -> None:
+    """Serve tasks until told to stop or the consumer is gone.
+
+    ``boot["parent_pid"]`` is this process's parent: the consumer, or the
+    fork server (`_forkserver`), which exits when the consumer does.
+    A forked worker also gets the consumer's current directory and
+    environment, which a fresh interpreter inherits by itself.
+    """
+    _settle(boot)
 
     from multiprocessing.connection import Client
 
@@ -230,13 +246,7 @@ def run(boot: dict) -> None:
                 except BaseException as exc:  # reported to the consumer, never swallowed
                     result = Result(error=TaskError.from_exception(exc))
                 status[1] = -1
-                fields = None
-                if result.payload is not None and part.batch_size is not None:
-                    fields = writer.publish(result.payload)  # None: not for shared memory, pickled instead
-                    if fields is not None:
-                        result.payload = None
-                else:
-                    writer.publish(None)  # nothing to place: the slots the task took are free again
+                fields = _publish(writer, result, part)
                 try:
                     send(Done(key, result, fields))
                 except (OSError, EOFError):  # the consumer is gone

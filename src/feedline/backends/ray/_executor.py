@@ -393,6 +393,24 @@ class RayExecutor(Executor):
         if not actor.ready:
             self._on_start_failure(actor, error)
             return []
+        events, unfinished, redo = self._finished_before_death(actor)
+        self._forget(actor)
+        if self.closing:
+            return events
+        self.restarts += 1
+        how = _short(error)
+        for call in unfinished:
+            key = call.key if call.probe is None else call.key[0]
+            if not any(k == key for k, _ in redo):
+                redo.append((key, call.task))
+        if unfinished:
+            redo = self._blame(unfinished[0], redo, how)
+        self._spawn(actor.position)
+        self.tasks.requeue(redo, actor.position)
+        return events
+
+    def _finished_before_death(self, actor: _Actor) -> tuple[list, list, list]:
+        """``(events, unfinished, redo)`` of a dead actor's calls: up to the first without a result, what it finished."""
         calls = list(actor.outstanding.values())
         # A dead actor's calls all resolve promptly; results it finished first are kept.
         self.ray.wait([c.ref for c in calls], num_returns=len(calls), timeout=2.0)
@@ -413,30 +431,21 @@ class RayExecutor(Executor):
                     redo.append((call.key[0], call.task))
             else:
                 unfinished.append(call)
-        self._forget(actor)
-        if self.closing:
-            return events
-        self.restarts += 1
-        how = _short(error)
-        for call in unfinished:
-            key = call.key if call.probe is None else call.key[0]
-            if not any(k == key for k, _ in redo):
-                redo.append((key, call.task))
-        if unfinished:
-            running = unfinished[0]
-            key = running.key if running.probe is None else running.key[0]
-            attempts = self.tasks.blame(key)
-            if key in self.isolate or attempts >= MAX_ATTEMPTS:
-                redo = [(k, t) for k, t in redo if k != key]
-                if self.tasks.live(key):
-                    self.tasks.hold([Event(key, self._death_result(running, how))])
-                self.tasks.attempts.pop(key, None)
-                self.isolate.pop(key, None)
-            elif attempts == MAX_ATTEMPTS - 1 and running.task.indices is not None:
-                self.isolate[key] = 0 if len(running.task.indices) > 1 else 1  # one sample: the task is its probe
-        self._spawn(actor.position)
-        self.tasks.requeue(redo, actor.position)
-        return events
+        return events, unfinished, redo
+
+    def _blame(self, running: _Call, redo: list, how: str) -> list:
+        """The call the actor died in (``running``) counts an attempt: its task fails, runs isolated, or again (``redo``)."""
+        key = running.key if running.probe is None else running.key[0]
+        attempts = self.tasks.blame(key)
+        if key in self.isolate or attempts >= MAX_ATTEMPTS:
+            redo = [(k, t) for k, t in redo if k != key]
+            if self.tasks.live(key):
+                self.tasks.hold([Event(key, self._death_result(running, how))])
+            self.tasks.attempts.pop(key, None)
+            self.isolate.pop(key, None)
+        elif attempts == MAX_ATTEMPTS - 1 and running.task.indices is not None:
+            self.isolate[key] = 0 if len(running.task.indices) > 1 else 1  # one sample: the task is its probe
+        return redo
 
     def _death_result(self, running: _Call, how: str) -> Result:
         task = running.task
