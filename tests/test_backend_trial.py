@@ -24,9 +24,9 @@ from conftest import switch_interval_holds, switch_intervals_while_iterating
 
 import feedline as fl
 from feedline import testing
-from feedline.backends import Executor, make_executor
+from feedline.backends import Event, Executor, make_executor
 from feedline.engine.choice import DEFAULT_POLICY, Action, Phase, decide, predict
-from feedline.worker import Task
+from feedline.worker import Result, Task
 
 
 @pytest.fixture
@@ -480,9 +480,26 @@ class _ScriptedThreads(Executor):
         self.kept_running: int | None = None  # what the trial asked `pause_beyond` for
         self.narrowed_to: int | None = None  # ... and `narrow` (None once resumed)
         self.runnable = 0.0  # cores' worth of time they are runnable but kept off the cores by other programs
+        self.tasks: list = []  # tasks the trial sent them: done at its next look, unless ``holding``
+        self.holding = False
+        self.task_cpu = 0.01  # CPU seconds of each task they do (in 10 ms of scripted time)
 
     def advance(self, seconds: float) -> None:
         self.now += seconds
+
+    def submit(self, key, task, affinity=None) -> None:
+        self.tasks.append((key, task))
+
+    def outstanding(self) -> int:
+        return len(self.tasks)
+
+    def wait(self, timeout) -> list:
+        """The tasks sent since the last look, done: a row per index, begun now, 10 ms long (none while ``holding``)."""
+        if self.holding:
+            return []
+        done, self.tasks = self.tasks, []
+        return [Event(key, Result(rows=len(task.indices), span=(self.now, self.now + 0.01), cpu=self.task_cpu,
+                                  worker=n % self.workers)) for n, (key, task) in enumerate(done)]
 
     def side_by_side(self):
         begun = self.begun + int(self.rate * self.now)
@@ -624,16 +641,19 @@ def test_scouts_that_other_programs_keep_off_the_cores_are_not_taken_for_threads
 def test_threads_measured_alone_leave_out_the_pieces_of_the_epochs_last_batches():
     # Pieces (a few rows each, to whichever thread is free) ran beside fewer busy threads than the pool: sixteen
     # GIL-bound threads measured on them "kept 2 of 2 cores busy" and beat processes that ran twice as fast.
-    threads = _ScriptedThreads(1.0, 400, begun=2)
-    with testing.trial_clock(lambda: threads.now):
-        trial = testing.backend_trial(threads, _Started, 2)
+    threads = _ScriptedThreads(1.68, 400, begun=2)  # short of keeping both cores busy: the processes start
+    with testing.trial_clock(lambda: threads.now), _no_fork_server():
+        trial = testing.backend_trial(threads, lambda: _AnsweringProcesses(threads, 2, rows=8), 2)
         try:
-            trial._threads_alone_from = 0.0  # the threads run alone from here (`_advance`)
-            result = types.SimpleNamespace(span=(0.1, 0.2), rows=1, cpu=0.1, cpu_wait=0.0, worker=0, error=None)
-            trial._observe(threads, result, piece=True)
-            assert testing.trial_snapshot(trial).observations.threads_alone.tasks == 0, "a piece is not a measure of the pool"
-            trial._observe(threads, result)
-            assert testing.trial_snapshot(trial).observations.threads_alone.tasks == 1
+            _measure_the_processes(trial, threads)
+            assert trial.phase is Phase.MEASURING_THREADS, trial.note  # no thread task in: no bound, threads measured
+            for number, piece in ((4, True), (5, False)):  # the threads alone from here
+                threads.advance(0.005)
+                trial.submit((0, number), Task(epoch=0, number=number, indices=np.arange(8 * number, 8 * number + 8),
+                                               piece=piece))
+                assert len(trial.wait(0)) == 1
+                measured = testing.trial_snapshot(trial).observations.threads_alone.tasks
+                assert measured == (0 if piece else 1), "a piece is not a measure of the pool" if piece else measured
         finally:
             trial.close()
 
@@ -682,6 +702,52 @@ class _Started(Executor):  # process workers that never come up: the trial only 
 
     def close(self) -> None:
         self.closed = True
+
+
+class _AnsweringProcesses(_Started):
+    """Process workers up at once that do the tasks sent at the trial's next look: ``rows`` rows in 0.1 s of the threads'
+    scripted time each, one worker after another."""
+
+    def __init__(self, threads: _ScriptedThreads, workers: int, rows: int):
+        super().__init__()
+        self.threads, self.workers, self.cores, self.rows = threads, workers, workers, rows
+        self.tasks: list = []
+        self.sent = 0
+
+    def wait_ready(self, timeout=None) -> bool:
+        return True
+
+    def submit(self, key, task, affinity=None) -> None:
+        self.tasks.append((key, self.sent % self.workers))
+        self.sent += 1
+
+    def outstanding(self) -> int:
+        return len(self.tasks)
+
+    def wait(self, timeout) -> list:
+        done, self.tasks, now = self.tasks, [], self.threads.now
+        return [Event(key, Result(rows=self.rows, span=(now, now + 0.1), cpu=0.1, worker=worker)) for key, worker in done]
+
+
+def _no_fork_server():
+    """The trial sees no fork server, and starts none: its workers here are scripted."""
+    return testing.trial_fork_server(warming_up=lambda: False, warmed_up=lambda: False, warm_up=lambda backend: None)
+
+
+def _measure_the_processes(trial, threads: _ScriptedThreads) -> None:
+    """Look at the trial every 5 ms of scripted time until the threads' clocks start the process workers
+    (`_AnsweringProcesses`, up at once), then send each worker two tasks: its first (its warm-up, left out), then
+    one that is measured."""
+    while not trial.processes_started and threads.now < 1.0:
+        threads.advance(0.005)
+        trial.wait(0)
+    assert trial.phase is Phase.MEASURING_PROCESSES, trial.note
+    workers = trial.processes.workers
+    for first in (0, workers):
+        threads.advance(0.005)
+        for number in range(first, first + workers):
+            trial.submit((0, number), Task(epoch=0, number=number, indices=np.arange(8 * number, 8 * number + 8)))
+        assert len(trial.wait(0)) == workers
 
 
 def _verdict_after(threads: _ScriptedThreads, seconds: float, make_processes=_Started, workers: int = 2,
@@ -1305,20 +1371,30 @@ def test_a_core_spun_by_a_library_thread_outside_the_consumer_does_not_make_gil_
 
 
 def _measured_alone(kept_grown: float, seconds: float) -> tuple[str | None, str]:
-    """Scouts kept their 4 cores busy and the processes reached 80 % of the threads' bound: sixteen threads are
-    measured alone, keeping ``kept_grown`` of 16 cores busy. The verdict after ``seconds`` (no thread task is in)."""
+    """Four scouts kept 3.96 of their 4 cores busy, one of them did 400 samples in a CPU second, and the processes were
+    measured at 5,120 samples/s, short of the threads' bound: sixteen threads are measured alone, keeping
+    ``kept_grown`` of 16 cores busy. The verdict ``seconds`` after that (no thread task is in by then).
+
+    The scouts start the processes under a policy on which threads keep the work only keeping every core busy
+    (`Policy.process_margin` 1; by default they would become the whole pool, judged anew)."""
     threads = _ScriptedScouts(kept=0.99 * 4, kept_grown=kept_grown)
-    with testing.trial_clock(lambda: threads.now):
-        trial = testing.backend_trial(threads, _Started, 16)
+    threads.task_cpu = 1.0
+    every_core = dataclasses.replace(DEFAULT_POLICY, process_margin=1.0)
+    with testing.trial_clock(lambda: threads.now), _no_fork_server():
+        trial = testing.backend_trial(threads, lambda: _AnsweringProcesses(threads, 16, rows=32), 16, policy=every_core)
         try:
-            trial._cores_kept, trial._judged = 0.99 * 4, 4  # the scouts' verdict: not held back
-            trial._thread_rows, trial._thread_cpu = 400.0, 1.0  # their CPU rate: 400 samples per CPU second
-            for _ in range(16):  # the processes' measurement: 16 tasks of 32 rows in 0.1 s each = 5,120 samples/s
-                trial._measure[trial.processes].add(types.SimpleNamespace(span=(0.0, 0.1), rows=32, cpu=0.1))
-            trial.phase = Phase.MEASURING_PROCESSES
-            while threads.now < seconds and trial.winner is None:
+            trial.submit((0, 100), Task(epoch=0, number=100, indices=np.arange(400)))  # their CPU rate: 400 a CPU second
+            _measure_the_processes(trial, threads)  # 16 tasks of 32 rows in 0.1 s each = 5,120 samples/s
+            seen = testing.trial_snapshot(trial).observations
+            assert seen.cores_kept == pytest.approx(0.99 * 4) and seen.judged == 4 and seen.cpu_rate == 400, seen
+            assert trial.phase is Phase.MEASURING_THREADS and threads.workers == 16, trial.note
+            threads.holding = True  # their tasks are not in before the verdict
+            for number in range(200, 216):
+                trial.submit((0, number), Task(epoch=0, number=number, indices=np.arange(8)))
+            until = threads.now + seconds
+            while threads.now < until and trial.winner is None:
                 threads.advance(0.005)
-                trial._advance()
+                trial.wait(0)
             return trial.winner, trial.note
         finally:
             trial.close()
