@@ -24,10 +24,9 @@ from conftest import switch_interval_holds, switch_intervals_while_iterating
 
 import feedline as fl
 from feedline import testing
-from feedline.backends import Executor
-from feedline.backends._thread import ThreadExecutor
-from feedline.engine.choice import DEFAULT_POLICY, Phase
-from feedline.worker import Task
+from feedline.backends import Event, Executor, make_executor
+from feedline.engine.choice import DEFAULT_POLICY, Action, Phase, decide, predict
+from feedline.worker import Result, Task
 
 
 @pytest.fixture
@@ -55,6 +54,11 @@ def slower_pure_python(v):  # ~4 ms: paused threads are mid-sample for longer th
     return pure_python(v)
 
 
+def _threads(part, workers: int, cores: int = 1) -> Executor:
+    """A thread pool of ``workers`` running ``part``, as the engine starts one (``cores``: the cores it counts on)."""
+    return make_executor("thread", part, workers, cores=cores)
+
+
 def _thread_part(fn, n=64, batch=8):
     return fl.from_arrays(np.arange(n)).map(fn, backend="thread").batch(batch).plan.part
 
@@ -67,7 +71,7 @@ def _collect(executor, count, timeout=30.0):
 
 
 def test_queued_thread_tasks_are_taken_back_in_submission_order_and_never_run():
-    executor = ThreadExecutor(_thread_part(slow_identity), workers=1)
+    executor = _threads(_thread_part(slow_identity), workers=1)
     try:
         for number in range(4):
             executor.submit((0, number), Task(epoch=0, number=number, indices=np.arange(8 * number, 8 * number + 8)))
@@ -121,9 +125,7 @@ def test_an_executor_without_the_trials_capabilities_sees_nothing_steers_nothing
 
 
 def test_the_trials_stand_in_for_a_backend_not_started_holds_nothing_and_has_the_neutral_capabilities():
-    from feedline.engine._trial import NotStarted
-
-    waiting = NotStarted(4, "thread", cores=2)
+    waiting = testing.not_started(4, "thread", cores=2)
     assert waiting.outstanding() == 0 and waiting.wait(0) == [] and waiting.side_by_side() is None
     assert waiting.take_queued() == [] and waiting.resume(give_back=True) == [] and waiting.take_returned() == []
     with pytest.raises(RuntimeError, match="never started"):
@@ -140,7 +142,7 @@ def waits_for_the_test(v):
 
 def test_thread_clocks_read_side_by_side_name_their_fields():
     _go_on.clear()
-    executor = ThreadExecutor(_thread_part(waits_for_the_test), workers=2)
+    executor = _threads(_thread_part(waits_for_the_test), workers=2)
     executor.watch_progress(True)
     try:
         executor.submit((0, 0), Task(epoch=0, number=0, indices=np.arange(8)), affinity=0)  # on thread 0
@@ -159,10 +161,8 @@ def test_thread_clocks_read_side_by_side_name_their_fields():
 
 
 def test_an_abandoned_thread_task_keeps_the_rows_it_did_and_its_rest_joins_them_to_the_same_batch():
-    from feedline.engine._tail import join
-
     part = _thread_part(slow_identity, n=40, batch=40)
-    executor = ThreadExecutor(part, workers=1)
+    executor = _threads(part, workers=1)
     executor.watch_progress(True)  # as the automatic choice does while undecided
     try:
         task = Task(epoch=0, number=0, indices=np.arange(40))
@@ -177,7 +177,7 @@ def test_an_abandoned_thread_task_keeps_the_rows_it_did_and_its_rest_joins_them_
         assert executor.outstanding() == 0
         executor.submit(key, Task(epoch=0, number=0, indices=task.indices[k:]))  # the rest (on a process worker)
         [event] = _collect(executor, 1)
-        joined = join([returned.partial, event.result], [task.indices[:k], task.indices[k:]])
+        joined = testing.join_pieces([returned.partial, event.result], [task.indices[:k], task.indices[k:]])
         assert joined.error is None and joined.rows == 40 and joined.payload.tolist() == list(range(40))
     finally:
         executor.close()
@@ -189,7 +189,7 @@ def _with_map_batch(fn):
 
 def test_an_abandoned_task_whose_batch_a_step_sees_whole_comes_back_whole():
     # a map_batch in the worker would see the first rows alone: such a task cannot be split, it runs again whole
-    executor = ThreadExecutor(_with_map_batch(slow_identity), workers=1)
+    executor = _threads(_with_map_batch(slow_identity), workers=1)
     executor.watch_progress(True)
     try:
         executor.submit((0, 0), Task(epoch=0, number=0, indices=np.arange(40)))
@@ -204,7 +204,7 @@ def test_an_abandoned_task_whose_batch_a_step_sees_whole_comes_back_whole():
 
 def test_paused_threads_wait_between_samples_and_give_their_tasks_back_whole():
     part = _thread_part(slow_identity, n=80, batch=20)
-    executor = ThreadExecutor(part, workers=4)
+    executor = _threads(part, workers=4)
     executor.watch_progress(True)  # as the automatic choice does while undecided
     try:
         tasks = {(0, n): Task(epoch=0, number=n, indices=np.arange(20 * n, 20 * n + 20)) for n in range(4)}
@@ -234,7 +234,7 @@ def _eight_rows(n: int) -> Task:
 
 
 def test_narrowed_threads_finish_what_they_run_and_their_queued_tasks_and_new_ones_go_to_the_threads_kept():
-    executor = ThreadExecutor(_thread_part(slow_identity, n=80, batch=8), workers=2)
+    executor = _threads(_thread_part(slow_identity, n=80, batch=8), workers=2)
     try:
         for n in range(4):
             executor.submit((0, n), _eight_rows(n))  # threads 0 and 1 each run one and hold one queued
@@ -258,7 +258,7 @@ def test_narrowed_threads_finish_what_they_run_and_their_queued_tasks_and_new_on
 
 
 def test_threads_narrowed_then_let_go_by_the_worker_tuner_take_tasks_on_every_thread_kept_once_resumed():
-    executor = ThreadExecutor(_thread_part(slow_identity, n=80, batch=8), workers=4)
+    executor = _threads(_thread_part(slow_identity, n=80, batch=8), workers=4)
     try:
         executor.narrow(1)
         assert executor.shrink(3)
@@ -357,8 +357,6 @@ def test_once_processes_win_the_consumer_waits_for_their_batches_with_a_short_gi
         switch_interval, no_leaks):
     # Beside Python threads of the program that hold the GIL, a batch that came back waits up to the switch interval
     # for the consumer at every hand-off (4096 tiny samples beside two spinning threads: 1.52 s an epoch, 0.89 short).
-    from feedline._switch_interval import STARTUP_SWITCH_INTERVAL
-
     pipe = fl.from_arrays(np.arange(400)).map(pure_python).batch(5)
     expected = [list(range(k + 1, k + 6)) for k in range(0, 400, 5)]
     with pipe:
@@ -371,7 +369,7 @@ def test_once_processes_win_the_consumer_waits_for_their_batches_with_a_short_gi
             pytest.skip(f"the trial did not choose processes here: {stats.decision}")
         again, seen = switch_intervals_while_iterating(pipe)
     assert again == expected
-    assert min(seen) <= STARTUP_SWITCH_INTERVAL, "the consumer waited for the processes' batches at the user's interval"
+    assert min(seen) <= testing.short_switch_interval(), "the consumer waited for the processes' batches at the user's interval"
     assert sys.getswitchinterval() == switch_interval
 
 
@@ -472,14 +470,6 @@ def test_threads_grown_for_io_that_meet_the_gil_are_tried_against_processes_and_
 
 
 # ------------------------------------------------------------- the GIL verdict, on scripted clocks
-def _script_clock(monkeypatch, clock) -> None:
-    """The trial's modules read ``clock`` (``perf_counter``, ``thread_time``) instead of the real one."""
-    from feedline.engine import _trial, _trial_again, _trial_gil, _trial_handover, _trial_start
-
-    for module in (_trial, _trial_again, _trial_gil, _trial_handover, _trial_start):
-        monkeypatch.setattr(module, "time", clock)
-
-
 class _ScriptedThreads(Executor):
     """Two threads as the trial reads them through the `Executor` capabilities: CPU clocks and samples begun, advanced by the test."""
 
@@ -490,9 +480,26 @@ class _ScriptedThreads(Executor):
         self.kept_running: int | None = None  # what the trial asked `pause_beyond` for
         self.narrowed_to: int | None = None  # ... and `narrow` (None once resumed)
         self.runnable = 0.0  # cores' worth of time they are runnable but kept off the cores by other programs
+        self.tasks: list = []  # tasks the trial sent them: done at its next look, unless ``holding``
+        self.holding = False
+        self.task_cpu = 0.01  # CPU seconds of each task they do (in 10 ms of scripted time)
 
     def advance(self, seconds: float) -> None:
         self.now += seconds
+
+    def submit(self, key, task, affinity=None) -> None:
+        self.tasks.append((key, task))
+
+    def outstanding(self) -> int:
+        return len(self.tasks)
+
+    def wait(self, timeout) -> list:
+        """The tasks sent since the last look, done: a row per index, begun now, 10 ms long (none while ``holding``)."""
+        if self.holding:
+            return []
+        done, self.tasks = self.tasks, []
+        return [Event(key, Result(rows=len(task.indices), span=(self.now, self.now + 0.01), cpu=self.task_cpu,
+                                  worker=n % self.workers)) for n, (key, task) in enumerate(done)]
 
     def side_by_side(self):
         begun = self.begun + int(self.rate * self.now)
@@ -527,7 +534,7 @@ class _ScriptedScouts(_ScriptedThreads):
         return True
 
 
-def test_on_many_cores_a_few_scout_threads_are_judged_first_and_the_whole_pool_before_threads_win(monkeypatch):
+def test_on_many_cores_a_few_scout_threads_are_judged_first_and_the_whole_pool_before_threads_win():
     from feedline.engine.choice import DEFAULT_POLICY as P
     from feedline.engine.choice import first_threads
 
@@ -535,20 +542,20 @@ def test_on_many_cores_a_few_scout_threads_are_judged_first_and_the_whole_pool_b
     assert first_threads(16, 2) == P.scouts and first_threads(P.scouts, 2) == P.scouts  # (see below)
     # scouts held back by the GIL: the processes start, and no more threads do
     scouts, notes = _ScriptedScouts(kept=1.0, kept_grown=1.0), []
-    assert _verdict_after(monkeypatch, scouts, 0.1, workers=16, notes=notes) == "process"
+    assert _verdict_after(scouts, 0.1, workers=16, notes=notes) == "process"
     assert scouts.grown_to is None and scouts.kept_running == 0
     assert f"the first {P.scouts} of 16, started to judge" in notes[0], "the report says why 4 threads of 16"
     # scouts that lose a little of their cores to the GIL lose more as sixteen (jpeg: 3.35-3.7 of 4, 6 of 16)
     scouts = _ScriptedScouts(kept=0.93 * P.scouts, kept_grown=15.6)
-    assert _verdict_after(monkeypatch, scouts, 0.3, workers=16) == "process"
+    assert _verdict_after(scouts, 0.3, workers=16) == "process"
     assert scouts.grown_to is None
     # scouts that keep their cores busy say nothing of sixteen threads: those are judged again, and lose here ...
     scouts = _ScriptedScouts(kept=0.99 * P.scouts, kept_grown=5.5)
-    assert _verdict_after(monkeypatch, scouts, 0.3, workers=16) == "process"
+    assert _verdict_after(scouts, 0.3, workers=16) == "process"
     assert scouts.grown_to == 16
     # ... or keep the work when sixteen keep their cores busy too
     scouts, notes = _ScriptedScouts(kept=0.99 * P.scouts, kept_grown=15.6), []
-    assert _verdict_after(monkeypatch, scouts, 0.3, workers=16, notes=notes) == "thread"
+    assert _verdict_after(scouts, 0.3, workers=16, notes=notes) == "thread"
     assert scouts.grown_to == 16 and notes[0].startswith("16 threads side by side kept"), notes
 
 
@@ -562,38 +569,38 @@ class _Pausing(_ScriptedScouts):
         self.paused_at = self.now
 
 
-def test_scouts_are_judged_while_the_fork_server_started_with_the_map_imports_where_it_has_a_core_of_its_own(monkeypatch):
+def test_scouts_are_judged_while_the_fork_server_started_with_the_map_imports_where_it_has_a_core_of_its_own():
     # 16 cores: the server starts importing when the map is described (0.35-0.8 s on an H200 host). Judged only after
     # it, story 1's GIL-bound scouts got their verdict ~0.4 s in and the workers were up at 0.77-1.20 s (0.41-0.52 by
     # hand); story 2's decoded crops ran on four scouts alone until the workers came, twelve cores idle
     from feedline.engine.choice import DEFAULT_POLICY as P
 
     held = _Pausing(kept=1.0, kept_grown=1.0)
-    assert _verdict_after(monkeypatch, held, 0.1, workers=16, server_up=False, importing=0.4, started_with_map=True,
+    assert _verdict_after(held, 0.1, workers=16, server_up=False, importing=0.4, started_with_map=True,
                           polls_after=0.4) == "process", "no verdict beside the server's imports"
     # ... and the scouts go on until the server is up (paused from the verdict, they left every core idle meanwhile)
     assert held.kept_running == 0 and held.paused_at == pytest.approx(0.4, abs=0.011), held.paused_at
     # scouts that keep their cores busy become the whole pool meanwhile; sixteen threads on 16 cores are judged only
     # once the server is up (its imports would take a core from them)
     busy = _ScriptedScouts(kept=0.99 * P.scouts, kept_grown=15.6)
-    assert _verdict_after(monkeypatch, busy, 0.35, workers=16, server_up=False, importing=0.4, started_with_map=True) is None
+    assert _verdict_after(busy, 0.35, workers=16, server_up=False, importing=0.4, started_with_map=True) is None
     assert busy.grown_to == 16
     busy = _ScriptedScouts(kept=0.99 * P.scouts, kept_grown=15.6)
-    assert _verdict_after(monkeypatch, busy, 0.4 + P.evidence_span + 0.02, workers=16, server_up=False, importing=0.4,
+    assert _verdict_after(busy, 0.4 + P.evidence_span + 0.02, workers=16, server_up=False, importing=0.4,
                           started_with_map=True) == "thread"
     # two threads on 2 cores leave the server no core: not judged beside it (as before)
     two = _ScriptedThreads(1.0, 400, begun=2)
-    assert _verdict_after(monkeypatch, two, 0.3, server_up=False, importing=0.4, started_with_map=True) is None
+    assert _verdict_after(two, 0.3, server_up=False, importing=0.4, started_with_map=True) is None
 
 
 @pytest.mark.parametrize("cores", [2, 16])
-def test_scouts_that_wait_become_the_whole_pool_before_their_first_tasks_are_in(monkeypatch, cores):
+def test_scouts_that_wait_become_the_whole_pool_before_their_first_tasks_are_in(cores):
     # workers=32 on 2 cores for a map that waits on I/O (4 ms a sample, tasks of 64 ms): four scouts ran alone until
     # their first tasks showed the wait (0.33 s for the epoch against 0.28 for threads set by hand; 0.30 now)
     from feedline.engine.choice import DEFAULT_POLICY as P
 
     scouts = _ScriptedScouts(kept=0.04, kept_grown=0.3, cores=cores)
-    assert _verdict_after(monkeypatch, scouts, P.early_span + 0.02, workers=16) is None  # no verdict: they wait ...
+    assert _verdict_after(scouts, P.early_span + 0.02, workers=16) is None  # no verdict: they wait ...
     assert scouts.grown_to == 16, "... but the whole pool should wait with them at once"
 
 
@@ -603,53 +610,52 @@ def test_a_pool_measured_on_tasks_that_ran_beside_few_of_its_workers_is_credited
     # 2 cores busy: threads won a first run (360 samples/s against 345 for processes) on work processes run faster.
     from types import SimpleNamespace
 
-    from feedline.engine._trial_measure import Measure
-
-    alone = Measure(16, 2)
+    alone = testing.task_measure(16, 2)
     for _ in range(16):  # each task ran on a core of its own: 8 rows in 10 ms
         alone.add(SimpleNamespace(span=(0.0, 0.01), rows=8, cpu=0.01))
     assert alone.claimed_cores == pytest.approx(16) and alone.cores_busy == pytest.approx(2)
     assert alone.per_second == pytest.approx(2 * 8 / 0.01), "no more than 2 cores' worth"
-    shared = Measure(16, 2)
+    shared = testing.task_measure(16, 2)
     for _ in range(16):  # the whole pool side by side: each thread an eighth of a core, 8 rows in 80 ms
         shared.add(SimpleNamespace(span=(0.0, 0.08), rows=8, cpu=0.01))
     assert shared.cores_busy == pytest.approx(2) and shared.per_second == pytest.approx(16 * 8 / 0.08)
 
 
-def test_scouts_that_other_programs_keep_off_the_cores_are_not_taken_for_threads_that_wait(monkeypatch):
+def test_scouts_that_other_programs_keep_off_the_cores_are_not_taken_for_threads_that_wait():
     # Four GIL-bound scouts on 2 cores while the sixteen process workers of the pipeline before them exited used
     # under half a core between them, as scouts waiting on files do: the whole pool was started (1 run in ~30).
     from feedline.engine.choice import DEFAULT_POLICY as P
 
     starved = _ScriptedScouts(kept=0.3, kept_grown=0.3, cores=2)
     starved.runnable = 1.2  # runnable, not waiting: they would have used 1.5 cores
-    assert _verdict_after(monkeypatch, starved, P.early_span + 0.05, workers=16) is None
+    assert _verdict_after(starved, P.early_span + 0.05, workers=16) is None
     assert starved.grown_to is None, "threads kept off the cores say nothing of I/O: no growth"
     starved = _ScriptedScouts(kept=0.3, kept_grown=0.3, cores=2)
     starved.runnable = 1.2
-    assert _verdict_after(monkeypatch, starved, P.verdict_due + 0.05, workers=16) == "process"  # in time, as ever
+    assert _verdict_after(starved, P.verdict_due + 0.05, workers=16) == "process"  # in time, as ever
     waiting = _ScriptedScouts(kept=0.3, kept_grown=0.3, cores=2)
     waiting.runnable = 0.05
-    assert _verdict_after(monkeypatch, waiting, P.early_span + 0.05, workers=16) is None and waiting.grown_to == 16
+    assert _verdict_after(waiting, P.early_span + 0.05, workers=16) is None and waiting.grown_to == 16
 
 
-def test_threads_measured_alone_leave_out_the_pieces_of_the_epochs_last_batches(monkeypatch):
+def test_threads_measured_alone_leave_out_the_pieces_of_the_epochs_last_batches():
     # Pieces (a few rows each, to whichever thread is free) ran beside fewer busy threads than the pool: sixteen
     # GIL-bound threads measured on them "kept 2 of 2 cores busy" and beat processes that ran twice as fast.
-    from feedline.engine import _trial
-
-    threads = _ScriptedThreads(1.0, 400, begun=2)
-    _script_clock(monkeypatch, types.SimpleNamespace(perf_counter=lambda: threads.now, thread_time=lambda: 0.0))
-    trial = _trial.BackendTrial(threads, _Started, 2)
-    try:
-        trial._threads_alone_from = 0.0  # the threads run alone from here (`_advance`)
-        result = types.SimpleNamespace(span=(0.1, 0.2), rows=1, cpu=0.1, cpu_wait=0.0, worker=0, error=None)
-        trial._observe(threads, result, piece=True)
-        assert trial._measure[threads].tasks == 0, "a piece is not a measure of the pool"
-        trial._observe(threads, result)
-        assert trial._measure[threads].tasks == 1
-    finally:
-        trial.close()
+    threads = _ScriptedThreads(1.68, 400, begun=2)  # short of keeping both cores busy: the processes start
+    with testing.trial_clock(lambda: threads.now), _no_fork_server():
+        trial = testing.backend_trial(threads, lambda: _AnsweringProcesses(threads, 2, rows=8), 2)
+        try:
+            _measure_the_processes(trial, threads)
+            assert trial.phase is Phase.MEASURING_THREADS, trial.note  # no thread task in: no bound, threads measured
+            for number, piece in ((4, True), (5, False)):  # the threads alone from here
+                threads.advance(0.005)
+                trial.submit((0, number), Task(epoch=0, number=number, indices=np.arange(8 * number, 8 * number + 8),
+                                               piece=piece))
+                assert len(trial.wait(0)) == 1
+                measured = testing.trial_snapshot(trial).observations.threads_alone.tasks
+                assert measured == (0 if piece else 1), "a piece is not a measure of the pool" if piece else measured
+        finally:
+            trial.close()
 
 
 def test_many_more_threads_than_cores_are_judged_by_a_few_scouts_first(no_leaks):
@@ -669,17 +675,14 @@ def test_many_more_threads_than_cores_are_judged_by_a_few_scouts_first(no_leaks)
 
 
 def test_scouts_that_win_on_io_become_the_whole_pool_and_deliver_every_batch_once(monkeypatch, no_leaks):
-    from feedline.engine import _choice, _runtime
-
-    monkeypatch.setattr(_runtime, "default_workers", lambda: 16)  # a 16-core machine: four scouts first
-    monkeypatch.setattr(_choice, "default_workers", lambda: 16)
+    monkeypatch.setenv("PYTHON_CPU_COUNT", "16")  # a 16-core machine (as the user may set it): four scouts first
     monkeypatch.setenv("FEEDLINE_FORKSERVER", "0")  # (no process is needed: sleeping threads win on I/O)
     pipe = fl.from_arrays(np.arange(400)).map(slow_identity).batch(8)
     with pipe:
         it = iter(pipe)
         seen = [int(v) for batch in it for v in batch]
         decision, workers = it.stats().decision, it.stats().workers
-        threads = it._runtime.executor.threads.workers
+        threads = testing.executor(pipe).threads.workers
     assert seen == list(range(400))
     assert "wait on I/O" in decision, decision
     assert workers >= 16 and threads >= 16, f"the scouts were not joined by the rest: {threads} threads ({decision})"
@@ -701,98 +704,141 @@ class _Started(Executor):  # process workers that never come up: the trial only 
         self.closed = True
 
 
-def _verdict_after(monkeypatch, threads: _ScriptedThreads, seconds: float, make_processes=_Started, workers: int = 2,
+class _AnsweringProcesses(_Started):
+    """Process workers up at once that do the tasks sent at the trial's next look: ``rows`` rows in 0.1 s of the threads'
+    scripted time each, one worker after another."""
+
+    def __init__(self, threads: _ScriptedThreads, workers: int, rows: int):
+        super().__init__()
+        self.threads, self.workers, self.cores, self.rows = threads, workers, workers, rows
+        self.tasks: list = []
+        self.sent = 0
+
+    def wait_ready(self, timeout=None) -> bool:
+        return True
+
+    def submit(self, key, task, affinity=None) -> None:
+        self.tasks.append((key, self.sent % self.workers))
+        self.sent += 1
+
+    def outstanding(self) -> int:
+        return len(self.tasks)
+
+    def wait(self, timeout) -> list:
+        done, self.tasks, now = self.tasks, [], self.threads.now
+        return [Event(key, Result(rows=self.rows, span=(now, now + 0.1), cpu=0.1, worker=worker)) for key, worker in done]
+
+
+def _no_fork_server():
+    """The trial sees no fork server, and starts none: its workers here are scripted."""
+    return testing.trial_fork_server(warming_up=lambda: False, warmed_up=lambda: False, warm_up=lambda backend: None)
+
+
+def _measure_the_processes(trial, threads: _ScriptedThreads) -> None:
+    """Look at the trial every 5 ms of scripted time until the threads' clocks start the process workers
+    (`_AnsweringProcesses`, up at once), then send each worker two tasks: its first (its warm-up, left out), then
+    one that is measured."""
+    while not trial.processes_started and threads.now < 1.0:
+        threads.advance(0.005)
+        trial.wait(0)
+    assert trial.phase is Phase.MEASURING_PROCESSES, trial.note
+    workers = trial.processes.workers
+    for first in (0, workers):
+        threads.advance(0.005)
+        for number in range(first, first + workers):
+            trial.submit((0, number), Task(epoch=0, number=number, indices=np.arange(8 * number, 8 * number + 8)))
+        assert len(trial.wait(0)) == workers
+
+
+def _verdict_after(threads: _ScriptedThreads, seconds: float, make_processes=_Started, workers: int = 2,
                    notes: list | None = None, server_up: bool = True, trials: list | None = None, importing: float = 0.0,
                    started_with_map: bool = False, polls_after: float = 0.0, **trial_args) -> str | None:
-    """Poll the trial's GIL verdict every 5 ms of scripted time: 'process', 'thread', or None (no verdict yet).
+    """Look at the trial every 5 ms of scripted time, as the consumer does: 'process', 'thread', or None (no verdict yet).
 
-    ``notes`` (a list) gets what the report says of the threads' cores; ``trials`` the trial, closed.
-    ``server_up``: whether the fork server counts as up (none is started here; one asked for imports for ``importing``
-    seconds of scripted time, then counts as up; ``started_with_map``: asked at 0, as `start_early` does on
-    `START_AHEAD_CORES` cores or more). ``polls_after``: seconds the trial is polled on after its verdict (`_check_ready`).
+    Each look (``wait(0)``: nothing is submitted) judges the threads' clocks while the GIL is judged, and watches the
+    workers while they start. ``notes`` (a list) gets what the report says of the threads' cores; ``trials`` the trial,
+    closed. ``server_up``: whether the fork server counts as up (none is started here; one asked for imports for
+    ``importing`` seconds of scripted time, then counts as up; ``started_with_map``: asked at 0, as `start_early` does
+    on `START_AHEAD_CORES` cores or more). ``polls_after``: seconds the trial is looked at after its verdict.
     """
-    from feedline.engine import _trial
-
     asked: list = [0.0] if started_with_map else []
-    clock = types.SimpleNamespace(perf_counter=lambda: threads.now, thread_time=lambda: 0.0)  # the consumer: idle
-    _script_clock(monkeypatch, clock)
-    from feedline.engine import _trial_start
-
-    monkeypatch.setattr(_trial_start, "warming_up", lambda: bool(asked) and threads.now < asked[0] + importing)
-    monkeypatch.setattr(_trial_start, "warmed_up", lambda: server_up or (bool(asked) and threads.now >= asked[0] + importing))
-    monkeypatch.setattr(_trial_start, "warm_up", lambda backend: asked.append(threads.now))
-    trial = _trial.BackendTrial(threads, make_processes, workers, **trial_args)
-    try:
-        while threads.now < seconds:
-            threads.advance(0.005)
-            trial._judge_gil()
-            if trial.processes_started or trial.winner is not None:
-                verdict, until = "process" if trial.processes_started else trial.winner, threads.now + polls_after
-                while threads.now < until:
-                    threads.advance(0.005)
-                    trial._check_ready()
-                return verdict
-        return None
-    finally:
-        if notes is not None:
-            notes.append(trial._cores_note())
-        if trials is not None:
-            trials.append(trial)
-        trial.close()
+    fork_server = testing.trial_fork_server(
+        warming_up=lambda: bool(asked) and threads.now < asked[0] + importing,
+        warmed_up=lambda: server_up or (bool(asked) and threads.now >= asked[0] + importing),
+        warm_up=lambda backend: asked.append(threads.now))
+    with testing.trial_clock(lambda: threads.now), fork_server:  # (the consumer: idle)
+        trial = testing.backend_trial(threads, make_processes, workers, **trial_args)
+        try:
+            while threads.now < seconds:
+                threads.advance(0.005)
+                assert trial.wait(0) == [], "a trial given no task gives no result"
+                if trial.processes_started or trial.winner is not None:
+                    verdict, until = "process" if trial.processes_started else trial.winner, threads.now + polls_after
+                    while threads.now < until:
+                        threads.advance(0.005)
+                        trial.wait(0)
+                    return verdict
+            return None
+        finally:
+            if notes is not None:
+                notes.append(testing.trial_snapshot(trial).cores_note)
+            if trials is not None:
+                trials.append(trial)
+            trial.close()
 
 
-def test_threads_that_plainly_hold_the_gil_start_the_processes_on_early_evidence(monkeypatch):
+def test_threads_that_plainly_hold_the_gil_start_the_processes_on_early_evidence():
     from feedline.engine.choice import DEFAULT_POLICY as P
 
     # two threads of short pure-Python samples, past their first: one core between them
-    assert _verdict_after(monkeypatch, _ScriptedThreads(1.0, 400, begun=2), P.early_span + 0.01) == "process"
+    assert _verdict_after(_ScriptedThreads(1.0, 400, begun=2), P.early_span + 0.01) == "process"
     # the same while the first samples still run (imports, first calls): the whole stretch decides
-    assert _verdict_after(monkeypatch, _ScriptedThreads(1.0, 20, begun=1), P.early_span + 0.01) is None
+    assert _verdict_after(_ScriptedThreads(1.0, 20, begun=1), P.early_span + 0.01) is None
     # (their first samples end 50 ms in, as the whole stretch is due: the stretch past them decides, P.early_span on)
-    assert _verdict_after(monkeypatch, _ScriptedThreads(1.0, 20, begun=1), P.evidence_span + 0.01) is None
-    assert _verdict_after(monkeypatch, _ScriptedThreads(1.0, 20, begun=1), P.evidence_span + P.early_span + 0.01) == "process"
+    assert _verdict_after(_ScriptedThreads(1.0, 20, begun=1), P.evidence_span + 0.01) is None
+    assert _verdict_after(_ScriptedThreads(1.0, 20, begun=1), P.evidence_span + P.early_span + 0.01) == "process"
     # audio-like: 1.5 of 2 cores is not plain: judged on the whole stretch, still processes
-    assert _verdict_after(monkeypatch, _ScriptedThreads(1.5, 400, begun=2), P.early_span + 0.01) is None
-    assert _verdict_after(monkeypatch, _ScriptedThreads(1.5, 400, begun=2), P.evidence_span + 0.01) == "process"
+    assert _verdict_after(_ScriptedThreads(1.5, 400, begun=2), P.early_span + 0.01) is None
+    assert _verdict_after(_ScriptedThreads(1.5, 400, begun=2), P.evidence_span + 0.01) == "process"
     # threads that keep both cores busy keep the work, and never early
-    assert _verdict_after(monkeypatch, _ScriptedThreads(1.95, 400, begun=2), P.evidence_span + 0.01) == "thread"
+    assert _verdict_after(_ScriptedThreads(1.95, 400, begun=2), P.evidence_span + 0.01) == "thread"
 
 
-def test_threads_that_keep_almost_no_core_busy_are_not_judged_held_back_by_the_gil(monkeypatch):
+def test_threads_that_keep_almost_no_core_busy_are_not_judged_held_back_by_the_gil():
     from feedline.engine.choice import DEFAULT_POLICY as P
 
     # threads that wait (files, the network, sleep) use a few per cent of a core between them; the GIL's holder
     # runs, so threads it holds back keep ~1 core busy. Waiting threads are left to the I/O shortcut (their tasks'
     # CPU share): judged held back, every thread paused on a many-core machine and the shortcut never came.
     for cores in (2, 16):
-        assert _verdict_after(monkeypatch, _ScriptedThreads(0.05, 100, begun=2, cores=cores), 2 * P.evidence_span) is None
+        assert _verdict_after(_ScriptedThreads(0.05, 100, begun=2, cores=cores), 2 * P.evidence_span) is None
         threads = _ScriptedThreads(0.05, 100, begun=2, cores=cores)
-        assert _verdict_after(monkeypatch, threads, P.verdict_due + 0.01) == "process"
+        assert _verdict_after(threads, P.verdict_due + 0.01) == "process"
         assert threads.kept_running is None, "no verdict on the GIL: no thread paused"
 
 
-def test_the_early_verdict_counts_from_when_every_thread_is_past_its_first_sample(monkeypatch):
+def test_the_early_verdict_counts_from_when_every_thread_is_past_its_first_sample():
     from feedline.engine.choice import DEFAULT_POLICY as P
 
     # each thread's first sample ends 10 ms in (as with 16 threads that hold the GIL: their first samples end one
     # after another): the early stretch starts then, instead of the whole stretch deciding 50 ms in
     assert P.early_span + 0.015 < P.evidence_span
-    assert _verdict_after(monkeypatch, _ScriptedThreads(1.0, 130, begun=1), P.early_span + 0.015) == "process"
+    assert _verdict_after(_ScriptedThreads(1.0, 130, begun=1), P.early_span + 0.015) == "process"
 
 
-def test_threads_just_short_of_keeping_their_cores_busy_are_judged_over_a_longer_stretch(monkeypatch):
+def test_threads_just_short_of_keeping_their_cores_busy_are_judged_over_a_longer_stretch():
     from feedline.engine.choice import DEFAULT_POLICY as P
 
     # store reads kept 1.70-1.91 of 2 cores over 50 ms stretches, the same work every epoch: a reading just under
     # P.keep_share started the workers on an 8-task epoch. In that band only a stretch P.close_call_span long decides
     close = (P.close_call_share + P.keep_share) / 2 * 2
-    assert _verdict_after(monkeypatch, _ScriptedThreads(close, 400, begun=2), P.evidence_span + 0.01) is None
-    assert _verdict_after(monkeypatch, _ScriptedThreads(close, 400, begun=2), P.close_call_span + 0.01) == "process"
+    assert _verdict_after(_ScriptedThreads(close, 400, begun=2), P.evidence_span + 0.01) is None
+    assert _verdict_after(_ScriptedThreads(close, 400, begun=2), P.close_call_span + 0.01) == "process"
     # a reading under the band starts them after 50 ms, as before
     below = P.close_call_share * 2 - 0.1
-    assert _verdict_after(monkeypatch, _ScriptedThreads(below, 400, begun=2), P.evidence_span + 0.01) == "process"
+    assert _verdict_after(_ScriptedThreads(below, 400, begun=2), P.evidence_span + 0.01) == "process"
     # a short low reading that the longer stretch does not bear out leaves the work with the threads
-    assert _verdict_after(monkeypatch, _BusierLater(close, later=1.99, until=P.evidence_span), P.close_call_span + 0.05) == "thread"
+    assert _verdict_after(_BusierLater(close, later=1.99, until=P.evidence_span), P.close_call_span + 0.05) == "thread"
 
 
 class _BusierLater(_ScriptedThreads):
@@ -822,15 +868,15 @@ class _ColdFirstSamples(_BusierLater):
         return 1 + (int(self.rate * (self.now - self.until)) + 1 if self.now >= self.until else 0)
 
 
-def test_threads_are_judged_past_their_cold_first_samples(monkeypatch):
+def test_threads_are_judged_past_their_cold_first_samples():
     from feedline.engine.choice import DEFAULT_POLICY as P
 
     # jpeg in a new interpreter: both threads' first samples kept one core busy for 30 ms, then both cores. Judged on
     # the whole stretch, 1.5 of 2 looked held back by the GIL (processes: 0.80 of threads by hand); past the first
     # samples, threads keep the work
-    assert _verdict_after(monkeypatch, _ColdFirstSamples(1.0, 1.95, until=0.03), P.evidence_span + P.early_span) == "thread"
+    assert _verdict_after(_ColdFirstSamples(1.0, 1.95, until=0.03), P.evidence_span + P.early_span) == "thread"
     # threads that hold the GIL past their first samples too are still judged so
-    assert _verdict_after(monkeypatch, _ColdFirstSamples(1.0, 1.0, until=0.03), P.evidence_span + P.early_span) == "process"
+    assert _verdict_after(_ColdFirstSamples(1.0, 1.0, until=0.03), P.evidence_span + P.early_span) == "process"
 
 
 _IMPORTS_PROBE = """
@@ -861,19 +907,19 @@ def test_the_automatic_choice_loads_the_process_backend_before_its_threads_start
     assert done.stdout.split()[-1] == "True", "the process backend was imported only after the threads started"
 
 
-def test_threads_past_their_first_samples_get_no_verdict_beside_the_fork_servers_imports(monkeypatch):
+def test_threads_past_their_first_samples_get_no_verdict_beside_the_fork_servers_imports():
     from feedline.engine.choice import DEFAULT_POLICY as P
 
     # cold first samples showed the first sign and started the fork server; beside its imports threads that release the
     # GIL kept ~1 of 2 cores busy, as threads that hold it do: no verdict until it is up, then threads
     threads, trials = _ColdFirstSamples(1.0, 1.0, until=0.03), []
-    assert _verdict_after(monkeypatch, threads, 0.15, server_up=False, importing=0.2, trials=trials) is None
-    assert trials[0]._server_early == "importing", "the first sign started the fork server"
+    assert _verdict_after(threads, 0.15, server_up=False, importing=0.2, trials=trials) is None
+    assert testing.trial_snapshot(trials[0]).fork_server == "importing", "the first sign started the fork server"
     busy_once_up = _BusierLater(1.0, later=1.95, until=0.215)
-    assert _verdict_after(monkeypatch, busy_once_up, 0.2 + 2 * P.evidence_span, server_up=False, importing=0.2) == "thread"
+    assert _verdict_after(busy_once_up, 0.2 + 2 * P.evidence_span, server_up=False, importing=0.2) == "thread"
     # threads still in their first samples (story 1's 70 ms Keras batches) are judged beside the imports as before,
     # so that the workers can start as soon as the server is up
-    assert _verdict_after(monkeypatch, _ScriptedThreads(1.0, 5, begun=1), 0.15, server_up=False, importing=0.2) == "process"
+    assert _verdict_after(_ScriptedThreads(1.0, 5, begun=1), 0.15, server_up=False, importing=0.2) == "process"
 
 
 class _Parked(_Started):
@@ -894,54 +940,55 @@ def _parking(threads, connected_at: float, parked: list):
     return lambda: parked.append(_Parked(threads, connected_at)) or parked[-1]
 
 
-def test_the_first_sign_of_the_gil_starts_the_workers_held_and_the_verdict_hands_them_the_pipeline(monkeypatch):
+def test_the_first_sign_of_the_gil_starts_the_workers_held_and_the_verdict_hands_them_the_pipeline():
     # story 4, 2 cores: asked for at the verdict, the workers of a server just up took 25-38 ms more to be ready
     threads, trials, parked = _ColdFirstSamples(1.0, 1.0, until=0.03), [], []
-    verdict = _verdict_after(monkeypatch, threads, 0.4, server_up=False, importing=0.1, trials=trials,
+    verdict = _verdict_after(threads, 0.4, server_up=False, importing=0.1, trials=trials,
                              park=_parking(threads, 0.11, parked))
     assert verdict == "process" and len(parked) == 1, "held workers started with the fork server, once"
     assert parked[0].released and trials[0].processes is parked[0], "the verdict gave them the pipeline"
     # threads still in their first samples (story 1's 70 ms Keras batches) are judged beside the server's imports as
     # before: the held workers fork only once it is up, so they take no CPU meanwhile (judged then: 0.88 of processes)
     first_samples, parked = _ScriptedThreads(1.0, 5, begun=1), []
-    assert _verdict_after(monkeypatch, first_samples, 0.15, server_up=False, importing=0.2,
+    assert _verdict_after(first_samples, 0.15, server_up=False, importing=0.2,
                           park=_parking(first_samples, 0.3, parked)) == "process"
     assert parked[0].released
 
 
-def test_no_stretch_is_judged_while_held_workers_connect_and_threads_that_win_close_them_unused(monkeypatch):
+def test_no_stretch_is_judged_while_held_workers_connect_and_threads_that_win_close_them_unused():
     from feedline.engine.choice import DEFAULT_POLICY as P
 
     # the workers' start takes CPU beside the threads, as the server's imports do: threads that keep both cores busy
     # once the server is up get no verdict while the workers connect (the plain one only), and the workers go unused
     busy_once_up, parked = _BusierLater(1.0, later=1.95, until=0.215), []
-    assert _verdict_after(monkeypatch, busy_once_up, 0.29, server_up=False, importing=0.2,
+    assert _verdict_after(busy_once_up, 0.29, server_up=False, importing=0.2,
                           park=_parking(busy_once_up, 0.3, parked)) is None, "judged while the workers connected"
     busy_once_up, parked = _BusierLater(1.0, later=1.95, until=0.215), []
-    assert _verdict_after(monkeypatch, busy_once_up, 0.3 + 2 * P.evidence_span, server_up=False, importing=0.2,
+    assert _verdict_after(busy_once_up, 0.3 + 2 * P.evidence_span, server_up=False, importing=0.2,
                           park=_parking(busy_once_up, 0.3, parked)) == "thread"
     assert len(parked) == 1 and parked[0].closed and not parked[0].released
 
 
-def test_held_workers_slow_to_connect_leave_the_plain_verdict_alone_only_for_a_while(monkeypatch):
-    from feedline.engine._trial_start import CONNECTING_SKIPPED
+def test_held_workers_slow_to_connect_leave_the_plain_verdict_alone_only_for_a_while():
     from feedline.engine.choice import DEFAULT_POLICY as P
+
+    connecting_skipped = testing.trial_skipped_spans()["connecting_skipped"]
 
     # map(workers=16) on 2 cores, GIL-bound: sixteen held workers took 0.22-0.3 s to connect beside four scouts that
     # hold the GIL the hand-shake needs, and the verdict waited for them (0.43-0.47 s; first tasks 0.46-0.61 s against
     # 0.15 s by hand; 0.87 of processes by hand, 0.95 with the wait bounded, 6 paired rounds)
     up = 0.01 + 0.1  # the first sign after `P.sign_span`, then the server's imports
-    due = up + CONNECTING_SKIPPED + P.early_span + 0.03
+    due = up + connecting_skipped + P.early_span + 0.03
     held = _ScriptedThreads(1.0, 400, begun=2)
-    assert _verdict_after(monkeypatch, held, due, server_up=False, importing=0.1,
+    assert _verdict_after(held, due, server_up=False, importing=0.1,
                           park=_parking(held, 0.6, [])) == "process", "the verdict waited for every worker to connect"
     # within the bound the plain verdict only, as before: threads that keep both cores busy get none, and after it
     # the stretch since decides
     busy = _BusierLater(1.0, later=1.95, until=0.02)
-    assert _verdict_after(monkeypatch, busy, up + CONNECTING_SKIPPED - 0.01, server_up=False, importing=0.1,
+    assert _verdict_after(busy, up + connecting_skipped - 0.01, server_up=False, importing=0.1,
                           park=_parking(busy, 0.6, [])) is None
     busy = _BusierLater(1.0, later=1.95, until=0.02)
-    assert _verdict_after(monkeypatch, busy, due + 0.05, server_up=False, importing=0.1,
+    assert _verdict_after(busy, due + 0.05, server_up=False, importing=0.1,
                           park=_parking(busy, 0.6, [])) == "thread"
 
 
@@ -960,18 +1007,18 @@ class _Phases(_ScriptedThreads):
         return [(True, cpu / self.workers, 0.0, self.begun + int(self.rate * self.now)) for _ in range(self.workers)]
 
 
-def test_threads_in_their_first_samples_get_the_plain_verdict_while_held_workers_connect(monkeypatch):
+def test_threads_in_their_first_samples_get_the_plain_verdict_while_held_workers_connect():
     # story 1 (70 ms Keras batches, the GIL held): no plain verdict beside the server's imports, and every stretch
     # started again while the held workers connected once it was up, so the verdict came 50 ms after they waited
     # (0.238 s in one run); 0.938 of processes by hand, 0.974 with the plain verdict given meanwhile, as beside the imports
     sign_then_busier, parked = _Phases([(0.02, 1.0), (0.12, 1.3), (1e9, 1.0)]), []
-    assert _verdict_after(monkeypatch, sign_then_busier, 0.25, server_up=False, importing=0.1,
+    assert _verdict_after(sign_then_busier, 0.25, server_up=False, importing=0.1,
                           park=_parking(sign_then_busier, 0.3, parked)) == "process", "no verdict while the workers connected"
     assert len(parked) == 1 and parked[0].released
     # threads that keep both cores busy meanwhile get no verdict (the plain one only), for `CONNECTING_SKIPPED` after
     # the server is up (0.12 s here)
     busier, parked = _Phases([(0.02, 1.0), (1e9, 1.95)]), []
-    assert _verdict_after(monkeypatch, busier, 0.19, server_up=False, importing=0.1,
+    assert _verdict_after(busier, 0.19, server_up=False, importing=0.1,
                           park=_parking(busier, 0.3, parked)) is None
     assert len(parked) == 1 and not parked[0].released
 
@@ -991,8 +1038,9 @@ class _ImportingFirst(_ColdFirstSamples):
 
 
 def test_stretches_in_which_modules_are_imported_start_no_fork_server_and_give_no_verdict(monkeypatch):
-    from feedline.engine._trial_gil import IMPORTS_SKIPPED
     from feedline.engine.choice import DEFAULT_POLICY as P
+
+    imports_skipped = testing.trial_skipped_spans()["imports_skipped"]
 
     # story 2's user code imports OpenCV in its first sample: one thread imports, the other waits on the module's
     # lock, one core of two busy for ~0.1 s; that started the fork server (whose imports then took a core from threads
@@ -1000,21 +1048,21 @@ def test_stretches_in_which_modules_are_imported_start_no_fork_server_and_give_n
     # again past them (up to `IMPORTS_SKIPPED` of them)
     trials: list = []
     threads = _ImportingFirst(1.0, 1.95, until=0.1, monkeypatch=monkeypatch)
-    assert _verdict_after(monkeypatch, threads, 0.1 + 2 * P.evidence_span, server_up=False, importing=0.2,
+    assert _verdict_after(threads, 0.1 + 2 * P.evidence_span, server_up=False, importing=0.2,
                           trials=trials) == "thread"
-    assert threads.imported > 10 and trials[0]._server_early == "", "the fork server was started"
+    assert threads.imported > 10 and testing.trial_snapshot(trials[0]).fork_server == "", "the fork server was started"
     # without imports the same first samples are a sign of the GIL, and start the server
     trials.clear()
-    assert _verdict_after(monkeypatch, _ColdFirstSamples(1.0, 1.95, until=0.1), 0.03, server_up=False, importing=0.2,
+    assert _verdict_after(_ColdFirstSamples(1.0, 1.95, until=0.1), 0.03, server_up=False, importing=0.2,
                           trials=trials) is None
-    assert trials[0]._server_early == "importing"
+    assert testing.trial_snapshot(trials[0]).fork_server == "importing"
     # so do imports longer than `IMPORTS_SKIPPED`, from then on: the workers' own imports then overlap the threads'
     # (0.6 s of imports before GIL-bound work: epochs 1.2 s with all of it left out, 1.09 s now, the serial loop 1.0 s)
     trials.clear()
-    long_import, due = _ImportingFirst(1.0, 1.0, until=0.6, monkeypatch=monkeypatch), IMPORTS_SKIPPED + 2 * P.evidence_span
+    long_import, due = _ImportingFirst(1.0, 1.0, until=0.6, monkeypatch=monkeypatch), imports_skipped + 2 * P.evidence_span
     assert due + 0.01 < P.verdict_due  # (not the verdict every trial gets by then)
-    assert _verdict_after(monkeypatch, long_import, due + 0.01, server_up=False, importing=0.2, trials=trials) == "process"
-    assert trials[0]._server_early == "importing", "a long import held the fork server back"
+    assert _verdict_after(long_import, due + 0.01, server_up=False, importing=0.2, trials=trials) == "process"
+    assert testing.trial_snapshot(trials[0]).fork_server == "importing", "a long import held the fork server back"
 
 
 _IMPORTS_FIRST = """
@@ -1117,7 +1165,7 @@ class _Recorded:
         return self.made[-1][1]
 
 
-def test_threads_that_leave_a_core_idle_start_the_workers_before_the_verdict_where_the_fork_server_is_up(monkeypatch):
+def test_threads_that_leave_a_core_idle_start_the_workers_before_the_verdict_where_the_fork_server_is_up():
     from feedline.engine.choice import DEFAULT_POLICY as P
 
     # audio-like: 1.5 of 2 cores busy is no early verdict, but the idle half core starts the workers after two
@@ -1125,27 +1173,27 @@ def test_threads_that_leave_a_core_idle_start_the_workers_before_the_verdict_whe
     # stretch decides
     threads, trials = _ScriptedThreads(1.5, 400, begun=2), []
     made = _Recorded(threads)
-    assert _verdict_after(monkeypatch, threads, P.early_span + 0.01, made, server_up=True, trials=trials) is None
+    assert _verdict_after(threads, P.early_span + 0.01, made, server_up=True, trials=trials) is None
     assert len(made.made) == 1 and made.made[0][0] <= 0.005 + 2 * P.sign_span + 0.005, made.made
     assert trials[0].early_workers_at is not None
     # the verdict takes those workers: no second start
     threads, made = _ScriptedThreads(1.5, 400, begun=2), None
     made = _Recorded(threads)
-    assert _verdict_after(monkeypatch, threads, P.evidence_span + 0.01, made, server_up=True) == "process"
+    assert _verdict_after(threads, P.evidence_span + 0.01, made, server_up=True) == "process"
     assert len(made.made) == 1 and made.made[0][0] < P.evidence_span
     # no fork server up: its start would take the idle core the threads are judged by; the verdict starts them
     threads = _ScriptedThreads(1.5, 400, begun=2)
     made = _Recorded(threads)
-    assert _verdict_after(monkeypatch, threads, 3 * P.evidence_span, made, server_up=False) == "process"
+    assert _verdict_after(threads, 3 * P.evidence_span, made, server_up=False) == "process"
     assert len(made.made) == 1 and made.made[0][0] >= P.evidence_span
     # threads that keep their cores busy never start a worker
     threads = _ScriptedThreads(1.95, 400, begun=2)
     made = _Recorded(threads)
-    assert _verdict_after(monkeypatch, threads, P.evidence_span + 0.01, made, server_up=True) == "thread"
+    assert _verdict_after(threads, P.evidence_span + 0.01, made, server_up=True) == "thread"
     assert made.made == []
 
 
-def test_threads_held_back_in_their_first_long_samples_start_the_workers_before_the_verdict_where_the_server_is_up(monkeypatch):
+def test_threads_held_back_in_their_first_long_samples_start_the_workers_before_the_verdict_where_the_server_is_up():
     from feedline.engine.choice import DEFAULT_POLICY as P
 
     # story 1 after a training script's set-up (the fork server up): each thread runs one 70 ms Keras batch of Python,
@@ -1154,46 +1202,46 @@ def test_threads_held_back_in_their_first_long_samples_start_the_workers_before_
     # of set-up ran 0.86 of processes by hand when they started at the verdict, 0.90 now)
     threads, trials = _ScriptedThreads(1.0, 10, begun=1), []
     made = _Recorded(threads)
-    assert _verdict_after(monkeypatch, threads, P.evidence_span + 0.01, made, server_up=True, trials=trials) == "process"
+    assert _verdict_after(threads, P.evidence_span + 0.01, made, server_up=True, trials=trials) == "process"
     assert len(made.made) == 1 and made.made[0][0] <= 0.005 + 2 * P.sign_span + 0.005, made.made
     assert trials[0].early_workers_at is not None
     # first samples are cold (imports, first calls): short of the plain sign, only the verdict starts workers
     threads = _ScriptedThreads(1.3, 10, begun=1)
     made = _Recorded(threads)
-    assert _verdict_after(monkeypatch, threads, 3 * P.evidence_span, made, server_up=True) in ("process", "thread", None)
+    assert _verdict_after(threads, 3 * P.evidence_span, made, server_up=True) in ("process", "thread", None)
     assert not made.made or made.made[0][0] >= P.evidence_span, f"workers started early, at {made.made[0][0]:.3f} s"
     # no fork server up: the workers wait for the verdict, as before
     threads = _ScriptedThreads(1.0, 10, begun=1)
     made = _Recorded(threads)
-    assert _verdict_after(monkeypatch, threads, 3 * P.evidence_span, made, server_up=False) == "process"
+    assert _verdict_after(threads, 3 * P.evidence_span, made, server_up=False) == "process"
     assert len(made.made) == 1 and made.made[0][0] >= P.evidence_span
 
 
-def test_workers_started_on_a_first_sign_that_the_verdict_does_not_bear_out_are_closed(monkeypatch):
+def test_workers_started_on_a_first_sign_that_the_verdict_does_not_bear_out_are_closed():
     from feedline.engine.choice import DEFAULT_POLICY as P
 
     threads, trials = _BusierLater(1.65, later=2.0, until=0.03), []
     made = _Recorded(threads)
-    assert _verdict_after(monkeypatch, threads, P.evidence_span + 0.02, made, server_up=True, trials=trials) == "thread"
+    assert _verdict_after(threads, P.evidence_span + 0.02, made, server_up=True, trials=trials) == "thread"
     assert len(made.made) == 1, "two stretches of 10 ms kept 1.65 of 2 cores busy: the workers started"
-    assert made.made[0][1].closed and trials[0]._early is None, "threads won: the early workers are gone"
+    assert made.made[0][1].closed and not testing.trial_snapshot(trials[0]).early_workers, "threads won: the early workers are gone"
 
 
-def test_threads_off_their_cores_for_one_short_stretch_start_no_workers_early(monkeypatch):
+def test_threads_off_their_cores_for_one_short_stretch_start_no_workers_early():
     from feedline.engine.choice import DEFAULT_POLICY as P
 
     # jpeg-like threads (1.95 of 2 cores busy) that kept 1.3 over the first 10 ms (a thread off its core for a few
     # milliseconds): the next 10 ms do not bear the sign out, so no worker starts to take the threads' cores
     threads = _BusierLater(1.3, later=1.95, until=0.015)
     made = _Recorded(threads)
-    assert _verdict_after(monkeypatch, threads, P.evidence_span + 0.02, made, server_up=True) == "thread"
+    assert _verdict_after(threads, P.evidence_span + 0.02, made, server_up=True) == "thread"
     assert made.made == [], f"workers started on one short stretch, at {made.made[0][0]:.3f} s"
 
 
 @pytest.mark.parametrize("cores, kept_running", [(2, 1), (16, 0)])  # 2 cores: as many as the one core they kept
-def test_gil_bound_threads_pause_while_process_workers_start_all_of_them_on_many_cores(monkeypatch, cores, kept_running):
+def test_gil_bound_threads_pause_while_process_workers_start_all_of_them_on_many_cores(cores, kept_running):
     threads = _ScriptedThreads(1.0, 400, begun=2, cores=cores)
-    assert _verdict_after(monkeypatch, threads, 0.1) == "process"
+    assert _verdict_after(threads, 0.1) == "process"
     assert threads.kept_running == kept_running
 
 
@@ -1208,10 +1256,10 @@ class _ForkingFromAnImportingZygote(_Started):  # workers asked for, waiting for
     (16, 2, 1.0, 2),  # on many cores all go on (not measured there)
 ])
 def test_gil_bound_threads_narrow_to_the_cores_they_kept_less_one_while_the_workers_wait_for_a_zygotes_imports(
-        monkeypatch, cores, workers, kept, taking_tasks):
+        cores, workers, kept, taking_tasks):
     threads = _ScriptedThreads(kept, 400, begun=2, cores=cores)
     threads.workers = workers
-    assert _verdict_after(monkeypatch, threads, 0.1, make_processes=_ForkingFromAnImportingZygote,
+    assert _verdict_after(threads, 0.1, make_processes=_ForkingFromAnImportingZygote,
                           workers=workers) == "process"
     assert threads.narrowed_to == taking_tasks
 
@@ -1251,7 +1299,7 @@ def test_gil_bound_work_beside_a_fork_server_that_is_up_starts_the_workers_befor
     with pipe:
         it = iter(pipe)
         out = [int(v) for b in it for v in b]
-        trial, decision = it._runtime.executor, it.stats().decision
+        trial, decision = testing.executor(pipe), it.stats().decision
         again = [int(v) for b in pipe for v in b]  # the next epoch, on the winner
     assert out == list(range(1, 193)) and again == out
     assert trial.processes_started, decision
@@ -1287,7 +1335,7 @@ def test_tasks_kept_from_the_threads_while_the_workers_start_come_back_to_them_w
     with pipe:
         it = iter(pipe)
         out = [int(v) for b in it for v in b]
-        decision, trial = it.stats().decision, it._runtime.executor
+        decision, trial = it.stats().decision, testing.executor(pipe)
     assert out == list(range(1, 97)), "every batch once, in order, from the threads"
     assert trial.processes_started and it.stats().backend == "thread", decision
     assert "failed to start" in decision, decision
@@ -1322,39 +1370,46 @@ def test_a_core_spun_by_a_library_thread_outside_the_consumer_does_not_make_gil_
     assert "process" in stats.trial, f"processes must be measured: {stats.decision}"
 
 
-def _measured_alone(monkeypatch, kept_grown: float, seconds: float) -> tuple[str | None, str]:
-    """Scouts kept their 4 cores busy and the processes reached 80 % of the threads' bound: sixteen threads are
-    measured alone, keeping ``kept_grown`` of 16 cores busy. The verdict after ``seconds`` (no thread task is in)."""
-    from feedline.engine import _trial
+def _measured_alone(kept_grown: float, seconds: float) -> tuple[str | None, str]:
+    """Four scouts kept 3.96 of their 4 cores busy, one of them did 400 samples in a CPU second, and the processes were
+    measured at 5,120 samples/s, short of the threads' bound: sixteen threads are measured alone, keeping
+    ``kept_grown`` of 16 cores busy. The verdict ``seconds`` after that (no thread task is in by then).
 
+    The scouts start the processes under a policy on which threads keep the work only keeping every core busy
+    (`Policy.process_margin` 1; by default they would become the whole pool, judged anew)."""
     threads = _ScriptedScouts(kept=0.99 * 4, kept_grown=kept_grown)
-    clock = types.SimpleNamespace(perf_counter=lambda: threads.now, thread_time=lambda: 0.0)
-    _script_clock(monkeypatch, clock)
-    trial = _trial.BackendTrial(threads, _Started, 16)
-    try:
-        trial._cores_kept, trial._judged = 0.99 * 4, 4  # the scouts' verdict: not held back
-        trial._thread_rows, trial._thread_cpu = 400.0, 1.0  # their CPU rate: 400 samples per CPU second
-        for _ in range(16):  # the processes' measurement: 16 tasks of 32 rows in 0.1 s each = 5,120 samples/s
-            trial._measure[trial.processes].add(types.SimpleNamespace(span=(0.0, 0.1), rows=32, cpu=0.1))
-        trial.phase = Phase.MEASURING_PROCESSES
-        while threads.now < seconds and trial.winner is None:
-            threads.advance(0.005)
-            trial._advance()
-        return trial.winner, trial.note
-    finally:
-        trial.close()
+    threads.task_cpu = 1.0
+    every_core = dataclasses.replace(DEFAULT_POLICY, process_margin=1.0)
+    with testing.trial_clock(lambda: threads.now), _no_fork_server():
+        trial = testing.backend_trial(threads, lambda: _AnsweringProcesses(threads, 16, rows=32), 16, policy=every_core)
+        try:
+            trial.submit((0, 100), Task(epoch=0, number=100, indices=np.arange(400)))  # their CPU rate: 400 a CPU second
+            _measure_the_processes(trial, threads)  # 16 tasks of 32 rows in 0.1 s each = 5,120 samples/s
+            seen = testing.trial_snapshot(trial).observations
+            assert seen.cores_kept == pytest.approx(0.99 * 4) and seen.judged == 4 and seen.cpu_rate == 400, seen
+            assert trial.phase is Phase.MEASURING_THREADS and threads.workers == 16, trial.note
+            threads.holding = True  # their tasks are not in before the verdict
+            for number in range(200, 216):
+                trial.submit((0, number), Task(epoch=0, number=number, indices=np.arange(8)))
+            until = threads.now + seconds
+            while threads.now < until and trial.winner is None:
+                threads.advance(0.005)
+                trial.wait(0)
+            return trial.winner, trial.note
+        finally:
+            trial.close()
 
 
-def test_threads_measured_alone_that_keep_too_few_cores_busy_lose_before_their_tasks_are_in(monkeypatch):
+def test_threads_measured_alone_that_keep_too_few_cores_busy_lose_before_their_tasks_are_in():
     from feedline.engine.choice import DEFAULT_POLICY as P
 
     # sixteen jpeg threads on 16 cores kept ~5.5 busy: at 400 samples per CPU second they reach 2,200 samples/s,
     # under the processes' 5,120 / 1.1; their tasks took ~0.5 s each, and the epoch waited for sixteen of them
-    winner, note = _measured_alone(monkeypatch, kept_grown=5.5, seconds=P.evidence_span + 0.03)
+    winner, note = _measured_alone(kept_grown=5.5, seconds=P.evidence_span + 0.03)
     assert winner == "process", note
     assert "16 threads alone kept 5.5 of 16 cores busy, 2,200 samples/s at their CPU rate" in note, note
     # sixteen that keep 15 cores busy could reach 6,000: they are measured to the end (no verdict without tasks)
-    assert _measured_alone(monkeypatch, kept_grown=15.0, seconds=0.5)[0] is None
+    assert _measured_alone(kept_grown=15.0, seconds=0.5)[0] is None
 
 
 class _RecordingProcesses(Executor):
@@ -1363,7 +1418,7 @@ class _RecordingProcesses(Executor):
     name, workers, restarts, cores = "process", 2, 0, 2
 
     def __init__(self, part):
-        self.order, self.inner = [], ThreadExecutor(part, workers=2)
+        self.order, self.inner = [], _threads(part, workers=2)
 
     def submit(self, key, task, affinity=None):
         self.order.append(key)
@@ -1382,23 +1437,97 @@ class _RecordingProcesses(Executor):
         self.inner.close()
 
 
-def _two_threads_then_recorded_processes(fn) -> tuple:
+class _ClocksReadAs(Executor):
+    """A real thread pool whose CPU clocks the trial reads as ``clocks()`` gives them (None: unreadable); all else is its own."""
+
+    def __init__(self, inner: Executor, clocks):
+        self.inner, self.clocks = inner, clocks
+        self.name, self.workers, self.cores, self.restarts = inner.name, inner.workers, inner.cores, inner.restarts
+
+    def side_by_side(self):
+        return self.clocks()
+
+    def submit(self, key, task, affinity=None):
+        self.inner.submit(key, task, affinity)
+
+    def wait(self, timeout):
+        return self.inner.wait(timeout)
+
+    def outstanding(self):
+        return self.inner.outstanding()
+
+    def cancel(self, generation):
+        self.inner.cancel(generation)
+
+    def set_window_share(self, tasks):
+        self.inner.set_window_share(tasks)
+
+    def watch_progress(self, on):
+        self.inner.watch_progress(on)
+
+    def running_rates(self, at_least=0.01):
+        return self.inner.running_rates(at_least)
+
+    def pause_beyond(self, keep):
+        self.inner.pause_beyond(keep)
+
+    def narrow(self, keep):
+        self.inner.narrow(keep)
+
+    def resume(self, give_back=False):
+        return self.inner.resume(give_back)
+
+    def take_queued(self):
+        return self.inner.take_queued()
+
+    def abandon_running(self, done_under=1.0):
+        return self.inner.abandon_running(done_under)
+
+    def take_returned(self):
+        return self.inner.take_returned()
+
+    def close(self):
+        self.inner.close()
+
+
+def _held_back_clocks(workers: int = 2):
+    """Clocks of ``workers`` threads past their first samples that keep one core busy between them (0.99 of it), from now."""
+    began = time.perf_counter()
+
+    def clocks():
+        ran = time.perf_counter() - began
+        return [(True, 0.99 / workers * ran, 0.0, 2 + int(400 * ran)) for _ in range(workers)]
+
+    return clocks
+
+
+def _two_threads_then_recorded_processes(fn, clocks=None) -> tuple:
     """A trial of two threads (2 cores) on 320 samples of ``fn`` in tasks of 40, whose processes record what reaches them.
 
-    Returns ``(trial, processes)``: ``processes`` holds the `_RecordingProcesses` once the trial starts them.
+    The trial reads the threads' clocks as ``clocks()`` gives them (None: they cannot be read, as on Windows: its first
+    look starts the process workers). Returns ``(trial, processes)``: ``processes`` holds the `_RecordingProcesses` once
+    the trial starts them.
     """
-    from feedline.engine import _trial
-
     part = _thread_part(fn, n=320, batch=40)
-    threads = ThreadExecutor(part, workers=2)
-    threads.cores = 2  # (as `make_executor` sets it: one thread per core)
+    threads = _ClocksReadAs(_threads(part, workers=2, cores=2), clocks or (lambda: None))  # (one thread per core)
     processes: list = []
-    return _trial.BackendTrial(threads, lambda: processes.append(_RecordingProcesses(part)) or processes[0], 2), processes
+    return testing.backend_trial(threads, lambda: processes.append(_RecordingProcesses(part)) or processes[0], 2), processes
 
 
-def _expect_every_task_once_in_order(trial, processes: _RecordingProcesses, tasks: int = 8) -> None:
-    """Tasks 0..tasks-1 (40 samples each) all come back once, right, and reached the process workers in key order."""
-    events = []
+def _judged_held_back_and_up(trial) -> list:
+    """Look at the trial once (as the consumer does): it judges the threads held back by the GIL, one core of two, and
+    starts the process workers, which are up at once. The events that look gave."""
+    events = trial.wait(0)
+    seen = testing.trial_snapshot(trial).observations
+    assert seen.cores_kept == pytest.approx(1.0, abs=0.05) and seen.judged == 2, "judged held back: one core of two"
+    assert trial.processes_started and trial.phase is Phase.MEASURING_PROCESSES, trial.phase
+    return events
+
+
+def _expect_every_task_once_in_order(trial, processes: _RecordingProcesses, tasks: int = 8, events=()) -> None:
+    """Tasks 0..tasks-1 (40 samples each) all come back once (``events``: those already in), right, and reached the
+    process workers in key order."""
+    events = list(events)
     deadline = time.monotonic() + 30
     while len(events) < tasks and time.monotonic() < deadline:
         events += trial.wait(0.05)
@@ -1407,23 +1536,25 @@ def _expect_every_task_once_in_order(trial, processes: _RecordingProcesses, task
     assert processes.order == [(0, n) for n in range(tasks)], processes.order
 
 
-def test_thread_tasks_given_back_as_the_workers_come_up_reach_them_before_later_tasks():
+def test_thread_tasks_given_back_as_the_workers_come_up_reach_them_before_later_tasks(choice_policy):
     # The earliest tasks hold the next batches: given back by threads the GIL held back, they must reach the process
     # workers before the queued and the newly submitted ones (sent as they came back, they ran a round later).
-    trial, processes = _two_threads_then_recorded_processes(slow_identity)  # tasks of 40 samples
-    try:
-        tasks = {(0, n): Task(epoch=0, number=n, indices=np.arange(40 * n, 40 * n + 40)) for n in range(8)}
-        for n in range(6):
-            trial.submit((0, n), tasks[(0, n)])  # threads run 0 and 1; 2-5 wait in their queues
-        time.sleep(0.03)  # 0 and 1 have begun ~3 of their 40 samples
-        trial._cores_kept, trial._judged = 1.0, 2  # judged held back by the GIL: one core of two
-        trial._start_processes()
-        trial._check_ready()  # the workers are up: 2-5 move, 0 and 1 are given back at their next sample
-        for n in (6, 7):
-            trial.submit((0, n), tasks[(0, n)])  # submitted before 0 and 1 are back
-        _expect_every_task_once_in_order(trial, processes[0])
-    finally:
-        trial.close()
+    choice_policy(verdict_due=10.0)  # the verdict comes from the clocks, however late the test looks
+    with testing.trial_fork_server(lambda: False, lambda: True, lambda backend: None):  # the fork server is up
+        trial, processes = _two_threads_then_recorded_processes(slow_identity, _held_back_clocks())  # tasks of 40 samples
+        try:
+            tasks = {(0, n): Task(epoch=0, number=n, indices=np.arange(40 * n, 40 * n + 40)) for n in range(8)}
+            for n in range(6):
+                trial.submit((0, n), tasks[(0, n)])  # threads run 0 and 1; 2-5 wait in their queues
+            time.sleep(0.03)  # 0 and 1 have begun ~3 of their 40 samples
+            # judged held back by the GIL (one core of two), the workers are up: 2-5 move, 0 and 1 are given back at
+            # their next sample
+            events = _judged_held_back_and_up(trial)
+            for n in (6, 7):
+                trial.submit((0, n), tasks[(0, n)])  # submitted before 0 and 1 are back
+            _expect_every_task_once_in_order(trial, processes[0], events=events)
+        finally:
+            trial.close()
 
 
 _calls: collections.Counter = collections.Counter()
@@ -1435,32 +1566,32 @@ def counted_slow_identity(v):
     return v
 
 
-def test_thread_tasks_given_back_far_along_keep_their_rows_and_only_the_rest_runs_on_the_processes():
+def test_thread_tasks_given_back_far_along_keep_their_rows_and_only_the_rest_runs_on_the_processes(choice_policy):
     # gil, 2 cores: the threads' tasks were ~45 % done as the workers came up; run again whole, what they did was
     # lost (-2 to -6 %), and left to finish they ran beside the workers at a fraction of their speed (story 4: the
     # workers' first tasks 0.22-0.24 s instead of 0.15, 0.91-0.93 of processes by hand; 0.955-0.96 split)
     _calls.clear()
-    trial, processes = _two_threads_then_recorded_processes(counted_slow_identity)  # tasks of 40 samples
-    try:
-        for n in range(8):
-            trial.submit((0, n), Task(epoch=0, number=n, indices=np.arange(40 * n, 40 * n + 40)))
-        time.sleep(0.25)  # 0 and 1 are more than half done
-        trial._cores_kept, trial._judged = 1.0, 2  # judged held back by the GIL
-        trial._start_processes()
-        trial._check_ready()
-        _expect_every_task_once_in_order(trial, processes[0])
-        assert set(_calls) == set(range(320)) and max(_calls.values()) == 1, "every sample mapped once"
-    finally:
-        trial.close()
+    choice_policy(verdict_due=10.0)  # the verdict comes from the clocks, however late the test looks
+    with testing.trial_fork_server(lambda: False, lambda: True, lambda backend: None):  # the fork server is up
+        trial, processes = _two_threads_then_recorded_processes(counted_slow_identity, _held_back_clocks())
+        try:
+            for n in range(8):
+                trial.submit((0, n), Task(epoch=0, number=n, indices=np.arange(40 * n, 40 * n + 40)))
+            time.sleep(0.25)  # 0 and 1 are more than half done
+            events = _judged_held_back_and_up(trial)  # judged held back by the GIL; the workers are up
+            _expect_every_task_once_in_order(trial, processes[0], events=events)
+            assert set(_calls) == set(range(320)) and max(_calls.values()) == 1, "every sample mapped once"
+        finally:
+            trial.close()
 
 
 def test_threads_that_lose_to_much_faster_processes_hand_over_the_tasks_they_hold_earliest_first():
     # 16 cores, jpeg: sixteen threads measured alone delivered 1,157 samples/s against the processes' 3,332; left to
     # finish the tasks they held (~0.5 s each), they cost the epoch ~1.2 s after the verdict
-    trial, processes = _two_threads_then_recorded_processes(slow_identity)  # tasks of 40 samples
+    trial, processes = _two_threads_then_recorded_processes(slow_identity)  # tasks of 40 samples; no clocks
     try:
-        trial._start_processes()
-        trial._check_ready()
+        assert trial.wait(0) == []  # no clocks to judge: its first look starts the process workers, which are up at once
+        assert trial.processes_started and trial.phase is Phase.MEASURING_PROCESSES, trial.phase
         trial.phase = Phase.MEASURING_THREADS  # the processes were measured: threads are measured alone now
         tasks = {(0, n): Task(epoch=0, number=n, indices=np.arange(40 * n, 40 * n + 40)) for n in range(8)}
         for n in range(6):
@@ -1479,19 +1610,16 @@ def test_threads_that_lose_to_much_faster_processes_hand_over_the_tasks_they_hol
 def test_the_threads_bound_on_many_cores_keeps_what_the_scouts_gil_waits_allow():
     # four jpeg threads kept 3.6 of 4 cores busy on a 16-core machine; sixteen kept 4.7-6.5 of 16: the most they
     # could reach is their CPU rate on the ~6 cores one GIL lets them keep busy, not on 90 % of all 16
-    from feedline.engine import _trial
+    seen = _observed_by_a_trial(_ScriptedScouts(kept=3.6, kept_grown=5.5), workers=16)  # four scouts of 16, 16 cores
+    scouts = dataclasses.replace(seen, thread_rows=400.0, thread_cpu=1.0, thread_wanted=1.0, cores_kept=3.6, judged=4)  # 400 per CPU second
 
-    trial = _trial.BackendTrial(_ScriptedScouts(kept=3.6, kept_grown=5.5), _Started, 16)
-    try:
-        trial._thread_rows, trial._thread_cpu = 400.0, 1.0  # 400 samples per CPU second
-        trial._cores_kept, trial._judged = 3.6, 4
-        assert 400 * 5 < trial._thread_bound() < 400 * 7, "sixteen threads keep ~6 of 16 cores busy"
-        trial._cores_kept = 4.0  # scouts that lost nothing to the GIL: every core
-        assert trial._thread_bound() == pytest.approx(16 * 400)
-        trial._cores_kept, trial._judged = 5.5, 16  # the whole pool judged: its bound is its cores at the CPU rate
-        assert trial._thread_bound() == pytest.approx(16 * 400)
-    finally:
-        trial.close()
+    def bound(**judged) -> float:  # the trial's bound on the threads: its model's (`predict`)
+        return predict(dataclasses.replace(scouts, **judged)).threads_bound
+
+    assert 400 * 5 < bound() < 400 * 7, "sixteen threads keep ~6 of 16 cores busy"
+    assert bound(cores_kept=4.0) == pytest.approx(16 * 400)  # scouts that lost nothing to the GIL: every core
+    # the whole pool judged: its bound is its cores at the CPU rate
+    assert bound(cores_kept=5.5, judged=16) == pytest.approx(16 * 400)
 
 
 def test_threads_grown_from_scouts_keep_busy_what_one_gil_allows():
@@ -1505,70 +1633,76 @@ def test_threads_grown_from_scouts_keep_busy_what_one_gil_allows():
     assert grown_busy(4, 2.0, 16) <= 8.0, "never above the scouts' share of the grown pool's cores"
 
 
-def _at_once(monkeypatch, kept: float, share_of_bound: float) -> tuple[str | None, bool]:
+def _observed_by_a_trial(threads: _ScriptedThreads, workers: int):
+    """What a trial of ``workers`` over ``threads`` shows its model before anything is judged (`Observations`)."""
+    with testing.trial_clock(lambda: threads.now):
+        trial = testing.backend_trial(threads, _Started, workers)
+        try:
+            return testing.trial_snapshot(trial).observations
+        finally:
+            trial.close()
+
+
+def _winner(verdict) -> str | None:
+    """The backend a verdict settles on (None: it settles nothing)."""
+    return {Action.THREADS: "thread", Action.PROCESSES: "process"}.get(verdict.action)
+
+
+def _at_once(kept: float, share_of_bound: float) -> tuple[str | None, bool]:
     """Two threads kept ``kept`` of 2 cores busy; the processes' measurement reaches ``share_of_bound`` of the
-    threads' bound. ``(winner, whether the threads are to be measured alone)`` right after it."""
-    from feedline.engine import _trial
-
-    threads = _ScriptedThreads(kept, 400, begun=2)
-    _script_clock(monkeypatch, types.SimpleNamespace(perf_counter=lambda: threads.now, thread_time=lambda: 0.0))
-    trial = _trial.BackendTrial(threads, _Started, 2)
-    try:
-        trial._cores_kept, trial._judged = kept, 2
-        trial._thread_rows, trial._thread_cpu = 300.0, 1.0  # 300 samples per CPU second
-        rows = share_of_bound * trial._thread_bound() * 0.1 / 2  # two tasks, two workers, 0.1 s each
-        for _ in range(2):
-            trial._measure[trial.processes].add(types.SimpleNamespace(span=(0.0, 0.1), rows=rows, cpu=0.1))
-        trial.phase = Phase.MEASURING_PROCESSES
-        trial._advance()
-        return trial.winner, trial.phase is Phase.MEASURING_THREADS
-    finally:
-        trial.close()
+    threads' bound. ``(winner, whether the threads are to be measured alone)``: the verdict of the trial's model
+    (`decide`) on what the trial shows it, with the threads' verdict and both measures in."""
+    seen = _observed_by_a_trial(_ScriptedThreads(kept, 400, begun=2), workers=2)
+    # the threads judged (kept ``kept`` of 2 cores busy), their tasks at 300 samples per CPU second, the processes up
+    seen = dataclasses.replace(seen, phase=Phase.MEASURING_PROCESSES, cores_kept=kept, judged=2, thread_rows=300.0,
+                               thread_cpu=1.0, thread_wanted=1.0)
+    rows = share_of_bound * predict(seen).threads_bound * 0.1 / 2  # two tasks, two workers, 0.1 s each
+    processes = testing.task_measure(2, 2)
+    for _ in range(2):
+        processes.add(types.SimpleNamespace(span=(0.0, 0.1), rows=rows, cpu=0.1))
+    verdict = decide(dataclasses.replace(seen, processes=processes.measured()), DEFAULT_POLICY)
+    return _winner(verdict), verdict.action is Action.MEASURE_THREADS
 
 
-def test_processes_just_past_the_bound_of_threads_that_kept_most_cores_busy_are_measured_against_them(monkeypatch):
+def test_processes_just_past_the_bound_of_threads_that_kept_most_cores_busy_are_measured_against_them():
     # story 2's decoded crops: threads kept 1.68 of 2 cores busy and their bound (cold first tasks in it) was 528
     # samples/s; processes at 560 (106 %) won at once, and the epoch ran 340 samples/s where threads deliver 475
-    assert _at_once(monkeypatch, kept=1.68, share_of_bound=1.06) == (None, True)
-    assert _at_once(monkeypatch, kept=1.68, share_of_bound=1.2)[0] == "process"  # past PROCESS_MARGIN: at once
+    assert _at_once(kept=1.68, share_of_bound=1.06) == (None, True)
+    assert _at_once(kept=1.68, share_of_bound=1.2)[0] == "process"  # past PROCESS_MARGIN: at once
     # threads the GIL held back (1.0 of 2 cores) reach well under their bound: processes near it win at once
-    assert _at_once(monkeypatch, kept=1.0, share_of_bound=0.9)[0] == "process"
+    assert _at_once(kept=1.0, share_of_bound=0.9)[0] == "process"
 
 
-def _from_first_tasks(monkeypatch, kept: float, multiple: float, tasks: int) -> tuple[str | None, str]:
+def _from_first_tasks(kept: float, multiple: float, tasks: int) -> tuple[str | None, str]:
     """Sixteen workers on 16 cores; four scouts kept ``kept`` of 4 cores busy. ``tasks`` process tasks come in, each
     worker's first (cold, the warm-up a measurement leaves out), at ``multiple`` times the threads' bound:
-    ``(winner, decision text)`` after them."""
-    from feedline.engine import _trial
-
-    threads = _ScriptedScouts(kept=kept, kept_grown=kept)
-    _script_clock(monkeypatch, types.SimpleNamespace(perf_counter=lambda: threads.now, thread_time=lambda: 0.0))
-    trial = _trial.BackendTrial(threads, _Started, 16)
-    try:
-        trial._cores_kept, trial._judged = kept, 4
-        trial._thread_rows, trial._thread_cpu = 300.0, 1.0  # 300 samples per CPU second
-        rows = multiple * trial._thread_bound() * 0.1 / 16  # tasks of 0.1 s; sixteen workers deliver ``multiple`` x
-        trial.phase = Phase.MEASURING_PROCESSES
-        for worker in range(tasks):
-            trial._observe(trial.processes, types.SimpleNamespace(span=(0.0, 0.1), rows=rows, cpu=0.1, worker=worker))
-            trial._advance()
-        return trial.winner, trial.note
-    finally:
-        trial.close()
+    ``(winner, decision text)`` after them, as the trial's model (`decide`) gives them on what the trial shows it."""
+    seen = _observed_by_a_trial(_ScriptedScouts(kept=kept, kept_grown=kept), workers=16)
+    # the scouts judged (kept ``kept`` of 4 cores busy), their tasks at 300 samples per CPU second, the processes up
+    seen = dataclasses.replace(seen, phase=Phase.MEASURING_PROCESSES, cores_kept=kept, judged=4, thread_rows=300.0,
+                               thread_cpu=1.0, thread_wanted=1.0)
+    rows = multiple * predict(seen).threads_bound * 0.1 / 16  # tasks of 0.1 s; sixteen workers deliver ``multiple`` x
+    first_tasks = testing.task_measure(16, 16)  # every process task, each worker's cold first one too
+    for worker in range(tasks):
+        first_tasks.add(types.SimpleNamespace(span=(0.0, 0.1), rows=rows, cpu=0.1, worker=worker))
+        verdict = decide(dataclasses.replace(seen, first_tasks=first_tasks.measured()), DEFAULT_POLICY)
+        if verdict.action is not Action.WAIT:
+            return _winner(verdict), verdict.why
+    return None, ""
 
 
-def test_processes_far_past_what_gil_bound_threads_could_reach_win_on_their_first_cold_tasks(monkeypatch):
+def test_processes_far_past_what_gil_bound_threads_could_reach_win_on_their_first_cold_tasks():
     # 16 cores: story 1's epoch held 12 tasks for 16 workers, each worker's first is its warm-up, and no trial decided
     # (no verdict in the report, nothing remembered) while the processes ran the gil workload at 14-17x the threads' bound
     from feedline.engine.choice import DEFAULT_POLICY as P
 
-    winner, note = _from_first_tasks(monkeypatch, kept=1.0, multiple=12.0, tasks=P.scouts)
+    winner, note = _from_first_tasks(kept=1.0, multiple=12.0, tasks=P.scouts)
     assert winner == "process", note
     assert f"processes' first {P.scouts} tasks" in note and "1200% of the most 16 threads could reach" in note, note
-    assert _from_first_tasks(monkeypatch, kept=1.0, multiple=12.0, tasks=P.scouts - 1)[0] is None, "too few tasks yet"
-    assert _from_first_tasks(monkeypatch, kept=1.0, multiple=1.5, tasks=P.scouts)[0] is None, "not far past: measured"
+    assert _from_first_tasks(kept=1.0, multiple=12.0, tasks=P.scouts - 1)[0] is None, "too few tasks yet"
+    assert _from_first_tasks(kept=1.0, multiple=1.5, tasks=P.scouts)[0] is None, "not far past: measured"
     # scouts that kept their cores busy: their bound counts their own cold first tasks, so the processes are measured
-    assert _from_first_tasks(monkeypatch, kept=3.6, multiple=12.0, tasks=P.scouts)[0] is None
+    assert _from_first_tasks(kept=3.6, multiple=12.0, tasks=P.scouts)[0] is None
 
 
 def test_gil_bound_threads_that_other_programs_keep_off_the_cpus_are_not_taken_for_io(no_leaks, cpus_held_by_other_programs):

@@ -19,9 +19,12 @@ True
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import types
 
 __all__ = [
     "available_memory",
+    "backend_trial",
     "batches_ahead",
     "bounded_shared_memory",
     "choice_policy",
@@ -30,7 +33,9 @@ __all__ = [
     "executor",
     "explain_demo",
     "helper_pids",
+    "join_pieces",
     "libraries_to_preload",
+    "not_started",
     "order_draws",
     "read_ahead",
     "remembering_refused",
@@ -40,7 +45,13 @@ __all__ = [
     "seal_state",
     "segment_folders",
     "shard_cache",
+    "short_switch_interval",
     "switch_interval_holds",
+    "task_measure",
+    "trial_clock",
+    "trial_fork_server",
+    "trial_skipped_spans",
+    "trial_snapshot",
     "usable_cores",
     "wait_ready",
     "worker_pids",
@@ -420,3 +431,161 @@ def order_draws() -> int:
     from .engine import _shares
 
     return _shares.DRAWS
+
+
+def short_switch_interval() -> float:
+    """The GIL switch interval (seconds) feedline holds while process workers start (the user's, where that is shorter).
+
+    >>> import sys
+    >>> short_switch_interval() < sys.getswitchinterval()  # Python's default is 5 ms
+    True
+    """
+    from ._switch_interval import STARTUP_SWITCH_INTERVAL
+
+    return STARTUP_SWITCH_INTERVAL
+
+
+def join_pieces(results: list, indices: list):
+    """The `feedline.worker.Result` one task would have returned, from its pieces' results and indices (as the engine joins).
+
+    >>> import numpy as np
+    >>> from feedline.worker import Result
+    >>> first, rest = Result(payload=np.arange(3), rows=3), Result(payload=np.arange(3, 5), rows=2)
+    >>> join_pieces([first, rest], [[0, 1, 2], [3, 4]]).payload.tolist()
+    [0, 1, 2, 3, 4]
+    """
+    from .engine._tail import join
+
+    return join(results, indices)
+
+
+def not_started(workers: int, name: str = "process", cores: int = 1):
+    """The automatic choice's stand-in `feedline.backends.Executor` for a backend not started: it holds and steers nothing.
+
+    >>> waiting = not_started(4, "thread", cores=2)
+    >>> waiting.outstanding(), waiting.wait(0), waiting.side_by_side()
+    (0, [], None)
+    """
+    from .engine._trial import NotStarted
+
+    return NotStarted(workers, name, cores)
+
+
+def backend_trial(threads, make_processes, workers: int, **options):
+    """The automatic choice's trial over executors a test makes: ``threads`` judged first, ``make_processes()`` if they lose.
+
+    An `feedline.backends.Executor`, driven as the engine drives it: each
+    ``submit`` and ``wait`` looks at the threads' clocks while the GIL is
+    judged, and at the workers while they start. It decides under the
+    policy in force (`choice_policy`); ``options``: ``park``, ``restart``,
+    ``policy``. ``phase``, ``winner``, ``note``, ``processes_started`` tell
+    where it stands, `trial_snapshot` what it has seen. Clocks that cannot
+    be read (as on Windows) start the process workers at the first look:
+
+    >>> trial = backend_trial(not_started(2, "thread", cores=2), lambda: not_started(2), 2)
+    >>> trial.wait(0), trial.processes_started, trial.phase.name
+    ([], True, 'MEASURING_PROCESSES')
+    >>> trial.close()
+    """
+    from .engine._trial import BackendTrial
+
+    return BackendTrial(threads, make_processes, workers, **options)
+
+
+@dataclasses.dataclass(frozen=True)
+class TrialSnapshot:
+    """What a trial (`backend_trial`, or a pipeline's automatic choice) had seen when `trial_snapshot` read it."""
+
+    observations: object  # the `feedline.engine.choice.Observations` its model reads now (`decide`, `predict`)
+    cores_note: str  # what the report says of the threads judged side by side ("" before their verdict on the GIL)
+    fork_server: str  # the fork server the trial started at a first sign of the GIL: "" none, "importing", then "up"
+    early_workers: bool  # process workers started before the verdict are waiting for it (not yet taken, nor closed)
+
+
+def trial_snapshot(trial) -> TrialSnapshot:
+    """A frozen `TrialSnapshot` of ``trial`` now: its observations, the report's note on the threads' cores, its start-ups.
+
+    >>> trial = backend_trial(not_started(2, "thread", cores=2), lambda: not_started(2), 2)
+    >>> seen = trial_snapshot(trial)
+    >>> seen.observations.pool, seen.observations.cores_kept, seen.cores_note, seen.fork_server, seen.early_workers
+    (2, None, '', '', False)
+    >>> trial.close()
+    """
+    return TrialSnapshot(trial._observations(), trial._cores_note(), trial._server_early, trial._early is not None)
+
+
+def task_measure(workers: int, cores: int, min_span: float | None = None):
+    """The trial's measure of one backend's finished tasks (``add(result)``, ``per_second``, ``cores_busy``, ``measured()``).
+
+    A pool of ``workers`` is credited at most the ``cores`` it runs on; it
+    is complete with ``min_span`` seconds of tasks per worker (default:
+    `Policy.evidence_span`). ``measured()`` is what the model reads.
+
+    >>> from feedline.worker import Result
+    >>> measure = task_measure(2, 2)
+    >>> measure.add(Result(rows=8, span=(0.0, 0.1), cpu=0.1))
+    >>> measure.per_second, measure.cores_busy, measure.measured().done
+    (160.0, 2.0, False)
+    """
+    from .engine._trial_measure import Measure
+    from .engine.choice import DEFAULT_POLICY
+
+    return Measure(workers, cores, DEFAULT_POLICY.evidence_span if min_span is None else min_span)
+
+
+def trial_skipped_spans() -> dict[str, float]:
+    """Seconds the trial's judging leaves out at most, fixed (not `Policy` thresholds), as a new dict.
+
+    ``imports_skipped``: first samples that import modules; ``connecting_skipped``:
+    held workers connecting once the fork server is up (only the plain verdict).
+
+    >>> sorted(trial_skipped_spans())
+    ['connecting_skipped', 'imports_skipped']
+    """
+    from .engine._trial_gil import IMPORTS_SKIPPED
+    from .engine._trial_start import CONNECTING_SKIPPED
+
+    return {"imports_skipped": IMPORTS_SKIPPED, "connecting_skipped": CONNECTING_SKIPPED}
+
+
+@contextlib.contextmanager
+def trial_clock(wall, consumer_cpu=lambda: 0.0):
+    """Context manager: trials read the time (``perf_counter``, ``monotonic``) from ``wall()``, their thread's CPU from ``consumer_cpu()``.
+
+    For trials on scripted executors (`backend_trial`), whose clocks a test advances.
+
+    >>> with trial_clock(lambda: 1.5):
+    ...     trial = backend_trial(not_started(2, "thread", cores=2), lambda: not_started(2), 2)
+    ...     trial.close()
+    """
+    from .engine import _trial, _trial_again, _trial_gil, _trial_handover, _trial_start
+
+    clock = types.SimpleNamespace(perf_counter=wall, monotonic=wall, thread_time=consumer_cpu)
+    modules = (_trial, _trial_again, _trial_gil, _trial_handover, _trial_start)
+    saved = [module.time for module in modules]
+    for module in modules:
+        module.time = clock
+    try:
+        yield clock
+    finally:
+        for module, was in zip(modules, saved):
+            module.time = was
+
+
+@contextlib.contextmanager
+def trial_fork_server(warming_up, warmed_up, warm_up):
+    """Context manager: trials ask these instead of `feedline.backends`' functions of those names (a scripted fork server).
+
+    ``warming_up()``: its imports run; ``warmed_up()``: it is up; ``warm_up(backend)``: the trial asks for it.
+
+    >>> with trial_fork_server(lambda: False, lambda: True, lambda backend: None):
+    ...     pass
+    """
+    from .engine import _trial_start
+
+    saved = _trial_start.warming_up, _trial_start.warmed_up, _trial_start.warm_up
+    _trial_start.warming_up, _trial_start.warmed_up, _trial_start.warm_up = warming_up, warmed_up, warm_up
+    try:
+        yield
+    finally:
+        _trial_start.warming_up, _trial_start.warmed_up, _trial_start.warm_up = saved
