@@ -22,32 +22,15 @@ the user's own set-up; seconds from the end of describing to the first
 batch, the whole epoch, and ``close``.
 
 Run from the repository root:
-    python -m benchmarks.first_batch --suite [--reps 5] [--workload gil,memory]
+    python -m benchmarks.first_batch --suite [--reps 5] [--workload gil,memory] [--base OTHER/src]
     python -m benchmarks.first_batch [--reps 5] [--quick]
 
-Last measured: benchmarks/history/2026-11-25-eighth-session-issues-14-15-18.md, "First batch and close"
-(the settings). The suite, 2026-12-02 on the 2-core benchmark host shared with other sessions' tests
-(load average 1-2.5 during the run; earlier runs under 7-11 were too noisy to read), five rounds, each
-round running bb90552 ("before"), the change of issue 55 ("after", the held workers' pickling and the
-copy of their large arrays in a thread of their own, a dry run that keeps no bytes) and the DataLoader
-one after the other in a rotating order, fresh interpreters, seconds, medians (range):
+``--base`` runs a second feedline (the ``src`` folder of another checkout,
+say a worktree of main) in the same rounds, for a change's before and after.
 
-| workload | before | after | torch-fork | before / torch | after / torch | after / before |
-|---|---:|---:|---:|---:|---:|---:|
-| gil | 0.458 (0.389-0.479) | 0.446 (0.392-0.470) | 0.357 (0.321-0.383) | 1.28 | 1.28 | 0.98 |
-| jpeg | 1.062 (0.613-1.591) | 0.837 (0.714-1.149) | 0.535 (0.495-0.607) | 1.99 | 1.61 | 0.74 |
-| seg | 0.477 (0.220-0.653) | 0.459 (0.197-0.671) | 0.534 (0.294-0.873) | 0.89 | 0.81 | 0.94 |
-| audio | 0.236 (0.201-0.502) | 0.256 (0.214-0.509) | 0.207 (0.117-0.304) | 1.34 | 1.61 | 1.01 |
-| store | 0.480 (0.172-1.448) | 0.469 (0.184-2.630) | 0.396 (0.197-0.589) | 1.22 | 1.17 | 1.07 |
-| memory | 0.827 (0.283-1.308) | 0.800 (0.173-0.864) | 0.354 (0.175-0.616) | 2.14 | 2.19 | 0.91 |
-| memory-gil | 0.821 (0.562-0.918) | 0.637 (0.351-0.670) | 0.358 (0.180-0.379) | 2.41 | 1.87 | 0.72 |
-| memory-cheap | 0.031 (0.029-0.039) | 0.036 (0.031-0.044) | 0.041 (0.034-0.057) | 0.85 | 0.89 | 1.14 |
-
-(ratios: medians of the rounds' own.) Where the time goes (pyinstrument and the epoch's task spans):
-before, a 300 MB array cost the consumer most of a second at the trial's first sign of the GIL, copying
-it into shared memory for the held workers; after, the consumer takes the first batch as its thread
-task ends. What is left on GIL-bound work is the first task itself: it shares the GIL with the second
-thread's task, where DataLoader's first worker runs its batch alone.
+Last measured: benchmarks/RESULTS.md, "First batch against torch's fork DataLoader" (the suite);
+benchmarks/history/2026-11-25-eighth-session-issues-14-15-18.md, "First batch and close" (the settings).
+Earlier suite tables: benchmarks/history/2026-12-03-first-batch-as-pieces.md.
 """
 
 from __future__ import annotations
@@ -159,8 +142,13 @@ def suite_workload(name: str):
     return build(name)
 
 
-def run_suite_once(loader: str, name: str) -> dict:
+def run_suite_once(loader: str, name: str, base: str | None = None) -> dict:
+    """One fresh-interpreter run; ``loader`` "base" is the automatic choice of the feedline sources at ``base``."""
     env = dict(os.environ, FEEDLINE_REMEMBER="0")
+    if loader == "base":
+        loader = "feedline-auto"
+        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # for `benchmarks.first_batch`
+        env["PYTHONPATH"] = os.pathsep.join([os.path.abspath(base), root])
     out = subprocess.run([sys.executable, "-c", _SUITE_RUN, loader, name], capture_output=True, text=True,
                          timeout=300, env=env)
     if out.returncode != 0:
@@ -168,21 +156,39 @@ def run_suite_once(loader: str, name: str) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def suite(names, reps: int) -> str:
-    """The ``--suite`` table: per workload, each loader's first batch (median and range) and the paired ratio."""
-    runs = {(name, loader): [] for name in names for loader in SUITE_LOADERS}
+def _paired(runs: list, against: list) -> str:
+    ratios = [a["first"] / t["first"] for a, t in zip(runs, against)]
+    return f"{statistics.median(ratios):.2f} ({min(ratios):.2f}-{max(ratios):.2f})"
+
+
+def suite(names, reps: int, base: str | None = None) -> str:
+    """The ``--suite`` table: per workload, each loader's first batch (median and range) and the paired ratios.
+
+    With ``base`` (the ``src`` folder of another feedline checkout), its
+    automatic choice runs in the same rounds too: before and after a change.
+    """
+    loaders = SUITE_LOADERS + (("base",) if base else ())
+    runs = {(name, loader): [] for name in names for loader in loaders}
     for name in names:
         run_suite_once(SUITE_LOADERS[0], name)  # untimed: the workload's files are written and read once
     for r in range(reps):
         for name in names:
-            for loader in (SUITE_LOADERS if r % 2 == 0 else SUITE_LOADERS[::-1]):
-                runs[name, loader].append(run_suite_once(loader, name))
+            for loader in loaders[r % len(loaders):] + loaders[:r % len(loaders)]:  # each loader first in turn
+                runs[name, loader].append(run_suite_once(loader, name, base))
     rows = []
     for name in names:
         auto, torch = runs[name, "feedline-auto"], runs[name, "torch-fork"]
-        ratios = [a["first"] / t["first"] for a, t in zip(auto, torch)]
-        rows.append([name, auto[-1]["ran_as"], _spread([a["first"] for a in auto]), _spread([t["first"] for t in torch]),
-                     f"{statistics.median(ratios):.2f} ({min(ratios):.2f}-{max(ratios):.2f})"])
+        row = [name, auto[-1]["ran_as"], _spread([a["first"] for a in auto]), _spread([t["first"] for t in torch]),
+               _paired(auto, torch)]
+        if base:
+            before = runs[name, "base"]
+            row[2:2] = [_spread([b["first"] for b in before])]
+            row += [_paired(before, torch), _paired(auto, before)]
+        rows.append(row)
+    if base:
+        return markdown_table(["workload", "auto ran as", "base first batch s", "auto first batch s",
+                               "torch-fork first batch s", "auto / torch, paired", "base / torch, paired",
+                               "auto / base, paired"], rows, "llrrrrrr")
     return markdown_table(["workload", "auto ran as", "auto first batch s", "torch-fork first batch s",
                            "auto / torch, paired"], rows, "llrrr")
 
@@ -215,13 +221,15 @@ def main(argv=None) -> None:
     parser.add_argument("--quick", action="store_true", help="one run of two settings: a smoke test")
     parser.add_argument("--suite", action="store_true", help="the suite's workloads, automatic choice against DataLoader")
     parser.add_argument("--workload", default=",".join(SUITE), help="with --suite: comma-separated workloads")
+    parser.add_argument("--base", help="with --suite: the src folder of another feedline checkout (say, a worktree of "
+                                       "main), run in the same rounds: before and after a change")
     args = parser.parse_args(argv)
     if args.suite:
         names = [n for n in args.workload.split(",") if n]
         unknown = [n for n in names if n not in SUITE]
         if unknown:
             parser.error(f"unknown workload(s) {', '.join(unknown)}; choose from {', '.join(SUITE)}")
-        print(suite(names, args.reps))
+        print(suite(names, args.reps, args.base))
         return
     settings = SETTINGS[:1] + SETTINGS[4:5] if args.quick else SETTINGS
     reps = 1 if args.quick else args.reps

@@ -52,8 +52,49 @@ def test_last_batches_run_as_pieces_and_come_out_as_one_task_would_make_them(bac
     _assert_same(got, want)
     assert stats.batches == 13 and stats.samples == 101
     assert stats.tasks > stats.batches, "the epoch's last batches should have run as pieces"
-    pieces = [span for span in stats.task_spans if span[4] < 8 and span[3] < 12]
+    pieces = [span for span in stats.task_spans if span[4] < 8 and 8 < span[3] < 12]
     assert pieces, "a whole batch of the tail should have been cut"
+
+
+def _first_task_rows(stats, number=0) -> list:
+    """Rows of each task (or piece) of task ``number`` that ran this epoch, in the order they started."""
+    return [span[4] for span in sorted(stats.task_spans, key=lambda span: span[1]) if span[3] == number]
+
+
+@pytest.mark.parametrize("backend", ["thread", None])
+@pytest.mark.parametrize("workers", [2, 8])
+def test_the_first_batch_runs_as_a_piece_on_each_idle_thread_and_comes_out_whole(backend, workers, no_leaks):
+    want, _ = _run(_pipe(101, "serial"))
+    pipe = fl.from_sequence(list(range(101))).shuffle(seed=3).map(record, backend=backend, workers=workers).batch(8)
+    with pipe:
+        got = list(pipe)
+        first = _first_task_rows(pipe.stats())
+        later = (list(pipe), _first_task_rows(pipe.stats()))
+    _assert_same(got, want)
+    assert len(first) > 1 and sum(first) == 8 and max(first) < 8, f"the first batch should run as pieces: {first}"
+    assert later[1] == [8], "a later epoch knows the batches' time: its first runs whole (only the tail is cut)"
+
+
+def test_one_thread_or_process_workers_run_the_first_batch_whole(no_leaks):
+    for backend, workers in (("thread", 1), ("process", 4)):
+        with fl.from_sequence(list(range(101))).map(record, backend=backend, workers=workers).batch(8) as pipe:
+            next(iter(pipe))
+            # process workers may still be starting: a piece waiting for one would hold the first batch back
+            assert _first_task_rows(pipe.stats()) == [8], (backend, workers)
+
+
+def test_a_resumed_epoch_cuts_its_first_batch_and_delivers_the_rest_unchanged(no_leaks):
+    want, _ = _run(_pipe(101, "serial"))
+    with _pipe(101, "thread") as pipe:
+        it = iter(pipe)
+        [next(it) for _ in range(3)]
+        state = it.state()
+        it.close()
+    with _pipe(101, "thread") as resumed:
+        rest = list(resumed.resume(state))
+        first = _first_task_rows(resumed.stats(), number=3)
+    _assert_same(rest, want[3:])
+    assert len(first) > 1 and sum(first) == 8, f"the resumed epoch's first batch should run as pieces: {first}"
 
 
 def test_drop_remainder_keeps_every_whole_batch_and_drops_the_rest(short_pieces, no_leaks):
@@ -119,6 +160,11 @@ def test_pieces_only_where_they_pay():
     assert pieces.pieces(7, 8, 2, 64, 0.1, 64 * 3 * 224 * 224 * 4) == 1  # the suite's jpeg: joining 38 MB cost 12 %
     assert pieces.pieces(11, 12, 2, 32, None, 1 << 20) == 1  # nothing measured yet
     assert pieces.pieces(11, 12, 1, 32, 0.15, 1 << 20) == 1  # one worker
+    # the first batch, nothing measured: a piece per idle worker, up to MAX_PIECES, a row each at least
+    assert pieces.first_pieces(32, 2) == 2 and pieces.first_pieces(32, 64) == _tail.MAX_PIECES
+    assert pieces.first_pieces(3, 8) == 3 and pieces.first_pieces(32, 1) == 1 and pieces.first_pieces(32, 0) == 1
+    pieces.enabled = False
+    assert pieces.first_pieces(32, 8) == 1  # a batch that joining would change
 
 
 def test_piece_indices_cut_in_order_as_even_as_can_be():

@@ -229,6 +229,17 @@ class Executor:
         return True
 
     # ------------------------------------------------ watching the workers side by side (the automatic choice)
+    def idle_workers(self) -> int:
+        """Workers that would start a task sent now at once, with nothing else to run; 0 where that is not known.
+
+        The epoch's first batch is cut into pieces over these
+        (`feedline.engine._tail`), so that it comes out as soon as one
+        batch's work spread over them allows. Default 0: process workers
+        may still be starting, and a piece that waits for one would be
+        overtaken by the whole tasks behind it.
+        """
+        return 0
+
     def watch_progress(self, on: bool) -> None:
         """Count the samples of running tasks from now on (``on``), or no more; costs a call per sample.
 

@@ -208,6 +208,9 @@ class ThreadExecutor(Executor):
         self.pending += 1
         self.inboxes[n].put((key, task))
 
+    def idle_workers(self) -> int:
+        return max(0, sum(1 for n in range(self._route) if self.load[n] == 0) - len(self._pieces))
+
     def _finishing_cancelled(self) -> bool:
         """Whether a thread is inside a sample of a cancelled task (it ends at the sample's end)."""
         return any(r is not None and r.key[0] in self.cancelled for r in self.running[: self._route])

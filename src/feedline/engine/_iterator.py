@@ -88,7 +88,7 @@ class EpochIterator:
             self._init_streams(state)
         else:
             self._init_tasks(state, start_task)
-        self._next_submit = self._next_take = start_task
+        self._next_submit = self._next_take = self._first_task = start_task
 
     def _init_consumer(self, state) -> None:
         """What the consumer side holds: finished tasks, batches cut and not handed out, the rows carried between tasks."""
@@ -170,7 +170,7 @@ class EpochIterator:
             self._in_flight += 1
 
     def _submit_pieces(self, number: int, indices) -> bool:
-        """Send task ``number`` as pieces if it is one of the epoch's last and long enough to pay (`engine/_tail.py`)."""
+        """Send task ``number`` as pieces: the epoch's first while nothing is measured, or one of its last where it pays (`engine/_tail.py`)."""
         if not self._tail.enabled or self._step != self._size:
             return False
         # A batch's time from this epoch's tasks so far, else from the last epoch's (a window as deep as the
@@ -178,7 +178,10 @@ class EpochIterator:
         per_row = self.stats_.task_seconds / self._rows_done if self._rows_done else self._runtime.row_seconds
         seconds = per_row * self._size if per_row else None
         batch_bytes = self._batch_bytes or self._runtime.tuner.batch_bytes  # (the depth tuner's, from the first batch)
-        count = self._tail.pieces(number, self._num_tasks, self._runtime.workers, len(indices), seconds, batch_bytes)
+        if number == self._first_task and not seconds:
+            count = self._tail.first_pieces(len(indices), self._executor.idle_workers())
+        else:
+            count = self._tail.pieces(number, self._num_tasks, self._runtime.workers, len(indices), seconds, batch_bytes)
         if count < 2:
             return False
         pieces = piece_indices(indices, count)

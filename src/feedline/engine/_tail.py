@@ -21,6 +21,13 @@ over the network). And only where it pays: a piece takes at least
 `PIECE_SECONDS` of work (the batch's measured time per task so far in
 this epoch; the pieces' messages and the join cost a fraction of that), and the
 join's copy of the batch costs under `COPY_SHARE` of a task.
+
+The epoch's first batch is cut the same way when no task's time is known
+yet (`TailPieces.first_pieces`): one piece for each worker the executor
+says is idle (`Executor.idle_workers`: thread workers; process workers
+may still be starting). The first batch then comes out once each idle
+worker has done its share, not after one worker has done all of it
+(beside the others, which share the GIL with it on thread workers).
 """
 
 from __future__ import annotations
@@ -60,6 +67,20 @@ class TailPieces:
             return 1  # the join's copy would cost more than the idle time it saves
         work = task_seconds * rows / self.size  # (the epoch's last batch may be short)
         return max(1, min(MAX_PIECES, workers, rows, int(work / PIECE_SECONDS)))
+
+    def first_pieces(self, rows: int, idle: int) -> int:
+        """How many tasks the epoch's first batch (``rows`` rows) runs as, before any task's time is known: 1, or a piece per idle worker.
+
+        With nothing measured, the first batch would run whole on one
+        worker while the others start on the batches after it (and, on
+        threads, share the GIL with it), so it comes out after a whole
+        batch's time or more. Cut over the ``idle`` workers, it comes out
+        once they have each done a share of it. Later batches are not cut:
+        with the workers busy, pieces would gain nothing.
+        """
+        if not self.enabled or idle < 2:
+            return 1
+        return max(1, min(MAX_PIECES, idle, rows))
 
     def expect(self, number: int, pieces: list) -> None:
         """Task ``number`` went out as tasks of these ``pieces`` (their indices, in order)."""
