@@ -40,7 +40,7 @@ from ._shares import epoch_order
 from ._state import STATE_VERSION
 from ._stats import Stats
 from ._stream_cursor import StreamCursor
-from ._tail import TailPieces, join, piece_indices
+from ._tail import PiecesDiffer, TailPieces, join, piece_indices
 from ._task_grid import next_epoch_chunk, start_chunk, task_grid
 
 __all__ = ["EpochIterator", "STATE_VERSION"]
@@ -199,8 +199,13 @@ class EpochIterator:
                 back = self._tail.add(number, event.key[2], result)
                 if back is None:
                     continue
-                result = join(*back, where=self._plan.part.source.where)
                 self._pieced.add(number)
+                try:
+                    result = join(*back, where=self._plan.part.source.where)
+                except PiecesDiffer:  # run whole: the batch one task makes (its pieces' times are counted)
+                    indices = np.concatenate([np.asarray(rows) for rows in back[1]])
+                    self._executor.submit((self._generation, number), Task(self.epoch, number, indices=indices), None)
+                    continue
             self._in_flight -= 1
             self._done[number] = result
         if self._ordered:

@@ -32,10 +32,11 @@ worker has done its share, not after one worker has done all of it
 
 from __future__ import annotations
 
-from .._tree import concat_pieces, slice_rows
+from .._tree import concat_pieces, holds_numpy_scalars_as_rows, slice_rows
 from ..worker import Result, TaskError, joins_rows
 
-__all__ = ["COPY_RATE", "COPY_SHARE", "MAX_PIECES", "PIECE_SECONDS", "TailPieces", "join", "piece_indices"]
+__all__ = ["COPY_RATE", "COPY_SHARE", "MAX_PIECES", "PIECE_SECONDS", "PiecesDiffer", "TailPieces", "join",
+           "piece_indices"]
 
 PIECE_SECONDS = 0.01  # a piece takes at least this much work: its message and its share of the join stay a small part of it
 MAX_PIECES = 8  # pieces of one batch, at most: the last wave's idle time falls from a batch to an eighth of one
@@ -96,6 +97,10 @@ class TailPieces:
         return results, indices
 
 
+class PiecesDiffer(Exception):
+    """The pieces' batches cannot be joined into exactly what one task makes: the task runs again whole."""
+
+
 def piece_indices(indices, count: int) -> list:
     """``indices`` cut into ``count`` runs of consecutive rows, as even as can be (the first ones a row longer)."""
     size, extra = divmod(len(indices), count)
@@ -109,6 +114,9 @@ def piece_indices(indices, count: int) -> list:
 
 def join(results: list, indices: list, where=None) -> Result:
     """The result one task would have returned, from its pieces' results (and indices) in order.
+
+    Raises `PiecesDiffer` where the pieces held a column differently in a
+    way that joining cannot undo (`holds_numpy_scalars_as_rows`).
 
     The first piece that failed gives the error (its sample is the
     earliest failing one of the batch, as in one task), with no rows, as
@@ -138,7 +146,11 @@ def join(results: list, indices: list, where=None) -> Result:
     kept = [(r.payload, r.rows, [int(i) for i in ids]) for r, ids in zip(results, indices) if r.rows]
     try:
         whole = concat_pieces([k[0] for k in kept], rows=[k[1] for k in kept], indices=[k[2] for k in kept], where=where)
+        if holds_numpy_scalars_as_rows(whole):
+            raise PiecesDiffer  # e.g. small ints stacked in one piece, a big int in another: Python ints lost
         joined.payload = slice_rows(whole, 0, total, rows=total)
+    except PiecesDiffer:
+        raise
     except Exception as exc:
         index = getattr(exc, "index", None)
         index = index if index is not None else int(indices[0][0])
