@@ -468,24 +468,6 @@ class _Rows(list):
     """A joined column of per-row items, collated again (`_collate_rows`) when `slice_rows` cuts a batch."""
 
 
-def holds_numpy_scalars_as_rows(node) -> bool:
-    """Whether a `concat_pieces` result re-collates a column from NumPy scalars (a piece had stacked it as an array).
-
-    Pieces that held one column as arrays of different dtypes, or as an
-    array in one and a list in another, are joined as rows, and an array's
-    rows come back as NumPy scalars: Python ints or floats that one collate
-    would have kept as they were (an object column) cannot be told apart
-    from them any more.
-    """
-    if isinstance(node, _Rows):
-        return any(isinstance(v, np.generic) for v in node)
-    if isinstance(node, dict):
-        return any(holds_numpy_scalars_as_rows(v) for v in node.values())
-    if isinstance(node, (tuple, list)):
-        return any(isinstance(v, (dict, tuple, list)) and holds_numpy_scalars_as_rows(v) for v in node)
-    return False
-
-
 def _collate_rows(items: list):
     """The column `collate_into` makes of these items: stacked arrays, an array of numbers, or a list."""
     if not items:

@@ -178,10 +178,9 @@ class EpochIterator:
         per_row = self.stats_.task_seconds / self._rows_done if self._rows_done else self._runtime.row_seconds
         seconds = per_row * self._size if per_row else None
         batch_bytes = self._batch_bytes or self._runtime.tuner.batch_bytes  # (the depth tuner's, from the first batch)
-        if number == self._first_task and not seconds:
-            count = self._tail.first_pieces(len(indices), self._executor.idle_workers())
-        else:
-            count = self._tail.pieces(number, self._num_tasks, self._runtime.workers, len(indices), seconds, batch_bytes)
+        count = (self._tail.first_pieces(len(indices), self._executor.idle_workers()) if number == self._first_task
+                 and not seconds else self._tail.pieces(number, self._num_tasks, self._runtime.workers, len(indices),
+                                                        seconds, batch_bytes))
         if count < 2:
             return False
         pieces = piece_indices(indices, count)
@@ -203,8 +202,7 @@ class EpochIterator:
                 try:
                     result = join(*back, where=self._plan.part.source.where)
                 except PiecesDiffer:  # run whole: the batch one task makes (its pieces' times are counted)
-                    indices = np.concatenate([np.asarray(rows) for rows in back[1]])
-                    self._executor.submit((self._generation, number), Task(self.epoch, number, indices=indices), None)
+                    self._executor.submit((self._generation, number), Task(self.epoch, number, indices=np.concatenate(back[1])), None)
                     continue
             self._in_flight -= 1
             self._done[number] = result
@@ -595,8 +593,6 @@ def _batch_bytes(batch, rows: int, size: int) -> int:
 def _user_stacklevel() -> int:
     """The ``stacklevel`` that points a warning at the first frame outside feedline."""
     import os
-    import sys
-
     package = os.path.dirname(os.path.abspath(__file__))
     frame, level = sys._getframe(1), 1
     while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(package):

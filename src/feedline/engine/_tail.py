@@ -32,7 +32,9 @@ worker has done its share, not after one worker has done all of it
 
 from __future__ import annotations
 
-from .._tree import concat_pieces, holds_numpy_scalars_as_rows, slice_rows
+import numpy as np
+
+from .._tree import _Rows, concat_pieces, slice_rows
 from ..worker import Result, TaskError, joins_rows
 
 __all__ = ["COPY_RATE", "COPY_SHARE", "MAX_PIECES", "PIECE_SECONDS", "PiecesDiffer", "TailPieces", "join",
@@ -112,6 +114,24 @@ def piece_indices(indices, count: int) -> list:
     return out
 
 
+def holds_numpy_scalars_as_rows(node) -> bool:
+    """Whether a `concat_pieces` result re-collates a column from NumPy scalars (a piece had stacked it as an array).
+
+    Pieces that held one column as arrays of different dtypes, or as an
+    array in one and a list in another, are joined as rows, and an array's
+    rows come back as NumPy scalars: Python ints or floats that one collate
+    would have kept as they were (an object column) cannot be told apart
+    from them any more.
+    """
+    if isinstance(node, _Rows):
+        return any(isinstance(v, np.generic) for v in node)
+    if isinstance(node, dict):
+        return any(holds_numpy_scalars_as_rows(v) for v in node.values())
+    if isinstance(node, (tuple, list)):
+        return any(isinstance(v, (dict, tuple, list)) and holds_numpy_scalars_as_rows(v) for v in node)
+    return False
+
+
 def join(results: list, indices: list, where=None) -> Result:
     """The result one task would have returned, from its pieces' results (and indices) in order.
 
@@ -127,15 +147,7 @@ def join(results: list, indices: list, where=None) -> Result:
     batch's collation would (stage ``"batch"``, naming a sample). Times
     and counts are the pieces' sums.
     """
-    joined = Result()
-    for r in results:
-        for stage, seconds in r.times.items():
-            joined.times[stage] = joined.times.get(stage, 0.0) + seconds
-        for name, n in r.counters.items():
-            joined.counters[name] = joined.counters.get(name, 0) + n
-        joined.cpu += r.cpu
-        joined.cpu_wait += r.cpu_wait
-        joined.transport += r.transport
+    joined = _summed(results)
     joined.span = (min(r.span[0] for r in results), max(r.span[1] for r in results))
     joined.worker = results[0].worker
     failed = next((r for r in results if r.error is not None), None)
@@ -157,4 +169,18 @@ def join(results: list, indices: list, where=None) -> Result:
         joined.error = TaskError.from_exception(exc, index, where(index) if where else None, "batch")
         return joined
     joined.rows = total
+    return joined
+
+
+def _summed(results: list) -> Result:
+    """A result holding the pieces' summed times, counters, CPU and transport."""
+    joined = Result()
+    for r in results:
+        for stage, seconds in r.times.items():
+            joined.times[stage] = joined.times.get(stage, 0.0) + seconds
+        for name, n in r.counters.items():
+            joined.counters[name] = joined.counters.get(name, 0) + n
+        joined.cpu += r.cpu
+        joined.cpu_wait += r.cpu_wait
+        joined.transport += r.transport
     return joined
