@@ -10,7 +10,7 @@ import pytest
 
 import feedline as fl
 from feedline.engine import _tail
-from feedline.worker import Result
+from feedline.worker import Result, TaskError
 
 
 @pytest.fixture
@@ -174,19 +174,34 @@ def test_piece_indices_cut_in_order_as_even_as_can_be():
 
 def test_join_takes_the_first_failed_piece_and_sums_the_times():
     ok = Result(payload={"x": np.zeros((2, 1))}, rows=2, times={"read": 0.5}, span=(1.0, 2.0))
-    bad = Result(error="first", times={"read": 0.25}, span=(0.5, 3.0))
-    worse = Result(error="second", span=(1.0, 1.5))
+    first, second = (TaskError.from_exception(ValueError(m), index, stage="map") for m, index in (("first", 2), ("second", 4)))
+    bad = Result(error=first, times={"read": 0.25}, span=(0.5, 3.0))
+    worse = Result(error=second, span=(1.0, 1.5))
     joined = _tail.join([ok, bad, worse], [[0, 1], [2, 3], [4, 5]])
-    assert joined.error == "first" and joined.rows == 0 and joined.payload is None
+    assert joined.error is first and joined.rows == 0 and joined.payload is None
     assert joined.times == {"read": 0.75} and joined.span == (0.5, 3.0)
+    collated = TaskError.from_exception(ValueError("shapes"), 4, stage="batch")
+    with pytest.raises(_tail.PiecesDiffer):  # which sample one task's collation names depends on every row
+        _tail.join([ok, bad, Result(error=collated, span=(1.0, 1.5))], [[0, 1], [2, 3], [4, 5]])
 
 
-def test_rows_that_do_not_stack_fail_as_the_batch_would_naming_a_sample():
-    a = Result(payload={"x": np.zeros((2, 3))}, rows=2, span=(0.0, 1.0))
-    b = Result(payload={"x": np.zeros((2, 4))}, rows=2, span=(0.0, 1.0))
-    joined = _tail.join([a, b], [[10, 11], [12, 13]], where=lambda i: f"file-{i}")
-    assert joined.error is not None and joined.error.stage == "batch" and joined.error.index == 12
-    assert joined.error.where == "file-12"
+def _stacks_but_one(i):
+    time.sleep(0.003)
+    return np.zeros(4 if i == 5 else 3)  # sample 5 does not stack with the others
+
+
+@pytest.mark.parametrize("workers", [2, 8])
+def test_rows_that_do_not_stack_fail_naming_the_sample_one_task_names(workers, no_leaks):
+    def first_error(backend, workers):
+        with fl.from_sequence(list(range(32))).map(_stacks_but_one, backend=backend, workers=workers).batch(8) as pipe:
+            with pytest.raises(fl.SampleError) as caught:
+                list(pipe)
+            return caught.value, _first_task_rows(pipe.stats())
+    want, _ = first_error("serial", None)
+    got, first = first_error("thread", workers)
+    assert (got.index, got.stage) == (want.index, want.stage) == (5, "batch"), (got, want)
+    assert "(4,)" in str(got) and "(3,)" in str(got)
+    assert len(first) > 1 and first[-1] == 8, f"its pieces ran, then the batch again whole: {first}"
 
 
 _release = threading.Event()

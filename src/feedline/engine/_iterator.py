@@ -198,12 +198,12 @@ class EpochIterator:
                 back = self._tail.add(number, event.key[2], result)
                 if back is None:
                     continue
-                self._pieced.add(number)
                 try:
-                    result = join(*back, where=self._plan.part.source.where)
-                except PiecesDiffer:  # run whole: the batch one task makes (its pieces' times are counted)
+                    result = join(*back)
+                except PiecesDiffer:  # run whole: the batch one task makes (the pieces' work and its own both counted)
                     self._executor.submit((self._generation, number), Task(self.epoch, number, indices=np.concatenate(back[1])), None)
                     continue
+                self._pieced.add(number)
             self._in_flight -= 1
             self._done[number] = result
         if self._ordered:

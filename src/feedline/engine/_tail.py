@@ -35,7 +35,7 @@ from __future__ import annotations
 import numpy as np
 
 from .._tree import _Rows, concat_pieces, slice_rows
-from ..worker import Result, TaskError, joins_rows
+from ..worker import Result, joins_rows
 
 __all__ = ["COPY_RATE", "COPY_SHARE", "MAX_PIECES", "PIECE_SECONDS", "PiecesDiffer", "TailPieces", "join",
            "piece_indices"]
@@ -132,42 +132,42 @@ def holds_numpy_scalars_as_rows(node) -> bool:
     return False
 
 
-def join(results: list, indices: list, where=None) -> Result:
+def join(results: list, indices: list) -> Result:
     """The result one task would have returned, from its pieces' results (and indices) in order.
 
-    Raises `PiecesDiffer` where the pieces held a column differently in a
-    way that joining cannot undo (`holds_numpy_scalars_as_rows`).
+    Raises `PiecesDiffer` where joining cannot give exactly that: a
+    column held differently in a way that cannot be undone
+    (`holds_numpy_scalars_as_rows`), or rows that do not collate together
+    or in a piece (the batch runs again whole, so that its error names the
+    sample one task's collation names, not the first of a piece that
+    differs).
 
-    The first piece that failed gives the error (its sample is the
-    earliest failing one of the batch, as in one task), with no rows, as
-    a one-batch task returns a failure. Rows are concatenated along the
+    Otherwise the first piece that failed gives the error (its sample is
+    the earliest failing one of the batch, as in one task), with no rows,
+    as a one-batch task returns a failure. Rows are concatenated along the
     first axis (`concat_pieces`) and collated again where pieces held a
     column differently (`slice_rows`), which is what the default collate
-    makes of all the rows at once; rows that do not stack fail as the
-    batch's collation would (stage ``"batch"``, naming a sample). Times
-    and counts are the pieces' sums.
+    makes of all the rows at once. Times and counts are the pieces' sums.
     """
     joined = _summed(results)
     joined.span = (min(r.span[0] for r in results), max(r.span[1] for r in results))
     joined.worker = results[0].worker
     failed = next((r for r in results if r.error is not None), None)
+    if any(r.error is not None and r.error.stage == "batch" for r in results):
+        raise PiecesDiffer  # a piece's rows did not collate: which sample one task names depends on all the rows
     if failed is not None:
         joined.error = failed.error
         return joined
     total = sum(r.rows for r in results)
     kept = [(r.payload, r.rows, [int(i) for i in ids]) for r, ids in zip(results, indices) if r.rows]
     try:
-        whole = concat_pieces([k[0] for k in kept], rows=[k[1] for k in kept], indices=[k[2] for k in kept], where=where)
-        if holds_numpy_scalars_as_rows(whole):
-            raise PiecesDiffer  # e.g. small ints stacked in one piece, a big int in another: Python ints lost
-        joined.payload = slice_rows(whole, 0, total, rows=total)
-    except PiecesDiffer:
-        raise
-    except Exception as exc:
-        index = getattr(exc, "index", None)
-        index = index if index is not None else int(indices[0][0])
-        joined.error = TaskError.from_exception(exc, index, where(index) if where else None, "batch")
-        return joined
+        whole = concat_pieces([k[0] for k in kept], rows=[k[1] for k in kept], indices=[k[2] for k in kept])
+        exact = not holds_numpy_scalars_as_rows(whole)  # (not: small ints stacked in one piece, a big int in another)
+        joined.payload = slice_rows(whole, 0, total, rows=total) if exact else None
+    except Exception as exc:  # rows that do not stack: one task's collation names the sample
+        raise PiecesDiffer from exc
+    if not exact:
+        raise PiecesDiffer
     joined.rows = total
     return joined
 
