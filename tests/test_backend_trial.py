@@ -1588,6 +1588,34 @@ def test_thread_tasks_given_back_far_along_keep_their_rows_and_only_the_rest_run
             trial.close()
 
 
+def big_int_last(v):
+    time.sleep(0.01)
+    return 2**70 if v == 39 else int(v)  # one task keeps task 0's column as Python ints (an object array)
+
+
+def test_a_task_given_back_whose_parts_do_not_join_exactly_runs_again_whole_on_the_processes(choice_policy):
+    # The thread's rows of task 0 stack as int64, the rest (holding 2**70) as objects: joined, the Python ints would come
+    # back as NumPy scalars, so the task runs again whole and the batch is the one a single task makes.
+    choice_policy(verdict_due=10.0)  # the verdict comes from the clocks, however late the test looks
+    with testing.trial_fork_server(lambda: False, lambda: True, lambda backend: None):  # the fork server is up
+        trial, processes = _two_threads_then_recorded_processes(big_int_last, _held_back_clocks())
+        try:
+            for n in range(2):  # both threads busy: judged side by side
+                trial.submit((0, n), Task(epoch=0, number=n, indices=np.arange(40 * n, 40 * n + 40)))
+            time.sleep(0.25)  # more than half of each is done
+            events, deadline = _judged_held_back_and_up(trial), time.monotonic() + 30
+            while len(events) < 2 and time.monotonic() < deadline:
+                events += trial.wait(0.05)
+        finally:
+            trial.close()
+    got = {event.key: event.result for event in events}
+    assert sorted(got) == [(0, 0), (0, 1)], "each task once"
+    assert got[(0, 0)].payload.dtype == object and [type(v) for v in got[(0, 0)].payload] == [int] * 40
+    assert got[(0, 0)].payload.tolist() == [*range(39), 2**70] and got[(0, 0)].rows == 40
+    assert got[(0, 1)].payload.tolist() == list(range(40, 80)), "a task whose parts join is joined"
+    assert sorted(processes[0].order) == [(0, 0), (0, 0), (0, 1)], "task 0's rest, then task 0 whole"
+
+
 def test_threads_that_lose_to_much_faster_processes_hand_over_the_tasks_they_hold_earliest_first():
     # 16 cores, jpeg: sixteen threads measured alone delivered 1,157 samples/s against the processes' 3,332; left to
     # finish the tasks they held (~0.5 s each), they cost the epoch ~1.2 s after the verdict

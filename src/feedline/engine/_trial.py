@@ -279,7 +279,8 @@ class BackendTrial(GilJudging, WorkerStart, Handover, Retrial, Executor):
             self._thread_results_in(events)
         elif events:
             events = self._rerun_without_shared_memory(events)
-        for i, event in enumerate(events):
+        kept = []
+        for event in events:
             if self._owner.pop(event.key, None) is not None:
                 self._outstanding[executor] -= 1
             result = event.result
@@ -292,7 +293,12 @@ class BackendTrial(GilJudging, WorkerStart, Handover, Retrial, Executor):
             if executor is self.threads:
                 result.worker += self.processes.workers  # threads have their own rows in traces
             if event.key in self._partials:
-                events[i] = Event(event.key, self._join_partial(event.key, result))
+                result = self._join_partial(executor, event.key, result)
+                if result is None:
+                    continue  # it runs again whole
+                event = Event(event.key, result)
+            kept.append(event)
+        events = kept
         if self.winner is None:
             self._advance()
         else:

@@ -28,8 +28,9 @@ import dataclasses
 import time
 
 from .._errors import SharedMemoryFull
+from ..backends import Executor
 from ..worker import Result
-from ._tail import join
+from ._tail import PiecesDiffer, join
 from ._trial_standin import NotStarted
 
 __all__ = ["GIVE_BACK_DONE", "HANDOVER_WAIT", "Handover"]
@@ -47,7 +48,7 @@ class Handover:
         self._due: set = set()  # ... once the thread tasks with these keys are back (given back, or done) ...
         self._handover_by = 0.0  # ... or by then
         self._held: list = []  # tasks for the processes submitted meanwhile: sent after the handover
-        self._partials: dict = {}  # key -> (a thread's result for a task's first rows, their indices, the rest's, where)
+        self._partials: dict = {}  # key -> (a thread's result for a task's first rows, their indices, the rest's, the whole task)
         self._sent: dict = {}  # key -> task, for tasks on process workers (`_rerun_without_shared_memory`)
 
     @property
@@ -145,17 +146,28 @@ class Handover:
         self._measure[self.threads] = self._measure.pop(waiting)
         return True
 
-    def _join_partial(self, key, rest: Result) -> Result:
+    def _join_partial(self, executor: Executor, key, rest: Result) -> Result | None:
         """The batch of task ``key``: the rows a thread did before giving it back, then ``rest``'s (`_move_returned`).
 
         Joined as the epoch's last batches are from their pieces
         (`feedline.engine._tail.join`), so the batch is the one a single
-        task would have made. The result keeps ``rest``'s span, worker and
-        CPU (the thread's went to the threads' bound when it came back);
-        the stage times are both parts'.
+        task would have made; where the parts cannot give exactly that,
+        the task runs again whole on ``executor`` (the one that ran the
+        rest) and this returns None. The result keeps ``rest``'s span,
+        worker and CPU (the thread's went to the threads' bound when it
+        came back); the stage times are both parts'.
         """
-        partial, done, rest_indices, where = self._partials.pop(key)
-        joined = join([partial, rest], [done, rest_indices], where)
+        partial, done, rest_indices, whole = self._partials.pop(key)
+        try:
+            joined = join([partial, rest], [done, rest_indices])
+        except PiecesDiffer:
+            self._owner[key] = executor
+            self._outstanding[executor] += 1
+            if executor is self.processes:
+                self._to_processes(key, whole)
+            else:
+                executor.submit(key, whole)
+            return None
         joined.span, joined.worker, joined.cpu, joined.cpu_wait = rest.span, rest.worker, rest.cpu, rest.cpu_wait
         joined.transport = rest.transport
         return joined
@@ -174,7 +186,7 @@ class Handover:
             task = returned.task
             if returned.partial is not None:  # its first rows are done: the rest runs on the processes (`_join_partial`)
                 done, rest = task.indices[: returned.rows], task.indices[returned.rows :]
-                self._partials[key] = (returned.partial, done, rest, returned.where)
+                self._partials[key] = (returned.partial, done, rest, task)
                 task = dataclasses.replace(task, indices=rest)
             self._handover.append((key, task))
             self._due.discard(key)
