@@ -133,7 +133,7 @@ def main(argv=None) -> None:
             urls = [f"{base_url}/{i:06d}.bin" for i in range(args.samples)]
             rates = {name: [] for name in loaders}
             ran = {}
-            for _ in range(DEFAULT_POLICY.agree):  # untimed: the agreeing trials, which leave the verdict and worker count to start on
+            for _ in range(DEFAULT_POLICY.remember.agree):  # untimed: the agreeing trials, which leave the verdict and worker count to start on
                 loaders["feedline-remembered"](urls)
             for _ in range(args.reps):
                 for name, run in loaders.items():

@@ -157,7 +157,7 @@ _remembered_for: set[str] = set()  # workloads whose agreeing trials ran
 @contextlib.contextmanager
 def _feedline_remembered(w: Workload):
     """feedline-auto started on the verdict its earlier runs left: the first use (the runner's untimed warm-up)
-    runs the trials that must agree (`feedline.engine.choice.Policy.agree`), the later ones start on their verdict."""
+    runs the trials that must agree (`feedline.engine.choice.Remembering.agree`), the later ones start on their verdict."""
     import atexit
     import os
     import shutil
@@ -172,7 +172,7 @@ def _feedline_remembered(w: Workload):
     with remembering_in(_memory[0]):
         if w.name not in _remembered_for:  # the warm-up round: the trials before the last one, run here
             _remembered_for.add(w.name)
-            for _ in range(DEFAULT_POLICY.agree - 1):
+            for _ in range(DEFAULT_POLICY.remember.agree - 1):
                 with _feedline(hand=False)(w) as run:
                     for _ in run.batches:
                         pass

@@ -12,7 +12,7 @@ process pipeline), then per round one epoch with start-up of each setting
 in a seeded shuffled order: ``hand`` (the suite's best hand setting of ``map()``),
 ``auto`` (``map(fn)``, nothing remembered: every run a first run) and
 ``remembered`` (``map(fn)`` with a file of verdicts of its own: the first
-`feedline.engine.choice.DEFAULT_POLICY.agree` rounds are its agreeing trials and are
+`feedline.engine.choice.DEFAULT_POLICY.remember.agree` rounds are its agreeing trials and are
 left out of its median). In one process the rows share one memory state,
 which the peer suite's rows do not (there the JPEG rows split into runs that
 faulted in fresh memory and runs that did not, 0.8k against 1.05k samples/s).
@@ -63,7 +63,7 @@ def main(argv=None) -> None:
     from feedline.backends import warm_up
     from feedline.engine.choice import DEFAULT_POLICY
 
-    agree = DEFAULT_POLICY.agree  # the agreeing trials' rounds
+    agree = DEFAULT_POLICY.remember.agree  # the agreeing trials' rounds
 
     parser = argparse.ArgumentParser(prog="python -m benchmarks.remembered", description=__doc__.splitlines()[0])
     parser.add_argument("--workload", action="append", choices=("jpeg", "audio", "gil", "seg"))

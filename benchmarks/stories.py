@@ -265,7 +265,7 @@ def main(argv=None) -> None:
             memory = {**env, "FEEDLINE_REMEMBER": os.path.join(folder, f"choices-{variant}.json")}
             forget = {**env, "FEEDLINE_REMEMBER": "0"}
             untimed = [("process", forget)] if not args.quick else []  # the benchmark's first run was its slowest (see the docstring)
-            agree = [("auto", memory)] * DEFAULT_POLICY.agree if "remembered" in settings and not args.quick else []  # ... the
+            agree = [("auto", memory)] * DEFAULT_POLICY.remember.agree if "remembered" in settings and not args.quick else []  # ... the
             # trials whose verdict the remembered runs start on (not in --quick: its epochs are too short for a
             # verdict to remember, and the smoke test ran 10 more Keras-importing interpreters for them)
             for setting, setting_env in untimed + agree:

@@ -25,7 +25,7 @@ from conftest import switch_interval_holds, switch_intervals_while_iterating
 import feedline as fl
 from feedline import testing
 from feedline.backends import Event, Executor, make_executor
-from feedline.engine.choice import DEFAULT_POLICY, Action, Phase, decide, predict
+from feedline.engine.choice import DEFAULT_POLICY, Action, Phase, WinnerWatch, decide, predict
 from feedline.worker import Result, Task
 
 
@@ -402,7 +402,7 @@ def _drifting(flag: str):
 
 def test_the_choice_is_tried_again_when_the_winners_rate_falls_and_the_output_is_unchanged(choice_policy, tmp_path, no_leaks):
 
-    choice_policy(retrial_after=0.0)  # revisit at once
+    choice_policy(watch=WinnerWatch(retrial_after=0.0))  # revisit at once
     flag = tmp_path / "slow"
     pipe = fl.from_arrays(np.arange(4000)).map(_drifting(str(flag)), workers=2).batch(4)
     out, decision = [], ""
@@ -451,7 +451,7 @@ def _waits_then_computes(v):
 def test_threads_grown_for_io_that_meet_the_gil_are_tried_against_processes_and_the_output_is_unchanged(choice_policy, no_leaks):
     """Threads that won on I/O and were grown are measured again; if the GIL caps them, processes are tried at the same count."""
 
-    choice_policy(gil_cap=1e9)  # any grown pool counts as capped: the mechanics, not the threshold
+    choice_policy(watch=WinnerWatch(gil_cap=1e9))  # any grown pool counts as capped: the mechanics, not the threshold
     pipe = fl.from_arrays(np.arange(960)).map(_waits_then_computes).batch(8)
     decision, trial, grew = "", {}, False
     with pipe:
@@ -972,12 +972,12 @@ def test_no_stretch_is_judged_while_held_workers_connect_and_threads_that_win_cl
 def test_held_workers_slow_to_connect_leave_the_plain_verdict_alone_only_for_a_while():
     from feedline.engine.choice import DEFAULT_POLICY as P
 
-    connecting_skipped = testing.trial_skipped_spans()["connecting_skipped"]
+    connecting_skipped = P.start.connecting_skipped
 
     # map(workers=16) on 2 cores, GIL-bound: sixteen held workers took 0.22-0.3 s to connect beside four scouts that
     # hold the GIL the hand-shake needs, and the verdict waited for them (0.43-0.47 s; first tasks 0.46-0.61 s against
     # 0.15 s by hand; 0.87 of processes by hand, 0.95 with the wait bounded, 6 paired rounds)
-    up = 0.01 + 0.1  # the first sign after `P.sign_span`, then the server's imports
+    up = 0.01 + 0.1  # the first sign after `P.start.sign_span`, then the server's imports
     due = up + connecting_skipped + P.early_span + 0.03
     held = _ScriptedThreads(1.0, 400, begun=2)
     assert _verdict_after(held, due, server_up=False, importing=0.1,
@@ -1015,7 +1015,7 @@ def test_threads_in_their_first_samples_get_the_plain_verdict_while_held_workers
     assert _verdict_after(sign_then_busier, 0.25, server_up=False, importing=0.1,
                           park=_parking(sign_then_busier, 0.3, parked)) == "process", "no verdict while the workers connected"
     assert len(parked) == 1 and parked[0].released
-    # threads that keep both cores busy meanwhile get no verdict (the plain one only), for `CONNECTING_SKIPPED` after
+    # threads that keep both cores busy meanwhile get no verdict (the plain one only), for `EarlyStart.connecting_skipped` after
     # the server is up (0.12 s here)
     busier, parked = _Phases([(0.02, 1.0), (1e9, 1.95)]), []
     assert _verdict_after(busier, 0.19, server_up=False, importing=0.1,
@@ -1172,12 +1172,12 @@ def test_threads_that_leave_a_core_idle_start_the_workers_before_the_verdict_whe
     from feedline.engine.choice import DEFAULT_POLICY as P
 
     # audio-like: 1.5 of 2 cores busy is no early verdict, but the idle half core starts the workers after two
-    # stretches of P.sign_span from when every thread is past its first sample (10 ms in here), long before the whole
+    # stretches of P.start.sign_span from when every thread is past its first sample (10 ms in here), long before the whole
     # stretch decides
     threads, trials = _ScriptedThreads(1.5, 400, begun=2), []
     made = _Recorded(threads)
     assert _verdict_after(threads, P.early_span + 0.01, made, server_up=True, trials=trials) is None
-    assert len(made.made) == 1 and made.made[0][0] <= 0.005 + 2 * P.sign_span + 0.005, made.made
+    assert len(made.made) == 1 and made.made[0][0] <= 0.005 + 2 * P.start.sign_span + 0.005, made.made
     assert trials[0].early_workers_at is not None
     # the verdict takes those workers: no second start
     threads, made = _ScriptedThreads(1.5, 400, begun=2), None
@@ -1201,12 +1201,12 @@ def test_threads_held_back_in_their_first_long_samples_start_the_workers_before_
 
     # story 1 after a training script's set-up (the fork server up): each thread runs one 70 ms Keras batch of Python,
     # so no thread is past its first sample before the whole stretch decides; one core of two busy over two stretches
-    # of P.sign_span starts the workers then (their start took 0.06-0.07 s beside the threads: story 1 with a second
+    # of P.start.sign_span starts the workers then (their start took 0.06-0.07 s beside the threads: story 1 with a second
     # of set-up ran 0.86 of processes by hand when they started at the verdict, 0.90 now)
     threads, trials = _ScriptedThreads(1.0, 10, begun=1), []
     made = _Recorded(threads)
     assert _verdict_after(threads, P.evidence_span + 0.01, made, server_up=True, trials=trials) == "process"
-    assert len(made.made) == 1 and made.made[0][0] <= 0.005 + 2 * P.sign_span + 0.005, made.made
+    assert len(made.made) == 1 and made.made[0][0] <= 0.005 + 2 * P.start.sign_span + 0.005, made.made
     assert trials[0].early_workers_at is not None
     # first samples are cold (imports, first calls): short of the plain sign, only the verdict starts workers
     threads = _ScriptedThreads(1.3, 10, begun=1)
@@ -1296,7 +1296,7 @@ def test_gil_bound_work_beside_a_fork_server_that_is_up_starts_the_workers_befor
     # out (two `sign_span`s, read at two looks at the clocks): the verdict waits longer here, as it does for threads that
     # keep 1.5 of 2 cores busy. The consumer looks at the clocks only when it gets the GIL from the two threads that
     # hold it, every 20-50 ms at the user's 5 ms switch interval: the span leaves room for three looks after the first.
-    choice_policy(early_span=15 * DEFAULT_POLICY.sign_span, evidence_span=30 * DEFAULT_POLICY.sign_span, verdict_due=1.0)
+    choice_policy(early_span=15 * DEFAULT_POLICY.start.sign_span, evidence_span=30 * DEFAULT_POLICY.start.sign_span, verdict_due=1.0)
     _warm_fork_server()
     pipe = fl.from_arrays(np.arange(192)).map(slower_pure_python, workers=workers).batch(4)
     with pipe:

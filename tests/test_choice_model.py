@@ -14,7 +14,7 @@ import pytest
 
 import feedline as fl
 from feedline import testing
-from feedline.engine.choice import DEFAULT_POLICY, Action, Measured, Observations, Phase, Policy, Stretch, decide, first_threads, predict
+from feedline.engine.choice import DEFAULT_POLICY, Action, Measured, Observations, Phase, Policy, Remembering, Stretch, WinnerWatch, decide, first_threads, predict
 
 P = DEFAULT_POLICY
 
@@ -168,8 +168,18 @@ def test_a_policy_with_a_negative_threshold_is_refused_naming_it():
         Policy(evidence_span=-1.0)
     with pytest.raises(ValueError, match="process_margin"):
         Policy(process_margin=0.9)
-    with pytest.raises(TypeError, match="Policy"), testing.choice_policy({"retrial_after": 0}):
+    with pytest.raises(ValueError, match="Remembering.runs"):
+        Remembering(runs=-1)
+    with pytest.raises(TypeError, match="Policy"), testing.choice_policy({"early_span": 0}):
         pass
+
+
+def test_decide_reads_at_most_ten_thresholds_and_each_part_of_the_policy_at_most_five():
+    parts = {f.name: getattr(P, f.name) for f in dataclasses.fields(Policy) if dataclasses.is_dataclass(getattr(P, f.name))}
+    assert set(parts) == {"start", "watch", "remember"}
+    assert len(dataclasses.fields(Policy)) - len(parts) <= 10, "a new threshold: can the model derive it from one it has?"
+    assert all(len(dataclasses.fields(part)) <= 5 for part in parts.values())
+    assert Policy(watch=WinnerWatch(retrial_after=0.0)).watch.drift_ratio == P.watch.drift_ratio, "a part's other values kept"
 
 
 def test_the_testing_hook_puts_a_policy_in_force_for_trials_started_inside_it(no_leaks):
@@ -196,5 +206,5 @@ def test_grown_threads_are_read_from_their_clocks_so_gil_waits_between_tasks_cou
     from feedline.engine.choice import busy_while_working
 
     assert busy_while_working(cpu, idle, span, workers) == pytest.approx(busy), what
-    low, high = P.gil_limit
+    low, high = P.watch.gil_limit
     assert (low <= busy_while_working(cpu, idle, span, workers) <= high) == (what.startswith(("one GIL", "half"))), what

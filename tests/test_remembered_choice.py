@@ -17,7 +17,7 @@ from conftest import snapshot
 import feedline as fl
 import feedline.backends.process
 from feedline import testing
-from feedline.engine.choice import DEFAULT_POLICY
+from feedline.engine.choice import DEFAULT_POLICY, Remembering, WinnerWatch
 
 pytestmark = pytest.mark.usefixtures("no_leaks")
 
@@ -59,7 +59,7 @@ def _entries(path) -> dict:
     return json.loads(path.read_text())
 
 
-def _set_winner(path, winner: str, agreed: int = DEFAULT_POLICY.agree) -> None:
+def _set_winner(path, winner: str, agreed: int = DEFAULT_POLICY.remember.agree) -> None:
     """Rewrite the one remembered verdict as ``winner`` (as if ``agreed`` trials in a row had found it)."""
     entries = _entries(path)
     (entry,) = entries.values()
@@ -69,7 +69,7 @@ def _set_winner(path, winner: str, agreed: int = DEFAULT_POLICY.agree) -> None:
 
 def _trials(fn=waits, **kwargs):
     """The runs whose trials must agree before a verdict is started on; the last one's (batches, stats)."""
-    for _ in range(DEFAULT_POLICY.agree):
+    for _ in range(DEFAULT_POLICY.remember.agree):
         out = _run(fn, **kwargs)
         assert "remembered" not in out[1].decision, out[1].decision
     return out
@@ -111,8 +111,8 @@ def test_a_remembered_process_verdict_starts_the_workers_at_once_with_the_same_b
     assert second == first
 
 
-def test_the_trial_runs_again_after_remember_runs_runs_and_is_remembered_anew(choices, choice_policy):
-    choice_policy(remember_runs=2)
+def test_the_trial_runs_again_after_its_remembered_runs_and_is_remembered_anew(choices, choice_policy):
+    choice_policy(remember=Remembering(runs=2))
     _trials()
     assert "remembered" in _run()[1].decision and "remembered" in _run()[1].decision
     _, fresh = _run()
@@ -162,7 +162,7 @@ def test_a_torn_file_counts_as_empty_and_is_written_afresh(choices):
 
 
 def test_the_file_keeps_only_the_most_recently_used_entries(choices, choice_policy):
-    choice_policy(remember_entries=2)
+    choice_policy(remember=Remembering(entries=2))
     for fn in (waits, waits_longer):
         _trials(fn)
     assert "remembered" in _run(waits)[1].decision  # used again: now the most recent
@@ -174,7 +174,7 @@ def test_the_file_keeps_only_the_most_recently_used_entries(choices, choice_poli
 
 
 def test_a_remembered_winner_that_no_longer_delivers_runs_the_trial_again(choices, choice_policy):
-    choice_policy(retrial_after=0.0)
+    choice_policy(watch=WinnerWatch(retrial_after=0.0))
     _trials(workers=2)  # a count set by hand: the worker tuner leaves it (the drift check compares per worker)
     entries = _entries(choices)
     (entry,) = entries.values()
@@ -208,13 +208,13 @@ def test_a_fresh_interpreter_recalls_what_the_previous_ones_found(choices):
     """
     env = {**os.environ, "FEEDLINE_REMEMBER": str(choices)}
     runs = []
-    while len(runs) < DEFAULT_POLICY.agree + 4 and not (runs and "remembered" in runs[-1].stdout):
+    while len(runs) < DEFAULT_POLICY.remember.agree + 4 and not (runs and "remembered" in runs[-1].stdout):
         runs.append(subprocess.run([sys.executable, "-c", _SCRIPT], capture_output=True, text=True, timeout=120, env=env))
     assert all(run.returncode == 0 for run in runs), [run.stderr for run in runs]
     totals = [run.stdout.split(" ", 1)[0] for run in runs]
     assert totals == [str(4 * sum(range(96)))] * len(runs)
     assert "remembered" in runs[-1].stdout, [run.stdout for run in runs]
-    assert len(runs) > DEFAULT_POLICY.agree, "no run recalls before the trials that must agree have run"
+    assert len(runs) > DEFAULT_POLICY.remember.agree, "no run recalls before the trials that must agree have run"
 
 
 def test_remembered_processes_that_cannot_start_leave_the_run_to_a_trial(choices, monkeypatch):
@@ -235,7 +235,7 @@ def test_remembered_processes_that_cannot_start_leave_the_run_to_a_trial(choices
 
 def test_a_later_run_starts_at_the_worker_count_the_tuner_left(choices):
     """Threads that wait on I/O are grown by the worker tuner; the next run starts grown, not at one per core."""
-    for _ in range(DEFAULT_POLICY.agree):  # the trials that agree; each run's tuner grows the threads
+    for _ in range(DEFAULT_POLICY.remember.agree):  # the trials that agree; each run's tuner grows the threads
         pipe = fl.from_arrays(np.arange(1200)).map(waits).batch(4)
         with pipe:
             first = [b.tolist() for b in pipe]

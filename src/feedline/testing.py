@@ -377,13 +377,14 @@ def choice_policy(policy):
     """Context manager: automatic choices (``map(fn)`` with no ``backend=``) started inside it decide under ``policy``.
 
     ``policy`` is a `feedline.engine.choice.Policy`; vary one threshold with
-    ``dataclasses.replace(DEFAULT_POLICY, retrial_after=0.0)`` or
-    ``Policy(retrial_after=0.0)``. The trial takes the policy when the
-    pipeline starts iterating, so start it inside the block.
+    ``dataclasses.replace(DEFAULT_POLICY, early_span=0.05)`` or, in one of
+    its parts, ``Policy(watch=WinnerWatch(retrial_after=0.0))``. The trial
+    takes the policy when the pipeline starts iterating, so start it inside
+    the block.
 
     >>> import dataclasses
     >>> from feedline.engine.choice import DEFAULT_POLICY
-    >>> with choice_policy(dataclasses.replace(DEFAULT_POLICY, retrial_after=0.0)):
+    >>> with choice_policy(dataclasses.replace(DEFAULT_POLICY, early_span=0.05)):
     ...     pass
     """
     from .engine.choice import using_policy
@@ -536,16 +537,15 @@ def task_measure(workers: int, cores: int, min_span: float | None = None):
 def trial_skipped_spans() -> dict[str, float]:
     """Seconds the trial's judging leaves out at most, fixed (not `Policy` thresholds), as a new dict.
 
-    ``imports_skipped``: first samples that import modules; ``connecting_skipped``:
-    held workers connecting once the fork server is up (only the plain verdict).
+    ``imports_skipped``: first samples that import modules. (Held workers
+    connecting once the fork server is up: `EarlyStart.connecting_skipped`.)
 
     >>> sorted(trial_skipped_spans())
-    ['connecting_skipped', 'imports_skipped']
+    ['imports_skipped']
     """
     from .engine._trial_gil import IMPORTS_SKIPPED
-    from .engine._trial_start import CONNECTING_SKIPPED
 
-    return {"imports_skipped": IMPORTS_SKIPPED, "connecting_skipped": CONNECTING_SKIPPED}
+    return {"imports_skipped": IMPORTS_SKIPPED}
 
 
 @contextlib.contextmanager

@@ -15,19 +15,19 @@ straight on the winner, as the hand setting would.
   worker (what the drift check compares against), its worker count as the
   run left it (the worker tuner grows threads that wait on I/O, which takes
   part of the first epoch), when, and how many runs started on it.
-- Only a verdict that `Policy.agree` trials in a row reached (two runs' trials,
+- Only a verdict that `Remembering.agree` trials in a row reached (two runs' trials,
   or a trial and the drift check's) is started on: one trial can be wrong (a busy moment, a cold file
   cache), and remembered it would hold 10 runs on the slower backend, since the drift check watches
   the winner only, never the loser. A trial that disagrees replaces it.
 - A run that starts on a remembered verdict is watched like any decision:
-  a rate that falls under `feedline.engine.choice.Policy.drift_ratio` of the
-  remembered one runs the trial again. After `Policy.remember_runs` runs the
+  a rate that falls under `feedline.engine.choice.WinnerWatch.drift_ratio` of the
+  remembered one runs the trial again. After `Remembering.runs` runs the
   trial runs again anyway (data and libraries change under the same code),
   and its verdict is remembered anew.
 - One small JSON file, rewritten whole through a temporary file and
   ``os.replace``: concurrent runs (ranks of one job) never see a torn file;
   the last writer wins, and a lost entry costs one trial. An unreadable
-  file counts as empty. At most `Policy.remember_entries`, the most recently used.
+  file counts as empty. At most `Remembering.entries`, the most recently used.
 - ``FEEDLINE_REMEMBER=0`` turns it off; a path puts the file there;
   default ``$XDG_CACHE_HOME/feedline/choices.json`` (``~/.cache``).
 """
@@ -62,7 +62,7 @@ class Remembered:
     per_worker: float  # the winner's samples/s per worker then: the drift check's reference
     when: float  # seconds since the epoch, when that trial decided
     why: str  # that trial's decision text
-    run: int  # this run is the run-th to start on it (1 .. `Policy.remember_runs`)
+    run: int  # this run is the run-th to start on it (1 .. `Remembering.runs`)
     workers: int | None = None  # the winner's worker count when the run that left it last changed it (None: as asked)
 
     def describe(self) -> str:
@@ -70,7 +70,7 @@ class Remembered:
         day = time.strftime("%Y-%m-%d %H:%M", time.localtime(self.when))
         count = f" x{self.workers}" if self.workers else ""
         return (f"{'threads' if self.winner == 'thread' else 'processes'}{count} {STARTED_ON_IT}: this pipeline's trial "
-                f"on this machine ({day}) found: {self.why} (run {self.run} of {current_policy().remember_runs} on it before the "
+                f"on this machine ({day}) found: {self.why} (run {self.run} of {current_policy().remember.runs} on it before the "
                 f"trial runs again; {REMEMBER_VAR}=0: always run it)")
 
 
@@ -101,7 +101,7 @@ def recall(key: str) -> Remembered | None:
     policy = current_policy()
 
     def count_run(entry):
-        if not _valid(entry) or entry["runs"] >= policy.remember_runs or entry.get("agreed", 0) < policy.agree:
+        if not _valid(entry) or entry["runs"] >= policy.remember.runs or entry.get("agreed", 0) < policy.remember.agree:
             return None
         entry["runs"] += 1
         entry["used"] = time.time()
@@ -144,7 +144,7 @@ def note_workers(key: str, winner: str, workers: int) -> str | None:
 def _change(key: str, edit) -> tuple:
     """``(entry, trouble)``: ``edit(entry or None)`` returns the new entry, or None to leave the file as it is.
 
-    The one read-modify-write of the file: `Policy.remember_entries` kept (the most
+    The one read-modify-write of the file: `Remembering.entries` kept (the most
     recently used), written whole; ``trouble`` is why it could not be
     written (None: written, or nothing to write, or remembering is off).
     """
@@ -156,7 +156,7 @@ def _change(key: str, edit) -> tuple:
     if entry is None:
         return None, None
     entries[key] = entry
-    most = current_policy().remember_entries
+    most = current_policy().remember.entries
     if len(entries) > most:
         kept = sorted(entries, key=lambda k: entries[k].get("used", 0) if isinstance(entries[k], dict) else 0)[-most:]
         entries = {k: entries[k] for k in kept}

@@ -382,7 +382,7 @@ class BackendTrial(GilJudging, WorkerStart, Handover, Retrial, Executor):
         if self.trials > 1:
             confirmed = winner == self._previous_winner
             note = f"tried again after {self._retry_reason}: {note}"
-            self._retrial_after = self._retrial_after * 2 if confirmed else self.policy.retrial_after
+            self._retrial_after = self._retrial_after * 2 if confirmed else self.policy.watch.retrial_after
         self.winner, self._verdict_note, self.phase = winner, note, Phase.SETTLED
         self._stop_starting()
         if (winner == "process" and self._outstanding[self.threads]

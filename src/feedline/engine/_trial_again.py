@@ -2,9 +2,9 @@
 
 `Retrial` is the part of `feedline.engine._trial.BackendTrial` that
 watches the winner's tasks once settled: its rate per worker against the
-rate that won (`Drift`; after `Policy.retrial_after`, doubled each time a
+rate that won (`Drift`; after `WinnerWatch.retrial_after`, doubled each time a
 trial confirms the winner), and threads grown for I/O that keep only the
-cores one GIL allows (`Policy.gil_limit`). Either runs the trial again
+cores one GIL allows (`WinnerWatch.gil_limit`). Either runs the trial again
 (`_try_again`), the loser restarted through ``restart(kind, workers)``
 once its last task is back (None: never again).
 
@@ -29,7 +29,7 @@ class Retrial:
     def _init_again(self, restart) -> None:
         self._restart = restart  # restart(kind, workers) -> a fresh executor of that kind (None: no trial again)
         self.trials = 1
-        self._retrial_after = self.policy.retrial_after
+        self._retrial_after = self.policy.watch.retrial_after
         self._drift = Drift(self.policy)
         self._decided_rate = 0.0  # the winner's samples/s per worker when it won
         self._settled_at = 0.0
@@ -53,14 +53,14 @@ class Retrial:
         self._watch_grown_threads(executor, result)
 
     def _retry_if_due(self) -> None:
-        """Run the trial again if grown threads met the GIL, or the winner's rate drifted down past `Policy.retrial_after`."""
+        """Run the trial again if grown threads met the GIL, or the winner's rate drifted down past `WinnerWatch.retrial_after`."""
         if self._gil_capped and self._restart is not None:
             self._try_again(self._gil_capped, io_shortcut=False)
         elif self._drift.drifted(self._decided_rate, self.workers) and self._may_retry():
             self._try_again(f"the rate fell ({self._drift.describe(self._decided_rate)})")
 
     def _watch_grown_threads(self, executor: Executor, result) -> None:
-        """Threads grown for I/O that keep about one core busy between them (`Policy.gil_limit`): the GIL limits them now."""
+        """Threads grown for I/O that keep about one core busy between them (`WinnerWatch.gil_limit`): the GIL limits them now."""
         grown = self._grown
         if grown is None or executor is not self.threads or result.span[0] < self._grown_from:
             return
@@ -69,7 +69,7 @@ class Retrial:
             return
         self._grown = None  # judged once per growth
         busy = self._grown_busy(executor, grown)
-        low, high = self.policy.gil_limit
+        low, high = self.policy.watch.gil_limit
         if self.cores >= 2 and low <= busy <= high:
             self._gil_capped = (f"{grown.workers} threads kept {busy:.2f} cores busy between them, the most "
                                 f"the GIL lets Python use, with {self.cores} cores here")

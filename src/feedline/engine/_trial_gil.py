@@ -180,8 +180,8 @@ class GilJudging:
         self._judging_from = now
 
     def _first_sign(self, baseline: tuple | None, now: float, clocks: list, share: float) -> bool:
-        """`Policy.sign_span` since ``baseline``, the threads kept under ``share`` of their cores busy (and not idle: `Policy.io_together`)."""
-        if baseline is None or now - baseline[0] < self.policy.sign_span:
+        """`EarlyStart.sign_span` since ``baseline``, the threads kept under ``share`` of their cores busy (and not idle: `Policy.io_together`)."""
+        if baseline is None or now - baseline[0] < self.policy.start.sign_span:
             return False
         return self._keeps_under(baseline, now, clocks, share)
 

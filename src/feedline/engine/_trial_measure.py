@@ -9,9 +9,7 @@ from __future__ import annotations
 
 from .choice import DEFAULT_POLICY, Measured, Policy
 
-__all__ = ["DRIFT_WINDOWS", "Drift", "Measure"]
-
-DRIFT_WINDOWS = 2  # windows in a row under `Policy.drift_ratio` (one may be noise); a window: 4 tasks per worker, at least 8
+__all__ = ["Drift", "Measure"]
 
 
 class Measure:
@@ -80,14 +78,14 @@ class Drift:
         self.tasks += 1
 
     def drifted(self, decided: float, workers: int) -> bool:
-        """True once `DRIFT_WINDOWS` full windows in a row ran below `Policy.drift_ratio` of ``decided``."""
+        """True once `WinnerWatch.drift_windows` full windows in a row ran below `WinnerWatch.drift_ratio` of ``decided``."""
         if self.tasks < max(8, 4 * workers) or self.span < self.policy.evidence_span * workers:
             return False
         self.last = self.rows / self.span
-        self.low = self.low + 1 if decided > 0 and self.last < self.policy.drift_ratio * decided else 0
+        self.low = self.low + 1 if decided > 0 and self.last < self.policy.watch.drift_ratio * decided else 0
         self.rows = self.span = 0.0
         self.tasks = 0
-        return self.low >= DRIFT_WINDOWS
+        return self.low >= self.policy.watch.drift_windows
 
     def describe(self, decided: float) -> str:
         return f"{self.last:,.0f} samples/s per worker, was {decided:,.0f}"

@@ -12,7 +12,7 @@ starts processes and keeps the threads useful while they come up:
   beyond `_kept_running` (`Executor.pause_beyond`), narrow to
   `_kept_importing` while a zygote imports (`Executor.narrow`), or begin no
   new task (`_drain_threads`: `Executor.take_queued`), and go on again if
-  the workers are not up within `PAUSE_LIMIT` (`Executor.resume`);
+  the workers are not up within `EarlyStart.pause_limit` (`Executor.resume`);
 - once every worker is up (`_check_ready`), the processes are measured and
   the threads' tasks handed over (`feedline.engine._trial_handover`).
 
@@ -30,11 +30,8 @@ import time
 from ..backends import Executor, warm_up, warmed_up, warming_up
 from .choice import Phase
 
-__all__ = ["CONNECTING_SKIPPED", "KEEP_RUNNING", "PAUSE_LIMIT", "SERVER_AND_CONSUMER", "WorkerStart"]
+__all__ = ["SERVER_AND_CONSUMER", "WorkerStart"]
 
-CONNECTING_SKIPPED = 0.08  # seconds after the server is up that held workers connecting leave only the plain verdict, at most
-KEEP_RUNNING = 1  # threads held back by the GIL that go on while the workers start, at least (fewer than `many_cores`)
-PAUSE_LIMIT = 2.0  # seconds paused threads wait for the workers at most: slower workers do not stall the threads' tasks
 SERVER_AND_CONSUMER = 2  # cores the fork server's imports and the consumer's thread take beside the threads judged
 
 
@@ -60,7 +57,7 @@ class WorkerStart:
         """Judge the GIL while the threads are judged; while the workers start, watch them come up.
 
         Paused or narrowed threads go on if the workers are not up within
-        `PAUSE_LIMIT`; a failure to start settles on threads with the reason.
+        `EarlyStart.pause_limit`; a failure to start settles on threads with the reason.
         Once every worker is up the processes are measured, and the threads'
         tasks are handed over to them (`_hand_over_at_start`).
         """
@@ -78,7 +75,7 @@ class WorkerStart:
         except Exception as exc:  # the workers cannot start here: threads it is, and the report says why
             self._settle("thread", f"process workers failed to start ({type(exc).__name__}: {exc}): threads", measured=False)
             return
-        if not ready and self._paused_at is not None and time.perf_counter() - self._paused_at > PAUSE_LIMIT:
+        if not ready and self._paused_at is not None and time.perf_counter() - self._paused_at > self.policy.start.pause_limit:
             self._paused_at = None
             self.threads.resume()  # the paused threads hold tasks the consumer may be waiting for ...
             self._undrain()  # ... and so may the tasks kept from them
@@ -101,7 +98,7 @@ class WorkerStart:
         could not start before it is up anyway). The server this trial started
         (`_start_server_if_held`) spoiled the stretch it imported in, so the
         judging begins anew once it is up. Held workers connecting take CPU as
-        the imports do: only the plain verdict, for `CONNECTING_SKIPPED` at most.
+        the imports do: only the plain verdict, for `EarlyStart.connecting_skipped` at most.
         """
         importing = warming_up()
         if importing and self._server_early != "importing":
@@ -114,7 +111,7 @@ class WorkerStart:
             self._judge_anew(now)
             return None
         if (not importing and self._parked is not None and self._parked.connecting()
-                and now - self._server_up_at < CONNECTING_SKIPPED):
+                and now - self._server_up_at < self.policy.start.connecting_skipped):
             self._warm_baseline = None  # on threads still in their first samples
             importing = True
         return importing
@@ -122,7 +119,7 @@ class WorkerStart:
     def _start_server_if_held(self, now: float, clocks: list) -> None:
         """Start the fork server's imports at the first sign of threads held back by the GIL, before the verdict.
 
-        The sign: `Policy.sign_span` with the threads under `Policy.held_share`
+        The sign: `EarlyStart.sign_span` with the threads under `Policy.held_share`
         of their cores busy. Threads that release the GIL keep more than that
         even beside the imports, so meanwhile only the plain verdict is given.
         """
@@ -141,7 +138,7 @@ class WorkerStart:
 
         At the verdict only the pipeline's unpickling and one message each are
         left (`Executor.release`). While they connect, their start takes CPU,
-        so only the plain verdict is given, for at most `CONNECTING_SKIPPED`
+        so only the plain verdict is given, for at most `EarlyStart.connecting_skipped`
         after the server is up. Threads that win close them unused.
         """
         if self._park is None or self._parked is not None or self._early is not None or self._processes_started:
@@ -162,7 +159,7 @@ class WorkerStart:
         """Start the process workers before the verdict where the fork server is up and the threads leave a core idle.
 
         The sign borne out (`_sign_borne_out`: two stretches of
-        `Policy.sign_span`) under `Policy.near_bound` of the cores past the
+        `EarlyStart.sign_span`) under `Policy.near_bound` of the cores past the
         first samples, or under `Policy.held_share` while every thread is still
         in its first sample. The verdict still decides; workers it does not
         want are closed (`_settle`).
@@ -181,14 +178,14 @@ class WorkerStart:
         self.early_workers_at = now - self._started
 
     def _sign_borne_out(self, baseline: tuple | None, now: float, clocks: list, share: float) -> bool:
-        """`_first_sign`, and the same again over the `Policy.sign_span` after it (one short stretch may be a thread off its core)."""
+        """`_first_sign`, and the same again over the `EarlyStart.sign_span` after it (one short stretch may be a thread off its core)."""
         if baseline is None:
             return False
         if self._sign_mark is None or self._sign_mark[0] < baseline[0]:  # (none yet, or from a stretch started again)
             if self._first_sign(baseline, now, clocks, share):
                 self._sign_mark = (now, time.thread_time(), clocks)
             return False
-        if now - self._sign_mark[0] < self.policy.sign_span:
+        if now - self._sign_mark[0] < self.policy.start.sign_span:
             return False
         mark, self._sign_mark = self._sign_mark, None  # borne out, or not: a later stretch from ``baseline`` may mark again
         return self._keeps_under(mark, now, clocks, share)
@@ -233,7 +230,7 @@ class WorkerStart:
 
         Their queued tasks wait for the workers (`_check_ready` hands them over),
         and so do tasks submitted meanwhile; they go back to the threads if the
-        workers do not come up (`PAUSE_LIMIT`) or fail.
+        workers do not come up (`EarlyStart.pause_limit`) or fail.
         """
         self._drained = self.threads.take_queued()
 
@@ -254,24 +251,24 @@ class WorkerStart:
         self.processes = fresh
 
     def _kept_running(self) -> int:
-        """Threads held back by the GIL that go on while the process workers start: none on `Policy.many_cores`.
+        """Threads held back by the GIL that go on while the process workers start: none on `EarlyStart.many_cores`.
 
         They deliver about a core between them however many run; the rest
         would take the GIL from the consumer's hand-shake with the workers.
         """
-        if self.cores >= self.policy.many_cores:
+        if self.cores >= self.policy.start.many_cores:
             return 0
-        return max(KEEP_RUNNING, math.ceil(self._cores_kept))
+        return max(self.policy.start.keep_running, math.ceil(self._cores_kept))
 
     def _kept_importing(self) -> int:
         """Threads held back by the GIL that take tasks while the process workers wait for a zygote's imports.
 
-        On fewer than `Policy.many_cores` cores, as many as the cores they kept
-        busy, less the one the import takes, and at least `KEEP_RUNNING`.
+        On fewer than `EarlyStart.many_cores` cores, as many as the cores they kept
+        busy, less the one the import takes, and at least `EarlyStart.keep_running`.
         """
-        if self.cores >= self.policy.many_cores:
+        if self.cores >= self.policy.start.many_cores:
             return self.threads.workers
-        return max(KEEP_RUNNING, min(math.ceil(self._cores_kept), self._usable - 1))
+        return max(self.policy.start.keep_running, min(math.ceil(self._cores_kept), self._usable - 1))
 
     def _stop_starting(self) -> None:
         """The verdict is in: the threads go on, workers started on a sign it did not bear out close, drained tasks go back."""

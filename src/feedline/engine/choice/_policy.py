@@ -1,9 +1,11 @@
 """The thresholds of the automatic backend choice, in one frozen value (docs/automatic_choice.md, "The policy").
 
 Every decision `feedline.engine.choice.decide` takes reads its thresholds
-from a `Policy`; the trial (`feedline.engine._trial.BackendTrial`) takes the
-policy in force when it is built: `DEFAULT_POLICY`, or the one a test passes
-with `feedline.testing.choice_policy`. Shares are of the cores the threads
+from a `Policy`, and the trial's start-up, re-trials and remembered
+verdicts read theirs from its parts (`EarlyStart`, `WinnerWatch`,
+`Remembering`). The trial (`feedline.engine._trial.BackendTrial`) takes
+the policy in force when it is built: `DEFAULT_POLICY`, or the one a test
+passes with `feedline.testing.choice_policy`. Shares are of the cores the threads
 could use; spans are seconds of wall time on the running pipeline.
 """
 
@@ -12,12 +14,68 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 
-__all__ = ["DEFAULT_POLICY", "Policy", "current_policy", "using_policy"]
+__all__ = ["DEFAULT_POLICY", "EarlyStart", "Policy", "Remembering", "WinnerWatch", "current_policy", "first_threads", "using_policy"]
+
+
+def _check_not_negative(policy) -> None:
+    for field in dataclasses.fields(policy):
+        value = getattr(policy, field.name)
+        if isinstance(value, (int, float)) and not value >= 0:
+            raise ValueError(f"feedline: {type(policy).__name__}.{field.name} must not be negative, got {value!r}")
+
+
+@dataclasses.dataclass(frozen=True)
+class EarlyStart:
+    """When the trial pays for process start-up before its verdict (`feedline.engine._trial_start`); each reason is its comment."""
+
+    sign_span: float = 0.01  # seconds of a stretch that are a sign of the GIL: start the fork server (two in a row: the workers)
+    many_cores: int = 8  # from this many cores: scouts first, and every thread paused while the workers start (one core of many)
+    keep_running: int = 1  # threads held back by the GIL that go on while the workers start, at least (under `many_cores`)
+    pause_limit: float = 2.0  # seconds paused threads wait for the workers at most: slow workers do not stall the threads' tasks
+    connecting_skipped: float = 0.08  # seconds after the server is up that held workers connecting leave only the plain verdict
+
+    def __post_init__(self):
+        _check_not_negative(self)
+
+
+@dataclasses.dataclass(frozen=True)
+class WinnerWatch:
+    """When a decided pipeline is judged again (`feedline.engine._trial_again`); each reason is its comment."""
+
+    gil_cap: float = 1.25  # grown threads within this factor of one core busy are capped by the GIL: try processes
+    drift_ratio: float = 0.6  # the winner's rate per worker under this share of what won it ...
+    drift_windows: int = 2  # ... this many windows in a row (one may be noise): the machine or the work changed, try again
+    retrial_after: float = 10.0  # seconds after a decision before drift may revisit it; doubled each time the winner is confirmed
+
+    def __post_init__(self):
+        _check_not_negative(self)
+
+    @property
+    def gil_limit(self) -> tuple[float, float]:
+        """Cores grown threads keep busy between them when one GIL is what limits them."""
+        return 1.0 / self.gil_cap, self.gil_cap
+
+
+@dataclasses.dataclass(frozen=True)
+class Remembering:
+    """Which verdicts later runs start on (`feedline.engine._remembered`); each reason is its comment."""
+
+    agree: int = 2  # trials in a row that must reach the same verdict: one trial can be wrong (a busy moment, a cold cache)
+    runs: int = 10  # runs that start on one remembered verdict before the trial runs again (data and libraries change)
+    entries: int = 256  # pipelines remembered per file; the least recently used go first
+
+    def __post_init__(self):
+        _check_not_negative(self)
 
 
 @dataclasses.dataclass(frozen=True)
 class Policy:
     """What the automatic choice needs to see before it decides; each field's reason is its comment.
+
+    These ten thresholds are the ones `decide` reads. The trial's other
+    thresholds are in three parts, each read by one module: ``start``
+    (start-up ahead of the verdict), ``watch`` (judging a decided pipeline
+    again) and ``remember`` (verdicts later runs start on).
 
     The rest is derived, so that one idea has one number: threads keep the
     work at once at ``1 / process_margin`` of their cores (processes could
@@ -26,6 +84,8 @@ class Policy:
 
     >>> Policy().keep_share
     0.9090909090909091
+    >>> Policy(watch=WinnerWatch(retrial_after=0.0)).watch.drift_ratio
+    0.6
     """
 
     process_margin: float = 1.1  # processes must deliver this multiple of the threads: threads copy no batch and hold no memory per worker
@@ -34,24 +94,16 @@ class Policy:
     sure_ratio: float = 2.0  # a rate this many times the other's decides on few, cold tasks: cold tasks only slow the faster down
     io_share: float = 0.2  # thread tasks using under this share of a core while they run wait on I/O, not on a CPU ...
     io_together: float = 0.5  # ... if all together use under this much of a core too: one GIL keeps a whole core busy
-    sign_span: float = 0.01  # seconds of a stretch that are a sign of the GIL: start the fork server (two in a row: the workers)
     early_span: float = 0.02  # seconds past the first samples that give the plain verdict on threads plainly held back
     evidence_span: float = 0.05  # seconds of side-by-side work (per worker, for measured tasks) that make a measurement
     verdict_due: float = 0.3  # seconds without a verdict on the threads (they keep waiting for tasks) before processes start anyway
     scouts: int = 4  # threads judged first on many cores or big pools: what four cannot keep busy, more cannot either
-    many_cores: int = 8  # from this many cores: scouts first, and every thread paused while the workers start
-    gil_cap: float = 1.25  # grown threads within this factor of one core busy are capped by the GIL: try processes
-    drift_ratio: float = 0.6  # the winner's rate per worker under this share of what won it, two windows in a row: try again
-    retrial_after: float = 10.0  # seconds after a decision before drift may revisit it; doubled each time the winner is confirmed
-    agree: int = 2  # trials in a row that must reach the same verdict before later runs start on it (`feedline.engine._remembered`)
-    remember_runs: int = 10  # runs that start on one remembered verdict before the trial runs again (one run in ten pays for a trial)
-    remember_entries: int = 256  # pipelines remembered per file; the least recently used go first
+    start: EarlyStart = EarlyStart()
+    watch: WinnerWatch = WinnerWatch()
+    remember: Remembering = Remembering()
 
     def __post_init__(self):
-        for field in dataclasses.fields(self):
-            value = getattr(self, field.name)
-            if not value >= 0:
-                raise ValueError(f"feedline: Policy.{field.name} must not be negative, got {value!r}")
+        _check_not_negative(self)
         if self.process_margin < 1.0:
             raise ValueError(f"feedline: Policy.process_margin must be at least 1 (processes must not win on less "
                              f"than the threads deliver), got {self.process_margin!r}")
@@ -70,11 +122,6 @@ class Policy:
     def close_call_span(self) -> float:
         """A close call needs three measurements' worth of side-by-side work."""
         return 3 * self.evidence_span
-
-    @property
-    def gil_limit(self) -> tuple[float, float]:
-        """Cores grown threads keep busy between them when one GIL is what limits them."""
-        return 1.0 / self.gil_cap, self.gil_cap
 
 
 DEFAULT_POLICY = Policy()
@@ -107,4 +154,4 @@ def first_threads(workers: int, cores: int, policy: Policy | None = None) -> int
     so then the whole pool starts and is judged again (`feedline.engine._trial.BackendTrial._widen`).
     """
     policy = policy or current_policy()
-    return min(workers, policy.scouts) if cores >= policy.many_cores or workers > policy.scouts else workers
+    return min(workers, policy.scouts) if cores >= policy.start.many_cores or workers > policy.scouts else workers
