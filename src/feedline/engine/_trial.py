@@ -183,9 +183,6 @@ class BackendTrial(GilJudging, WorkerStart, Handover, Retrial, Executor):
         self._cancel_handover(generation)
         self._pieces = {key for key in self._pieces if key[0] != generation}
 
-    def idle_workers(self) -> int:
-        return 0 if self._drained is not None else self._route().idle_workers()
-
     def set_window_share(self, tasks: int) -> None:
         self._window_share = tasks
         for executor in self._live():
