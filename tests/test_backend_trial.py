@@ -642,20 +642,20 @@ def test_threads_measured_alone_leave_out_the_pieces_of_the_epochs_last_batches(
     # Pieces (a few rows each, to whichever thread is free) ran beside fewer busy threads than the pool: sixteen
     # GIL-bound threads measured on them "kept 2 of 2 cores busy" and beat processes that ran twice as fast.
     threads = _ScriptedThreads(1.68, 400, begun=2)  # short of keeping both cores busy: the processes start
-    with testing.trial_clock(lambda: threads.now), _no_fork_server():
-        trial = testing.backend_trial(threads, lambda: _AnsweringProcesses(threads, 2, rows=8), 2)
-        try:
-            _measure_the_processes(trial, threads)
-            assert trial.phase is Phase.MEASURING_THREADS, trial.note  # no thread task in: no bound, threads measured
-            for number, piece in ((4, True), (5, False)):  # the threads alone from here
-                threads.advance(0.005)
-                trial.submit((0, number), Task(epoch=0, number=number, indices=np.arange(8 * number, 8 * number + 8),
-                                               piece=piece))
-                assert len(trial.wait(0)) == 1
-                measured = testing.trial_snapshot(trial).observations.threads_alone.tasks
-                assert measured == (0 if piece else 1), "a piece is not a measure of the pool" if piece else measured
-        finally:
-            trial.close()
+    trial = testing.backend_trial(threads, lambda: _AnsweringProcesses(threads, 2, rows=8), 2, clock=_clock_of(threads),
+                                  fork_server=_NO_FORK_SERVER)
+    try:
+        _measure_the_processes(trial, threads)
+        assert trial.phase is Phase.MEASURING_THREADS, trial.note  # no thread task in: no bound, threads measured
+        for number, piece in ((4, True), (5, False)):  # the threads alone from here
+            threads.advance(0.005)
+            trial.submit((0, number), Task(epoch=0, number=number, indices=np.arange(8 * number, 8 * number + 8),
+                                           piece=piece))
+            assert len(trial.wait(0)) == 1
+            measured = testing.trial_snapshot(trial).observations.threads_alone.tasks
+            assert measured == (0 if piece else 1), "a piece is not a measure of the pool" if piece else measured
+    finally:
+        trial.close()
 
 
 def test_many_more_threads_than_cores_are_judged_by_a_few_scouts_first(no_leaks):
@@ -729,9 +729,14 @@ class _AnsweringProcesses(_Started):
         return [Event(key, Result(rows=self.rows, span=(now, now + 0.1), cpu=0.1, worker=worker)) for key, worker in done]
 
 
-def _no_fork_server():
-    """The trial sees no fork server, and starts none: its workers here are scripted."""
-    return testing.trial_fork_server(warming_up=lambda: False, warmed_up=lambda: False, warm_up=lambda backend: None)
+def _clock_of(threads) -> object:
+    """The scripted threads' time, as the trial's clock (the consumer: idle)."""
+    return testing.trial_clock(lambda: threads.now)
+
+
+_NO_FORK_SERVER = testing.trial_fork_server(warming_up=lambda: False, warmed_up=lambda: False, warm_up=lambda backend: None)
+"""The trial sees no fork server, and starts none: its workers here are scripted."""
+_SERVER_UP = testing.trial_fork_server(warming_up=lambda: False, warmed_up=lambda: True, warm_up=lambda backend: None)
 
 
 def _measure_the_processes(trial, threads: _ScriptedThreads) -> None:
@@ -766,25 +771,25 @@ def _verdict_after(threads: _ScriptedThreads, seconds: float, make_processes=_St
         warming_up=lambda: bool(asked) and threads.now < asked[0] + importing,
         warmed_up=lambda: server_up or (bool(asked) and threads.now >= asked[0] + importing),
         warm_up=lambda backend: asked.append(threads.now))
-    with testing.trial_clock(lambda: threads.now), fork_server:  # (the consumer: idle)
-        trial = testing.backend_trial(threads, make_processes, workers, **trial_args)
-        try:
-            while threads.now < seconds:
-                threads.advance(0.005)
-                assert trial.wait(0) == [], "a trial given no task gives no result"
-                if trial.processes_started or trial.winner is not None:
-                    verdict, until = "process" if trial.processes_started else trial.winner, threads.now + polls_after
-                    while threads.now < until:
-                        threads.advance(0.005)
-                        trial.wait(0)
-                    return verdict
-            return None
-        finally:
-            if notes is not None:
-                notes.append(testing.trial_snapshot(trial).cores_note)
-            if trials is not None:
-                trials.append(trial)
-            trial.close()
+    trial = testing.backend_trial(threads, make_processes, workers, clock=_clock_of(threads), fork_server=fork_server,
+                                  **trial_args)
+    try:
+        while threads.now < seconds:
+            threads.advance(0.005)
+            assert trial.wait(0) == [], "a trial given no task gives no result"
+            if trial.processes_started or trial.winner is not None:
+                verdict, until = "process" if trial.processes_started else trial.winner, threads.now + polls_after
+                while threads.now < until:
+                    threads.advance(0.005)
+                    trial.wait(0)
+                return verdict
+        return None
+    finally:
+        if notes is not None:
+            notes.append(testing.trial_snapshot(trial).cores_note)
+        if trials is not None:
+            trials.append(trial)
+        trial.close()
 
 
 def test_threads_that_plainly_hold_the_gil_start_the_processes_on_early_evidence():
@@ -1383,24 +1388,24 @@ def _measured_alone(kept_grown: float, seconds: float) -> tuple[str | None, str]
     threads = _ScriptedScouts(kept=0.99 * 4, kept_grown=kept_grown)
     threads.task_cpu = 1.0
     every_core = dataclasses.replace(DEFAULT_POLICY, process_margin=1.0)
-    with testing.trial_clock(lambda: threads.now), _no_fork_server():
-        trial = testing.backend_trial(threads, lambda: _AnsweringProcesses(threads, 16, rows=32), 16, policy=every_core)
-        try:
-            trial.submit((0, 100), Task(epoch=0, number=100, indices=np.arange(400)))  # their CPU rate: 400 a CPU second
-            _measure_the_processes(trial, threads)  # 16 tasks of 32 rows in 0.1 s each = 5,120 samples/s
-            seen = testing.trial_snapshot(trial).observations
-            assert seen.cores_kept == pytest.approx(0.99 * 4) and seen.judged == 4 and seen.cpu_rate == 400, seen
-            assert trial.phase is Phase.MEASURING_THREADS and threads.workers == 16, trial.note
-            threads.holding = True  # their tasks are not in before the verdict
-            for number in range(200, 216):
-                trial.submit((0, number), Task(epoch=0, number=number, indices=np.arange(8)))
-            until = threads.now + seconds
-            while threads.now < until and trial.winner is None:
-                threads.advance(0.005)
-                trial.wait(0)
-            return trial.winner, trial.note
-        finally:
-            trial.close()
+    trial = testing.backend_trial(threads, lambda: _AnsweringProcesses(threads, 16, rows=32), 16, policy=every_core,
+                                  clock=_clock_of(threads), fork_server=_NO_FORK_SERVER)
+    try:
+        trial.submit((0, 100), Task(epoch=0, number=100, indices=np.arange(400)))  # their CPU rate: 400 a CPU second
+        _measure_the_processes(trial, threads)  # 16 tasks of 32 rows in 0.1 s each = 5,120 samples/s
+        seen = testing.trial_snapshot(trial).observations
+        assert seen.cores_kept == pytest.approx(0.99 * 4) and seen.judged == 4 and seen.cpu_rate == 400, seen
+        assert trial.phase is Phase.MEASURING_THREADS and threads.workers == 16, trial.note
+        threads.holding = True  # their tasks are not in before the verdict
+        for number in range(200, 216):
+            trial.submit((0, number), Task(epoch=0, number=number, indices=np.arange(8)))
+        until = threads.now + seconds
+        while threads.now < until and trial.winner is None:
+            threads.advance(0.005)
+            trial.wait(0)
+        return trial.winner, trial.note
+    finally:
+        trial.close()
 
 
 def test_threads_measured_alone_that_keep_too_few_cores_busy_lose_before_their_tasks_are_in():
@@ -1504,7 +1509,7 @@ def _held_back_clocks(workers: int = 2):
     return clocks
 
 
-def _two_threads_then_recorded_processes(fn, clocks=None) -> tuple:
+def _two_threads_then_recorded_processes(fn, clocks=None, fork_server=None) -> tuple:
     """A trial of two threads (2 cores) on 320 samples of ``fn`` in tasks of 40, whose processes record what reaches them.
 
     The trial reads the threads' clocks as ``clocks()`` gives them (None: they cannot be read, as on Windows: its first
@@ -1514,7 +1519,8 @@ def _two_threads_then_recorded_processes(fn, clocks=None) -> tuple:
     part = _thread_part(fn, n=320, batch=40)
     threads = _ClocksReadAs(_threads(part, workers=2, cores=2), clocks or (lambda: None))  # (one thread per core)
     processes: list = []
-    return testing.backend_trial(threads, lambda: processes.append(_RecordingProcesses(part)) or processes[0], 2), processes
+    make = lambda: processes.append(_RecordingProcesses(part)) or processes[0]  # noqa: E731
+    return testing.backend_trial(threads, make, 2, fork_server=fork_server), processes
 
 
 def _judged_held_back_and_up(trial) -> list:
@@ -1543,21 +1549,20 @@ def test_thread_tasks_given_back_as_the_workers_come_up_reach_them_before_later_
     # The earliest tasks hold the next batches: given back by threads the GIL held back, they must reach the process
     # workers before the queued and the newly submitted ones (sent as they came back, they ran a round later).
     choice_policy(verdict_due=10.0)  # the verdict comes from the clocks, however late the test looks
-    with testing.trial_fork_server(lambda: False, lambda: True, lambda backend: None):  # the fork server is up
-        trial, processes = _two_threads_then_recorded_processes(slow_identity, _held_back_clocks())  # tasks of 40 samples
-        try:
-            tasks = {(0, n): Task(epoch=0, number=n, indices=np.arange(40 * n, 40 * n + 40)) for n in range(8)}
-            for n in range(6):
-                trial.submit((0, n), tasks[(0, n)])  # threads run 0 and 1; 2-5 wait in their queues
-            time.sleep(0.03)  # 0 and 1 have begun ~3 of their 40 samples
-            # judged held back by the GIL (one core of two), the workers are up: 2-5 move, 0 and 1 are given back at
-            # their next sample
-            events = _judged_held_back_and_up(trial)
-            for n in (6, 7):
-                trial.submit((0, n), tasks[(0, n)])  # submitted before 0 and 1 are back
-            _expect_every_task_once_in_order(trial, processes[0], events=events)
-        finally:
-            trial.close()
+    trial, processes = _two_threads_then_recorded_processes(slow_identity, _held_back_clocks(), fork_server=_SERVER_UP)
+    try:
+        tasks = {(0, n): Task(epoch=0, number=n, indices=np.arange(40 * n, 40 * n + 40)) for n in range(8)}
+        for n in range(6):
+            trial.submit((0, n), tasks[(0, n)])  # threads run 0 and 1; 2-5 wait in their queues
+        time.sleep(0.03)  # 0 and 1 have begun ~3 of their 40 samples
+        # judged held back by the GIL (one core of two), the workers are up: 2-5 move, 0 and 1 are given back at
+        # their next sample
+        events = _judged_held_back_and_up(trial)
+        for n in (6, 7):
+            trial.submit((0, n), tasks[(0, n)])  # submitted before 0 and 1 are back
+        _expect_every_task_once_in_order(trial, processes[0], events=events)
+    finally:
+        trial.close()
 
 
 _calls: collections.Counter = collections.Counter()
@@ -1575,17 +1580,17 @@ def test_thread_tasks_given_back_far_along_keep_their_rows_and_only_the_rest_run
     # workers' first tasks 0.22-0.24 s instead of 0.15, 0.91-0.93 of processes by hand; 0.955-0.96 split)
     _calls.clear()
     choice_policy(verdict_due=10.0)  # the verdict comes from the clocks, however late the test looks
-    with testing.trial_fork_server(lambda: False, lambda: True, lambda backend: None):  # the fork server is up
-        trial, processes = _two_threads_then_recorded_processes(counted_slow_identity, _held_back_clocks())
-        try:
-            for n in range(8):
-                trial.submit((0, n), Task(epoch=0, number=n, indices=np.arange(40 * n, 40 * n + 40)))
-            time.sleep(0.25)  # 0 and 1 are more than half done
-            events = _judged_held_back_and_up(trial)  # judged held back by the GIL; the workers are up
-            _expect_every_task_once_in_order(trial, processes[0], events=events)
-            assert set(_calls) == set(range(320)) and max(_calls.values()) == 1, "every sample mapped once"
-        finally:
-            trial.close()
+    trial, processes = _two_threads_then_recorded_processes(counted_slow_identity, _held_back_clocks(),
+                                                            fork_server=_SERVER_UP)
+    try:
+        for n in range(8):
+            trial.submit((0, n), Task(epoch=0, number=n, indices=np.arange(40 * n, 40 * n + 40)))
+        time.sleep(0.25)  # 0 and 1 are more than half done
+        events = _judged_held_back_and_up(trial)  # judged held back by the GIL; the workers are up
+        _expect_every_task_once_in_order(trial, processes[0], events=events)
+        assert set(_calls) == set(range(320)) and max(_calls.values()) == 1, "every sample mapped once"
+    finally:
+        trial.close()
 
 
 def big_int_last(v):
@@ -1597,17 +1602,16 @@ def test_a_task_given_back_whose_parts_do_not_join_exactly_runs_again_whole_on_t
     # The thread's rows of task 0 stack as int64, the rest (holding 2**70) as objects: joined, the Python ints would come
     # back as NumPy scalars, so the task runs again whole and the batch is the one a single task makes.
     choice_policy(verdict_due=10.0)  # the verdict comes from the clocks, however late the test looks
-    with testing.trial_fork_server(lambda: False, lambda: True, lambda backend: None):  # the fork server is up
-        trial, processes = _two_threads_then_recorded_processes(big_int_last, _held_back_clocks())
-        try:
-            for n in range(2):  # both threads busy: judged side by side
-                trial.submit((0, n), Task(epoch=0, number=n, indices=np.arange(40 * n, 40 * n + 40)))
-            time.sleep(0.25)  # more than half of each is done
-            events, deadline = _judged_held_back_and_up(trial), time.monotonic() + 30
-            while len(events) < 2 and time.monotonic() < deadline:
-                events += trial.wait(0.05)
-        finally:
-            trial.close()
+    trial, processes = _two_threads_then_recorded_processes(big_int_last, _held_back_clocks(), fork_server=_SERVER_UP)
+    try:
+        for n in range(2):  # both threads busy: judged side by side
+            trial.submit((0, n), Task(epoch=0, number=n, indices=np.arange(40 * n, 40 * n + 40)))
+        time.sleep(0.25)  # more than half of each is done
+        events, deadline = _judged_held_back_and_up(trial), time.monotonic() + 30
+        while len(events) < 2 and time.monotonic() < deadline:
+            events += trial.wait(0.05)
+    finally:
+        trial.close()
     got = {event.key: event.result for event in events}
     assert sorted(got) == [(0, 0), (0, 1)], "each task once"
     assert got[(0, 0)].payload.dtype == object and [type(v) for v in got[(0, 0)].payload] == [int] * 40
@@ -1666,12 +1670,11 @@ def test_threads_grown_from_scouts_keep_busy_what_one_gil_allows():
 
 def _observed_by_a_trial(threads: _ScriptedThreads, workers: int):
     """What a trial of ``workers`` over ``threads`` shows its model before anything is judged (`Observations`)."""
-    with testing.trial_clock(lambda: threads.now):
-        trial = testing.backend_trial(threads, _Started, workers)
-        try:
-            return testing.trial_snapshot(trial).observations
-        finally:
-            trial.close()
+    trial = testing.backend_trial(threads, _Started, workers, clock=_clock_of(threads))
+    try:
+        return testing.trial_snapshot(trial).observations
+    finally:
+        trial.close()
 
 
 def _winner(verdict) -> str | None:

@@ -479,9 +479,11 @@ def backend_trial(threads, make_processes, workers: int, **options):
     ``submit`` and ``wait`` looks at the threads' clocks while the GIL is
     judged, and at the workers while they start. It decides under the
     policy in force (`choice_policy`); ``options``: ``park``, ``restart``,
-    ``policy``. ``phase``, ``winner``, ``note``, ``processes_started`` tell
-    where it stands, `trial_snapshot` what it has seen. Clocks that cannot
-    be read (as on Windows) start the process workers at the first look:
+    ``policy``, ``clock`` (`trial_clock`), ``fork_server``
+    (`trial_fork_server`). ``phase``, ``winner``, ``note``,
+    ``processes_started`` tell where it stands, `trial_snapshot` what it
+    has seen. Clocks that cannot be read (as on Windows) start the process
+    workers at the first look:
 
     >>> trial = backend_trial(not_started(2, "thread", cores=2), lambda: not_started(2), 2)
     >>> trial.wait(0), trial.processes_started, trial.phase.name
@@ -548,44 +550,28 @@ def trial_skipped_spans() -> dict[str, float]:
     return {"imports_skipped": IMPORTS_SKIPPED}
 
 
-@contextlib.contextmanager
 def trial_clock(wall, consumer_cpu=lambda: 0.0):
-    """Context manager: trials read the time (``perf_counter``, ``monotonic``) from ``wall()``, their thread's CPU from ``consumer_cpu()``.
+    """A clock for `backend_trial` (``clock=``): the time (``perf_counter``, ``monotonic``) from ``wall()``, the consumer's CPU from ``consumer_cpu()``.
 
-    For trials on scripted executors (`backend_trial`), whose clocks a test advances.
+    For trials on scripted executors, whose clocks a test advances.
 
-    >>> with trial_clock(lambda: 1.5):
-    ...     trial = backend_trial(not_started(2, "thread", cores=2), lambda: not_started(2), 2)
-    ...     trial.close()
+    >>> trial = backend_trial(not_started(2, "thread", cores=2), lambda: not_started(2), 2, clock=trial_clock(lambda: 1.5))
+    >>> trial.clock.perf_counter()
+    1.5
+    >>> trial.close()
     """
-    from .engine import _trial, _trial_again, _trial_gil, _trial_handover, _trial_start
-
-    clock = types.SimpleNamespace(perf_counter=wall, monotonic=wall, thread_time=consumer_cpu)
-    modules = (_trial, _trial_again, _trial_gil, _trial_handover, _trial_start)
-    saved = [module.time for module in modules]
-    for module in modules:
-        module.time = clock
-    try:
-        yield clock
-    finally:
-        for module, was in zip(modules, saved):
-            module.time = was
+    return types.SimpleNamespace(perf_counter=wall, monotonic=wall, thread_time=consumer_cpu)
 
 
-@contextlib.contextmanager
 def trial_fork_server(warming_up, warmed_up, warm_up):
-    """Context manager: trials ask these instead of `feedline.backends`' functions of those names (a scripted fork server).
+    """A scripted fork server for `backend_trial` (``fork_server=``), asked instead of `feedline.backends`' own.
 
     ``warming_up()``: its imports run; ``warmed_up()``: it is up; ``warm_up(backend)``: the trial asks for it.
 
-    >>> with trial_fork_server(lambda: False, lambda: True, lambda backend: None):
-    ...     pass
+    >>> server = trial_fork_server(lambda: False, lambda: True, lambda backend: None)
+    >>> server.warmed_up()
+    True
     """
-    from .engine import _trial_start
+    from .engine._trial_start import ForkServer
 
-    saved = _trial_start.warming_up, _trial_start.warmed_up, _trial_start.warm_up
-    _trial_start.warming_up, _trial_start.warmed_up, _trial_start.warm_up = warming_up, warmed_up, warm_up
-    try:
-        yield
-    finally:
-        _trial_start.warming_up, _trial_start.warmed_up, _trial_start.warm_up = saved
+    return ForkServer(warming_up, warmed_up, warm_up)

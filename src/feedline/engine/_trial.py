@@ -41,7 +41,7 @@ from ._trial_gil import GilJudging
 from ._trial_handover import Handover
 from ._trial_measure import Drift, Measure
 from ._trial_standin import NotStarted
-from ._trial_start import WorkerStart
+from ._trial_start import ForkServer, WorkerStart
 from .choice import Action, Observations, Phase, Policy, Verdict, current_policy, decide, predict
 
 __all__ = ["BackendTrial", "NotStarted"]
@@ -55,12 +55,17 @@ class BackendTrial(GilJudging, WorkerStart, Handover, Retrial, Executor):
     ``make_processes()`` starts the process executor (`_judge_gil` decides
     when); ``restart(kind, workers)`` starts a fresh one of either kind for
     a trial run again (None: never); ``park()`` starts process workers held
-    (`_park_workers`).
+    (`_park_workers`). ``clock`` and ``fork_server`` are what the trial
+    reads the time from and asks after the fork server (a test scripts
+    both: `feedline.testing.trial_clock`, `trial_fork_server`).
     """
 
     def __init__(self, threads: Executor, make_processes, workers: int, restart=None,
-                 remembered: Remembered | None = None, on_verdict=None, park=None, policy: Policy | None = None):
+                 remembered: Remembered | None = None, on_verdict=None, park=None, policy: Policy | None = None,
+                 clock=time, fork_server: ForkServer | None = None):
         self.policy = policy or current_policy()  # the thresholds of every decision (`feedline.engine.choice`)
+        self.clock = clock  # ``perf_counter``, ``monotonic``, ``thread_time`` (the consumer's CPU): `time`, or a test's
+        self.fork_server = fork_server or ForkServer()
         self.phase = Phase.JUDGING_THREADS
         self.threads, self.processes = threads, NotStarted(workers)
         self._on_verdict = on_verdict  # on_verdict(winner, rates, samples/s per worker, why, workers) -> None or why not kept
@@ -85,7 +90,7 @@ class BackendTrial(GilJudging, WorkerStart, Handover, Retrial, Executor):
         self._init_start(make_processes, park)
         self._init_handover()
         self._closed: set = set()
-        self._started = time.perf_counter()
+        self._started = self.clock.perf_counter()
         self.decided_after: float | None = None  # seconds from the trial's start to its decision
         self._switch = SwitchHold()
         self._window_share: int | None = None  # the tasks each worker may hold, passed on to the workers once started
@@ -149,7 +154,7 @@ class BackendTrial(GilJudging, WorkerStart, Handover, Retrial, Executor):
             target.submit(key, task, affinity)
 
     def wait(self, timeout):
-        deadline = None if timeout is None else time.monotonic() + timeout
+        deadline = None if timeout is None else self.clock.monotonic() + timeout
         while True:
             self._check_ready()
             if self._handing_over:
@@ -158,14 +163,14 @@ class BackendTrial(GilJudging, WorkerStart, Handover, Retrial, Executor):
             if not busy:
                 return []
             if len(busy) == 1 and (self.phase.processes_up or self.winner is not None):
-                left = None if deadline is None else max(0.0, deadline - time.monotonic())
+                left = None if deadline is None else max(0.0, deadline - self.clock.monotonic())
                 return self._collect(busy[0], busy[0].wait(left))
             # Both hold tasks, or the process workers are starting: poll briefly, so their start is seen at once.
             for executor in busy:
                 events = self._collect(executor, executor.wait(0.002 if len(busy) > 1 else self._poll()))
                 if events:
                     return events
-            if deadline is not None and time.monotonic() >= deadline:
+            if deadline is not None and self.clock.monotonic() >= deadline:
                 return []
 
     def _poll(self) -> float:
@@ -348,7 +353,7 @@ class BackendTrial(GilJudging, WorkerStart, Handover, Retrial, Executor):
 
     def _advance(self) -> None:
         """After each result: the processes alone from their first task past the threads' last, then the model's verdict."""
-        now = time.perf_counter()
+        now = self.clock.perf_counter()
         if self.phase.processes_up and self._alone_from is None and not self._outstanding[self.threads]:
             self._alone_from = now  # the processes have the machine to themselves from here
             self._switch.give_back()
@@ -388,7 +393,7 @@ class BackendTrial(GilJudging, WorkerStart, Handover, Retrial, Executor):
             self._hand_over_after(self.threads.take_queued(), self.threads.abandon_running())
         if winner == "thread":
             self._widen()  # threads that won on I/O as scouts: the whole pool
-        self._settled_at = time.perf_counter()
+        self._settled_at = self.clock.perf_counter()
         self._decided_rate = self.rates.get(winner, 0.0) / max(1, self._measure[self._winning()].workers)
         if measured and self._on_verdict is not None:
             trouble = self._on_verdict(winner, dict(self.rates), self._decided_rate, note, self.workers)

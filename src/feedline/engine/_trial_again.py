@@ -14,8 +14,6 @@ measures anew (`_measure_anew`) and the judging's stretches (`_forget_judging`).
 
 from __future__ import annotations
 
-import time
-
 from ..backends import Executor
 from ._trial_measure import Drift, Measure
 from .choice import Phase, busy_while_working
@@ -44,7 +42,7 @@ class Retrial:
     def _watch_grown(self, workers: int) -> None:
         """The thread winner grew to ``workers``: its tasks from now on tell whether the GIL limits them."""
         self._grown = Measure(workers, min(workers, self.cores), self.policy.evidence_span)
-        self._grown_from = time.perf_counter()
+        self._grown_from = self.clock.perf_counter()
         self._grown_clocks = _summed_clocks(self.threads)
 
     def _watch_winner(self, executor: Executor, result) -> None:
@@ -80,11 +78,11 @@ class Retrial:
         if now is None or self._grown_clocks is None:
             return grown.cores_busy
         (cpu, idle), (was_cpu, was_idle) = now, self._grown_clocks
-        return busy_while_working(cpu - was_cpu, idle - was_idle, time.perf_counter() - self._grown_from, grown.workers)
+        return busy_while_working(cpu - was_cpu, idle - was_idle, self.clock.perf_counter() - self._grown_from, grown.workers)
 
     def _may_retry(self) -> bool:
         return (self._restart is not None and self._decided_rate > 0
-                and time.perf_counter() - self._settled_at >= self._retrial_after)
+                and self.clock.perf_counter() - self._settled_at >= self._retrial_after)
 
     def _try_again(self, reason: str, io_shortcut: bool = True) -> None:
         """The winner slowed down (machine load, the work changed, or grown threads met the GIL): run the trial again, the loser restarted."""
@@ -112,10 +110,10 @@ class Retrial:
         self._closed.discard(fresh)
         self._outstanding[fresh] = self._outstanding.pop(loser, 0)
         self._measure_anew()
-        self._forget_judging(time.perf_counter())  # (`feedline.engine._trial_gil`)
+        self._forget_judging(self.clock.perf_counter())  # (`feedline.engine._trial_gil`)
         self._abandoned = False  # (`feedline.engine._trial_handover`)
         self.winner = None  # the rates of the last decision stay in stats().trial until the next one
-        self._started = time.perf_counter()
+        self._started = self.clock.perf_counter()
         self.trials += 1
         self.threads.watch_progress(True)
 

@@ -18,8 +18,6 @@ threads). It reads the trial's ``threads``, ``phase``, ``policy``,
 
 from __future__ import annotations
 
-import time
-
 from ._imports import imports_seen
 from .choice import Action, Phase, Stretch, Verdict, decide
 
@@ -43,7 +41,7 @@ class GilJudging:
         self._warm_baseline: tuple | None = None  # ... and as every thread was past its first sample (the early verdict's stretch)
         self._alone_baseline: tuple | None = None  # ... as every thread was busy, measured alone
         self._waits_at: dict = {}  # a stretch's start -> the threads' `runnable_waits` then (`_runnable_share`)
-        self._judging_from = time.perf_counter()  # the verdict is due `Policy.verdict_due` after this
+        self._judging_from = self.clock.perf_counter()  # the verdict is due `Policy.verdict_due` after this
         self._modules = imports_seen()[0]  # modules imported as of the stretches judged: one that imports is cold
         self._imports_from: float | None = None  # when a first sample was first seen importing
         self._cores_kept: float | None = None  # cores the threads kept busy side by side, once known ...
@@ -63,7 +61,7 @@ class GilJudging:
             return None
         if self._alone_baseline is None:
             if all(busy for busy, *_ in clocks):
-                self._alone_baseline = (now, time.thread_time(), clocks)
+                self._alone_baseline = (now, self.clock.thread_time(), clocks)
             return None
         if waited_for_tasks(self._alone_baseline, now, clocks):
             self._alone_baseline = None  # one waited for tasks meanwhile (or the pool changed): not side by side
@@ -86,7 +84,7 @@ class GilJudging:
         """
         if self.phase is not Phase.JUDGING_THREADS:
             return
-        now = time.perf_counter()
+        now = self.clock.perf_counter()
         clocks = self.threads.side_by_side()
         if clocks is None or self._usable < 2 or now - self._judging_from >= self.policy.verdict_due:
             self._start_processes()  # no clocks; one thread shows nothing side by side; or no verdict in time
@@ -125,11 +123,11 @@ class GilJudging:
         """
         if self._baseline is None:
             if all(busy for busy, *_ in clocks):
-                self._baseline = (now, time.thread_time(), clocks)
+                self._baseline = (now, self.clock.thread_time(), clocks)
                 self._mark_waits(now)
             return False
         if self._warm_baseline is None and all(busy and begun >= 2 for busy, _, _, begun in clocks):
-            self._warm_baseline = (now, time.thread_time(), clocks)  # every thread past its first sample
+            self._warm_baseline = (now, self.clock.thread_time(), clocks)  # every thread past its first sample
             self._mark_waits(now)
         if waited_for_tasks(self._baseline, now, clocks):
             self._baseline = self._warm_baseline = None  # one waited for tasks meanwhile: not side by side
@@ -200,7 +198,7 @@ class GilJudging:
         began, consumer_cpu, before = baseline
         span = now - began
         kept = sum(now_[1] - was[1] for now_, was in zip(clocks, before)) / span
-        others = max(0.0, (time.thread_time() - consumer_cpu) / span)  # (0 if another thread took over the iterating)
+        others = max(0.0, (self.clock.thread_time() - consumer_cpu) / span)  # (0 if another thread took over the iterating)
         usable = min(self._usable, self.threads.workers, self.cores - others)  # (scouts: fewer than the pool)
         begun = sum(now_[3] - was[3] for now_, was in zip(clocks, before))
         waited = self._runnable_share(baseline, span) if runnable and self._scouting and kept < self.policy.io_together else 0.0

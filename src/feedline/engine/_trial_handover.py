@@ -25,7 +25,6 @@ to their bound (``_thread_rows``, ``_thread_cpu``), and calls the trial's
 from __future__ import annotations
 
 import dataclasses
-import time
 
 from .._errors import SharedMemoryFull
 from ..backends import Executor
@@ -60,7 +59,7 @@ class Handover:
         """``tasks`` go to the processes with the thread tasks ``due`` back, earliest first (`_move_returned`)."""
         self._handover += tasks
         self._due |= set(due)
-        self._handover_by = time.perf_counter() + HANDOVER_WAIT
+        self._handover_by = self.clock.perf_counter() + HANDOVER_WAIT
         self._move_returned()
 
     def _hand_over(self, tasks) -> None:
@@ -190,7 +189,7 @@ class Handover:
                 task = dataclasses.replace(task, indices=rest)
             self._handover.append((key, task))
             self._due.discard(key)
-        if self._due and time.perf_counter() >= self._handover_by:
+        if self._due and self.clock.perf_counter() >= self._handover_by:
             self._due = set()  # one still running past the deadline is handed over when it comes back
         if self._due or not self._handing_over:
             return

@@ -17,22 +17,36 @@ starts processes and keeps the threads useful while they come up:
   the threads' tasks handed over (`feedline.engine._trial_handover`).
 
 Every question about the fork server (`warm_up`, `warming_up`,
-`warmed_up`) is asked here. State it owns: `_init_start`. It calls the
+`warmed_up`) is asked here, of the trial's `ForkServer`. State it owns: `_init_start`. It calls the
 trial's `_settle` and `_judge_gil`, and the judging's `_first_sign`,
 `_keeps_under` and `_judge_anew`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
-import time
+from typing import Callable
 
 from ..backends import Executor, warm_up, warmed_up, warming_up
 from .choice import Phase
 
-__all__ = ["SERVER_AND_CONSUMER", "WorkerStart"]
+__all__ = ["SERVER_AND_CONSUMER", "ForkServer", "WorkerStart"]
 
 SERVER_AND_CONSUMER = 2  # cores the fork server's imports and the consumer's thread take beside the threads judged
+
+
+@dataclasses.dataclass(frozen=True)
+class ForkServer:
+    """The process backend's fork server as the trial asks after it: `feedline.backends`' own, or one a test scripts.
+
+    A trial takes one when it is built (``BackendTrial(fork_server=)``;
+    `feedline.testing.trial_fork_server` makes a scripted one).
+    """
+
+    warming_up: Callable[[], bool] = warming_up  # its imports run
+    warmed_up: Callable[[], bool] = warmed_up  # it is up
+    warm_up: Callable[[str], None] = warm_up  # start it, for this backend
 
 
 class WorkerStart:
@@ -65,7 +79,7 @@ class WorkerStart:
             self._judge_gil()
         if self.phase is not Phase.STARTING_PROCESSES:
             return
-        if self._pause_when_up and not warming_up() and self.processes.workers_forked():
+        if self._pause_when_up and not self.fork_server.warming_up() and self.processes.workers_forked():
             self._pause_threads()  # the server is up and the workers forked (`_start_processes`)
             if self._drain_when_up:
                 self._drain_when_up = False
@@ -75,7 +89,7 @@ class WorkerStart:
         except Exception as exc:  # the workers cannot start here: threads it is, and the report says why
             self._settle("thread", f"process workers failed to start ({type(exc).__name__}: {exc}): threads", measured=False)
             return
-        if not ready and self._paused_at is not None and time.perf_counter() - self._paused_at > self.policy.start.pause_limit:
+        if not ready and self._paused_at is not None and self.clock.perf_counter() - self._paused_at > self.policy.start.pause_limit:
             self._paused_at = None
             self.threads.resume()  # the paused threads hold tasks the consumer may be waiting for ...
             self._undrain()  # ... and so may the tasks kept from them
@@ -100,7 +114,7 @@ class WorkerStart:
         judging begins anew once it is up. Held workers connecting take CPU as
         the imports do: only the plain verdict, for `EarlyStart.connecting_skipped` at most.
         """
-        importing = warming_up()
+        importing = self.fork_server.warming_up()
         if importing and self._server_early != "importing":
             if not self._room_beside_server():
                 self._judge_anew(now)
@@ -123,12 +137,13 @@ class WorkerStart:
         of their cores busy. Threads that release the GIL keep more than that
         even beside the imports, so meanwhile only the plain verdict is given.
         """
-        if self._server_early or warming_up() or warmed_up() or not self._first_sign(self._baseline, now, clocks, self.policy.held_share):
+        server = self.fork_server
+        if self._server_early or server.warming_up() or server.warmed_up() or not self._first_sign(self._baseline, now, clocks, self.policy.held_share):
             return
         self._server_early = "importing"
         self._baseline = self._warm_baseline = None  # judged from here: the sign may have been cold first samples
         try:
-            warm_up("process")
+            self.fork_server.warm_up("process")
         except Exception:  # the workers' own start reports what is wrong, with context (`_start_processes`)
             return
         self._park_workers()
@@ -164,7 +179,7 @@ class WorkerStart:
         in its first sample. The verdict still decides; workers it does not
         want are closed (`_settle`).
         """
-        if self._early is not None or not warmed_up():
+        if self._early is not None or not self.fork_server.warmed_up():
             return
         # every thread still in its first sample (a long first sample): the whole stretch, the plain sign
         baseline, share = ((self._baseline, self.policy.held_share) if self._warm_baseline is None
@@ -183,7 +198,7 @@ class WorkerStart:
             return False
         if self._sign_mark is None or self._sign_mark[0] < baseline[0]:  # (none yet, or from a stretch started again)
             if self._first_sign(baseline, now, clocks, share):
-                self._sign_mark = (now, time.thread_time(), clocks)
+                self._sign_mark = (now, self.clock.thread_time(), clocks)
             return False
         if now - self._sign_mark[0] < self.policy.start.sign_span:
             return False
@@ -194,11 +209,11 @@ class WorkerStart:
         """Start the process workers (see `_judge_gil`); a failure settles on threads with the reason."""
         self._processes_started = True
         self.phase = Phase.STARTING_PROCESSES
-        if self._cores_kept is not None and warming_up() and self._room_beside_server():
+        if self._cores_kept is not None and self.fork_server.warming_up() and self._room_beside_server():
             self._pause_when_up = True  # judged beside the server's imports: their tasks are worth having till it is up
         elif self._cores_kept is not None:  # judged held back by the GIL: few threads deliver as much meanwhile, and
             self._pause_threads()  # the workers start sooner
-        soon = self._early is not None or warmed_up()  # the workers fork from a server that is up: at once
+        soon = self._early is not None or self.fork_server.warmed_up()  # the workers fork from a server that is up: at once
         try:
             fresh, self._early = self._early or self._unpark() or self._make_processes(), None
         except Exception as exc:
@@ -223,7 +238,7 @@ class WorkerStart:
         """
         self._pause_when_up = False
         self.threads.pause_beyond(self._kept_running())
-        self._paused_at = time.perf_counter()
+        self._paused_at = self.clock.perf_counter()
 
     def _drain_threads(self) -> None:
         """Threads held back by the GIL begin no new task while the workers start from a fork server that is up.
