@@ -26,6 +26,7 @@ Run (from the repository root, in the project's virtualenv):
     python -m benchmarks.autotune --workload audio --rounds 16
     python -m benchmarks.autotune --quick               # smoke test: small data, one round
     python -m benchmarks.autotune --workload gil --samples 8192 --settings auto,best   # 16 cores
+    python -m benchmarks.autotune --base ../older/src   # another checkout's automatic choice in the same rounds
 
 Target (issue 15): ``auto / best`` >= 0.95 on every workload.
 Last run: benchmarks/history/2026-11-29-thirty-eighth-session-where-the-automatic-choice.md (and benchmarks/RESULTS.md,
@@ -42,6 +43,7 @@ import statistics
 import subprocess
 import sys
 
+from .feedline_sources import compile_sources, environment
 from .tables import markdown_table
 
 WORKLOADS = ("jpeg", "seg", "gil", "audio", "store")
@@ -90,9 +92,12 @@ def hand_settings(name: str, workers: int | None = None) -> dict[str, dict]:
     return {"auto": auto, "best": best, "worst": worst}
 
 
-def one_epoch(name: str, setting: str, settings: dict, quick: bool, samples: int = 0) -> dict:
-    """Run one epoch of ``name`` (tiled to ``samples`` rows if given) with ``settings`` in a fresh interpreter."""
-    env = dict(os.environ, FEEDLINE_REMEMBER="0")
+def one_epoch(name: str, setting: str, settings: dict, quick: bool, samples: int = 0, base: str | None = None) -> dict:
+    """Run one epoch of ``name`` (tiled to ``samples`` rows if given) with ``settings`` in a fresh interpreter.
+
+    ``setting`` "base": the automatic choice of the feedline at ``base`` (`benchmarks.feedline_sources`).
+    """
+    env = environment(dict(os.environ, FEEDLINE_REMEMBER="0"), base if setting == "base" else None)
     argv = [sys.executable, "-c", _RUN, name, setting, "1" if quick else "0", json.dumps(settings), str(samples)]
     done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=600, check=False)
     if done.returncode != 0:
@@ -105,7 +110,7 @@ def one_epoch(name: str, setting: str, settings: dict, quick: bool, samples: int
 
 def _label(setting: str, settings: dict) -> str:
     """``auto``, or the hand setting as it runs (``thread x16``): which of best and worst is faster is known at the end."""
-    return setting if setting == "auto" else f"{settings['backend']} x{settings.get('workers', '?')}"
+    return setting if setting in ("auto", "base") else f"{settings['backend']} x{settings.get('workers', '?')}"
 
 
 def quartiles(values: list[float]) -> tuple[float, float]:
@@ -117,7 +122,7 @@ def quartiles(values: list[float]) -> tuple[float, float]:
 
 
 def measure(name: str, rounds: int, quick: bool, workers: int | None = None, samples: int = 0,
-            run: tuple[str, ...] = SETTINGS, log=print) -> dict:
+            run: tuple[str, ...] = SETTINGS, log=print, base: str | None = None) -> dict:
     """Rates per setting, the rounds' auto/best and auto/worst ratios, and how often auto ran as each backend.
 
     ``run`` names the settings to run (``auto`` and at least one hand
@@ -126,7 +131,9 @@ def measure(name: str, rounds: int, quick: bool, workers: int | None = None, sam
     2-core choice is not the faster one compares against the faster).
     """
     settings = hand_settings(name, workers)
-    hands = [s for s in run if s != "auto"]
+    if base:
+        run, settings["base"] = (*run, "base"), settings["auto"]
+    hands = [s for s in run if s not in ("auto", "base")]
     if "auto" not in run or not hands:
         raise ValueError(f"--settings needs auto and best or worst, got {','.join(run)}")
     one_epoch(name, hands[0], settings[hands[0]], quick, samples)  # untimed: the workload's files read once
@@ -135,7 +142,7 @@ def measure(name: str, rounds: int, quick: bool, workers: int | None = None, sam
     for r in range(rounds):
         order = list(run)
         random.Random(r).shuffle(order)
-        got = {s: one_epoch(name, s, settings[s], quick, samples) for s in order}
+        got = {s: one_epoch(name, s, settings[s], quick, samples, base) for s in order}
         for s in run:
             rates[s].append(got[s]["rate"])
         ran_as[got["auto"]["backend"]] = ran_as.get(got["auto"]["backend"], 0) + 1
@@ -145,12 +152,20 @@ def measure(name: str, rounds: int, quick: bool, workers: int | None = None, sam
     best, worst = faster[0], faster[-1] if len(faster) > 1 else None
     to_best = [a / b for a, b in zip(rates["auto"], rates[best])]
     to_worst = [a / b for a, b in zip(rates["auto"], rates[worst])] if worst else []
+    to_base = [a / b for a, b in zip(rates["auto"], rates["base"])] if base else []
+    base_to_best = [a / b for a, b in zip(rates["base"], rates[best])] if base else []
     return {"settings": settings, "rates": rates, "best": best, "worst": worst, "to_best": to_best,
-            "to_worst": to_worst, "ran_as": ran_as}
+            "to_worst": to_worst, "ran_as": ran_as, "to_base": to_base, "base_to_best": base_to_best}
+
+
+def _median_and_quartiles(ratios: list[float]) -> str:
+    low, high = quartiles(ratios)
+    return f"{statistics.median(ratios):.3f} ({low:.3f}-{high:.3f})"
 
 
 def table(results: dict) -> str:
     rows = []
+    with_base = any(r["to_base"] for r in results.values())
     for name, r in results.items():
         low, high = quartiles(r["to_best"])
         best = r["settings"][r["best"]]
@@ -160,8 +175,11 @@ def table(results: dict) -> str:
                      f"{statistics.median(r['to_best']):.3f} ({low:.3f}-{high:.3f})",
                      f"{statistics.median(r['to_worst']):.2f}" if r["to_worst"] else "-",
                      ", ".join(f"{backend} {n}" for backend, n in sorted(r["ran_as"].items()))])
-    return markdown_table(["workload", "best hand", "auto samples/s", "best", "worst", "auto / best (quartiles)",
-                           "auto / worst", "auto ran as"], rows, "llrrrrrl")
+        if with_base:
+            rows[-1][5:5] = [_median_and_quartiles(r["base_to_best"]), _median_and_quartiles(r["to_base"])]
+    head = ["workload", "best hand", "auto samples/s", "best", "worst", "auto / best (quartiles)"]
+    head += ["base / best (quartiles)", "auto / base (quartiles)"] if with_base else []
+    return markdown_table(head + ["auto / worst", "auto ran as"], rows, "llrrrr" + "rr" * with_base + "rl")
 
 
 def main(argv=None) -> None:
@@ -173,10 +191,13 @@ def main(argv=None) -> None:
     parser.add_argument("--samples", type=int, default=0, help="tile each workload to this many rows")
     parser.add_argument("--settings", default=",".join(SETTINGS),
                         help="which of auto,best,worst to run (auto and one hand setting at least)")
+    parser.add_argument("--base", metavar="SRC", help="the src folder of another feedline checkout: its automatic "
+                        "choice runs in the same rounds too (before and after a change)")
     args = parser.parse_args(argv)
     rounds = 1 if args.quick else args.rounds
     run = tuple(s for s in SETTINGS if s in args.settings.split(","))
-    results = {name: measure(name, rounds, args.quick, args.workers, args.samples, run)
+    compile_sources(args.base)
+    results = {name: measure(name, rounds, args.quick, args.workers, args.samples, run, base=args.base)
                for name in args.workload or WORKLOADS}
     print()
     print(table(results))

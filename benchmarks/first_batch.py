@@ -26,7 +26,8 @@ Run from the repository root:
     python -m benchmarks.first_batch [--reps 5] [--quick]
 
 ``--base`` runs a second feedline (the ``src`` folder of another checkout,
-say a worktree of main) in the same rounds, for a change's before and after.
+say a worktree of main) in the same rounds, for a change's before and after;
+both are compiled first (`benchmarks.feedline_sources`).
 
 Last measured: benchmarks/RESULTS.md, "First batch against torch's fork DataLoader" (the suite);
 benchmarks/history/2026-11-25-eighth-session-issues-14-15-18.md, "First batch and close" (the settings).
@@ -42,6 +43,7 @@ import statistics
 import subprocess
 import sys
 
+from .feedline_sources import compile_sources, environment
 from .tables import markdown_table
 
 # One run, in a fresh interpreter: prints a JSON line of timings.
@@ -144,11 +146,9 @@ def suite_workload(name: str):
 
 def run_suite_once(loader: str, name: str, base: str | None = None) -> dict:
     """One fresh-interpreter run; ``loader`` "base" is the automatic choice of the feedline sources at ``base``."""
-    env = dict(os.environ, FEEDLINE_REMEMBER="0")
+    env = environment(dict(os.environ, FEEDLINE_REMEMBER="0"), base if loader == "base" else None)
     if loader == "base":
         loader = "feedline-auto"
-        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # for `benchmarks.first_batch`
-        env["PYTHONPATH"] = os.pathsep.join([os.path.abspath(base), root])
     out = subprocess.run([sys.executable, "-c", _SUITE_RUN, loader, name], capture_output=True, text=True,
                          timeout=300, env=env)
     if out.returncode != 0:
@@ -168,6 +168,7 @@ def suite(names, reps: int, base: str | None = None) -> str:
     automatic choice runs in the same rounds too: before and after a change.
     """
     loaders = SUITE_LOADERS + (("base",) if base else ())
+    compile_sources(base)
     runs = {(name, loader): [] for name in names for loader in loaders}
     for name in names:
         run_suite_once(SUITE_LOADERS[0], name)  # untimed: the workload's files are written and read once

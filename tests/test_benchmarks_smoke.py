@@ -199,6 +199,16 @@ def test_autotune_benchmark_pairs_the_automatic_choice_with_the_best_and_worst_h
     assert cells[6].split()[0] in ("process", "thread"), cells  # which backend the automatic run ended on
 
 
+def test_autotune_with_base_runs_another_checkouts_automatic_choice_in_the_same_rounds():
+    out = _run_script("autotune", "--quick", "--workload", "gil", "--base", str(ROOT / "src"))  # this one, as the base
+    cells = _table_rows(out)["gil"]
+    assert "base / best (quartiles)" in out and "auto / base (quartiles)" in out
+    auto, best = (float(v.replace(",", "")) for v in cells[1:3])
+    to_best, base_to_best, to_base = (float(c.split()[0]) for c in cells[4:7])
+    # one round: auto / base is auto / best over base / best, up to the table's rounding
+    assert to_base == pytest.approx(to_best / base_to_best, rel=0.01) and auto > 0 and best > 0
+
+
 def test_shm_spill_benchmark_runs_feedline_through_memory_files_and_the_spill_folder_and_reports_what_failed():
     pytest.importorskip("torch")
     import shutil
