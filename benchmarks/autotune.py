@@ -176,7 +176,7 @@ def table(results: dict) -> str:
                      f"{statistics.median(r['to_worst']):.2f}" if r["to_worst"] else "-",
                      ", ".join(f"{backend} {n}" for backend, n in sorted(r["ran_as"].items()))])
         if with_base:
-            rows[-1][5:5] = [_median_and_quartiles(r["base_to_best"]), _median_and_quartiles(r["to_base"])]
+            rows[-1][6:6] = [_median_and_quartiles(r["base_to_best"]), _median_and_quartiles(r["to_base"])]
     head = ["workload", "best hand", "auto samples/s", "best", "worst", "auto / best (quartiles)"]
     head += ["base / best (quartiles)", "auto / base (quartiles)"] if with_base else []
     return markdown_table(head + ["auto / worst", "auto ran as"], rows, "llrrrr" + "rr" * with_base + "rl")
