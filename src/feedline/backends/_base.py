@@ -99,15 +99,14 @@ class Returned(NamedTuple):
 
     ``partial``: None, and the whole task runs again elsewhere; or the
     `Result` holding the batch of those first ``rows`` samples, and only
-    the rest runs elsewhere (`feedline.worker.StopHere`); ``where(index)``
-    then names a sample's file if the two parts do not fit together.
+    the rest runs elsewhere (`feedline.worker.StopHere`); where the two
+    parts do not join exactly, the whole task runs again.
     """
 
     task: object
     rows: int
     cpu: float
     partial: object = None
-    where: object = None
 
 
 class PartNotPicklable(Exception):

@@ -180,7 +180,7 @@ class ThreadExecutor(Executor):
                                   worker=(n, self.workers, "thread"))
                 result.worker = n
                 if result.stopped is not None:  # given back with its first rows done: only the rest runs elsewhere
-                    result = Returned(task, result.stopped, result.cpu, partial=result, where=self.part.source.where)
+                    result = Returned(task, result.stopped, result.cpu, partial=result)
             except Cancelled:  # nobody will read it (`cancel`): `wait` drops the empty result
                 result = Result()
             except StopHere:  # given back before a sample was done, or a task that cannot be split: it runs again whole

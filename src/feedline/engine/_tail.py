@@ -163,12 +163,12 @@ def join(results: list, indices: list) -> Result:
     try:
         whole = concat_pieces([k[0] for k in kept], rows=[k[1] for k in kept], indices=[k[2] for k in kept])
         exact = not holds_numpy_scalars_as_rows(whole)  # (not: small ints stacked in one piece, a big int in another)
-        joined.payload = slice_rows(whole, 0, total, rows=total) if exact else None
+        payload = slice_rows(whole, 0, total, rows=total) if exact else None
     except Exception as exc:  # rows that do not stack: one task's collation names the sample
         raise PiecesDiffer from exc
     if not exact:
         raise PiecesDiffer
-    joined.rows = total
+    joined.payload, joined.rows = payload, total
     return joined
 
 
