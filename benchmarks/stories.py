@@ -7,6 +7,7 @@ Run (from the repository root, in the project's virtualenv with ``.[test]``):
     python -m benchmarks.stories --scale 8   # on 16 cores or more: epochs 8x longer (a few tasks per worker)
     python -m benchmarks.stories --only story1 --spans /tmp/spans.jsonl   # and each run's task spans
     python -m benchmarks.stories --settings auto,thread,process              # no serial loop, nothing remembered
+    python -m benchmarks.stories --base ../older/src   # another checkout's automatic choice in the same rounds
 
 For each example in ``examples/``, the feedline pipeline it builds, taken
 from the example itself: its definitions (imports, constants, functions,
@@ -43,6 +44,10 @@ where a run measures little but start-up and the automatic choice's trial
 cannot finish within the epoch. Reported per story: samples/s of each
 setting, the automatic choice against the best and the worst hand setting
 and against serial, and the automatic choice's ``stats().decision``.
+``--base SRC`` (`benchmarks.feedline_sources`) adds a setting "base": the
+automatic choice of the feedline in another checkout's ``src``, run in the
+same rounds, and two columns: base / best, and auto / base as the median of
+each round's own ratio (paired: the two ran minutes apart, not an hour).
 
 Last run: benchmarks/history/2026-11-29-thirty-eighth-session-where-the-automatic-choice.md
 (and benchmarks/history/undated-story-examples-automatic-choice-vs-hand-settings.md).
@@ -62,8 +67,7 @@ import tempfile
 import time
 import types
 
-from feedline.engine.choice import DEFAULT_POLICY
-
+from .feedline_sources import compile_sources, environment
 from .tables import markdown_table
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -197,10 +201,10 @@ def run_once(argv) -> None:
     with open(data_file) as f:
         data = json.load(f)
     ex = definitions(story, size)
-    import feedline  # noqa: F401 - imported before the clock, as the example's own imports are
+    import feedline  # imported before the clock, as the example's own imports are
 
     start = time.perf_counter()
-    pipe, expected = build(story, variant, ex, data, None if setting in ("auto", "remembered") else setting)
+    pipe, expected = build(story, variant, ex, data, None if setting in ("auto", "remembered", "base") else setting)
     time.sleep(setup)  # a training script's set-up between describing and iterating (building the model): not timed
     rows = 0
     with pipe:
@@ -211,6 +215,7 @@ def run_once(argv) -> None:
     if os.environ.get(SPANS_VAR):  # `--spans`: where the run's time went, task by task
         with open(os.environ[SPANS_VAR], "a") as f:
             f.write(json.dumps({"story": story, "variant": variant, "setting": setting, "seconds": seconds,
+                                "feedline": os.path.dirname(os.path.abspath(feedline.__file__)),
                                 "ran_as": f"{stats.backend} x{stats.workers}", "decision": stats.decision,
                                 "spans": [[w, a - start, b - start, n, r] for w, a, b, n, r in stats.task_spans],
                                 "waits": [[a - start, b - start, r] for a, b, r in stats.waits]}) + "\n")
@@ -219,6 +224,8 @@ def run_once(argv) -> None:
 
 
 def main(argv=None) -> None:
+    from feedline.engine.choice import DEFAULT_POLICY  # (here: a run's fresh interpreter may import another checkout's)
+
     parser = argparse.ArgumentParser(prog="python -m benchmarks.stories", description=__doc__.splitlines()[0])
     parser.add_argument("--reps", type=int, default=3, help="rounds (each setting once per round, seeded shuffled order)")
     parser.add_argument("--quick", action="store_true", help="small data, one round and no untimed runs: a smoke test")
@@ -226,10 +233,13 @@ def main(argv=None) -> None:
     parser.add_argument("--scale", type=int, default=1, help="each example's epoch this many times as long (default 1)")
     parser.add_argument("--spans", metavar="FILE",
                         help="append each timed run's task spans (worker, start, end, task, rows; seconds from "
-                             "describing the pipeline) and the consumer's waits to FILE, one JSON line a run")
+                             "describing the pipeline), the consumer's waits and the feedline it imported to FILE, "
+                             "one JSON line a run")
     parser.add_argument("--settings", default=",".join(SETTINGS),
                         help="which of auto,remembered,thread,process,serial to run (auto and one hand setting at "
                              "least; on a big machine the serial loop and the remembered runs take minutes)")
+    parser.add_argument("--base", metavar="SRC", help="the src folder of another feedline checkout: its automatic "
+                        "choice runs in the same rounds (setting 'base'), with base / best and auto / base columns")
     parser.add_argument("--setup", type=float, default=0.0,
                         help="seconds of set-up between describing the pipeline and iterating it, as a training script "
                              "builds its model there (not timed; default 0)")
@@ -238,7 +248,7 @@ def main(argv=None) -> None:
     if args.scale < 1:
         parser.error(f"--scale must be a whole number of 1 or more, not {args.scale}")
     size = "quick" if args.quick else f"x{args.scale}"
-    settings = tuple(s for s in SETTINGS if s in args.settings.split(","))
+    settings = tuple(s for s in SETTINGS if s in args.settings.split(",")) + (("base",) if args.base else ())
     unknown = set(args.settings.split(",")) - set(SETTINGS)
     if unknown or "auto" not in settings or not {"thread", "process", "serial"} & set(settings):
         parser.error(f"--settings takes auto and at least one of thread, process, serial from {','.join(SETTINGS)}; "
@@ -247,6 +257,8 @@ def main(argv=None) -> None:
     if args.only:
         cases = [c for c in cases if c[0] in args.only]
     spans = {SPANS_VAR: os.path.abspath(args.spans)} if args.spans else {}
+    environment({}, args.base)  # (an error now, not after the first story's data is written)
+    compile_sources(args.base)
     env = {**os.environ, **spans, "PYTHONPATH": os.pathsep.join([os.path.join(ROOT, "src"), os.environ.get("PYTHONPATH", "")]),
            "TF_CPP_MIN_LOG_LEVEL": "3", "KERAS_BACKEND": os.environ.get("KERAS_BACKEND", "numpy")}
     print(f"load average at the start: {' '.join(f'{v:.2f}' for v in os.getloadavg())}; {os.cpu_count()} CPUs; "
@@ -264,6 +276,7 @@ def main(argv=None) -> None:
             decisions = []
             memory = {**env, "FEEDLINE_REMEMBER": os.path.join(folder, f"choices-{variant}.json")}
             forget = {**env, "FEEDLINE_REMEMBER": "0"}
+            envs = {"remembered": memory, "base": environment(forget, args.base)}
             untimed = [("process", forget)] if not args.quick else []  # the benchmark's first run was its slowest (see the docstring)
             agree = [("auto", memory)] * DEFAULT_POLICY.remember.agree if "remembered" in settings and not args.quick else []  # ... the
             # trials whose verdict the remembered runs start on (not in --quick: its epochs are too short for a
@@ -276,7 +289,7 @@ def main(argv=None) -> None:
                 for setting in random.Random(rep).sample(settings, len(settings)):
                     done = subprocess.run([sys.executable, "-m", "benchmarks.stories", "--one", story, variant, setting,
                                            size, data_file, str(args.setup)],
-                                          cwd=ROOT, env=memory if setting == "remembered" else forget,
+                                          cwd=ROOT, env=envs.get(setting, forget),
                                           capture_output=True, text=True, timeout=600)
                     lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
                     if done.returncode != 0 or not lines:
@@ -286,7 +299,7 @@ def main(argv=None) -> None:
                         raise SystemExit(f"benchmarks.stories: {story} {variant} {setting} delivered {m['rows']} rows "
                                          f"where the epoch has {m['expected']}")
                     runs[setting].append(m)
-                    if setting in ("auto", "remembered"):
+                    if setting in ("auto", "remembered", "base"):
                         decisions.append(f"{setting}, {m['ran_as']}: {m['decision']}")
                     print(f"    {story} {variant:9s} {setting:8s} rep {rep}: {m['rows'] / m['seconds']:8.1f} samples/s "
                           f"({m['ran_as']})", flush=True)
@@ -297,11 +310,17 @@ def main(argv=None) -> None:
             rows_out.append([f"{story} {variant}", *(f"{rate[s]:.1f}" if s in rate else "-" for s in SETTINGS), best,
                              ratio(rate["auto"], hand[best]), ratio(rate.get("remembered"), hand[best]),
                              ratio(rate["auto"], hand[worst]), ratio(rate["auto"], rate.get("serial"))])
+            if args.base:
+                paired = statistics.median((a["rows"] / a["seconds"]) / (b["rows"] / b["seconds"])
+                                           for a, b in zip(runs["auto"], runs["base"]))
+                rows_out[-1][9:9] = [ratio(rate["base"], hand[best]), f"{paired:.2f}"]
             print(f"  {story} {variant}: automatic choice, each round: " + " | ".join(decisions), flush=True)
     header = ["story", "auto", "remembered", "thread", "process", "serial", "best hand", "auto / best", "remembered / best",
               "auto / worst", "auto / serial"]
+    if args.base:
+        header[9:9] = ["base / best", "auto / base (paired)"]
     print("\nsamples/s, one epoch with start-up, medians:\n")
-    print(markdown_table(header, rows_out, "lrrrrrlrrrr"))
+    print(markdown_table(header, rows_out, "lrrrrrlrrrr" + "rr" * bool(args.base)))
     print(f"\nload average at the end: {' '.join(f'{v:.2f}' for v in os.getloadavg())}")
 
 

@@ -2,6 +2,8 @@
 
 import json
 import os
+import pathlib
+import shutil
 import subprocess
 import sys
 
@@ -72,26 +74,39 @@ def test_stories_benchmark_scales_each_epoch_and_leaves_out_a_missing_import(tmp
     assert done.returncode != 0 and "--scale must be a whole number of 1 or more, not 0" in done.stderr
 
 
-def test_stories_benchmark_runs_only_the_settings_asked_for(tmp_path):
-    """``--settings``: a big machine leaves out the serial loop and the remembered runs (minutes there); "-" in their cells."""
+def test_stories_benchmark_runs_only_the_settings_asked_for_and_another_checkouts_choice_beside_them(tmp_path):
+    """``--settings``: a big machine leaves out the serial loop and the remembered runs (minutes there); "-" in their cells.
+
+    ``--base SRC``: a "base" setting, the automatic choice of the feedline in SRC (here a copy of this one), run in
+    the same rounds, with base / best and auto / base columns.
+    """
     pytest.importorskip("PIL")
+    base = tmp_path / "base"
+    shutil.copytree(pathlib.Path(ROOT) / "src" / "feedline", base / "feedline")
     spans = tmp_path / "spans.jsonl"
     done = subprocess.run([sys.executable, "-m", "benchmarks.stories", "--quick", "--only", "story2", "--settings",
-                           "auto,thread", "--spans", str(spans)], cwd=ROOT, capture_output=True, text=True, timeout=600,
-                          check=False)  # timeout: a hang guard only
+                           "auto,thread", "--base", str(base), "--spans", str(spans)], cwd=ROOT, capture_output=True,
+                          text=True, timeout=600, check=False)  # timeout: a hang guard only
     assert done.returncode == 0, f"benchmarks.stories failed:\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}"
     rows = {}
     for line in done.stdout.splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if line.startswith("| story") and cells[0] != "story":
+        if line.startswith("| story") and "---" not in line:
             rows[cells[0]] = cells[1:]
+    assert rows.pop("story")[7:11] == ["remembered / best", "base / best", "auto / base (paired)", "auto / worst"], rows
     assert sorted(rows) == ["story2 PNG", "story2 decoded"], done.stdout
     for case, cells in rows.items():
         auto, remembered, thread, process, serial, best = cells[:6]
         assert float(auto) > 0 and float(thread) > 0 and (remembered, process, serial) == ("-", "-", "-"), (case, cells)
-        assert best == "thread" and cells[7] == "-" and cells[9] == "-", (case, cells)  # nothing remembered, no serial loop
-    runs = sorted(json.loads(line)["setting"] for line in spans.read_text().splitlines())
-    assert runs == ["auto", "auto", "thread", "thread"], runs
+        assert best == "thread" and cells[7] == "-" and cells[11] == "-", (case, cells)  # nothing remembered, no serial loop
+        assert float(cells[8]) > 0 and float(cells[9]) > 0, (case, cells)
+    imported = [((m := json.loads(line))["setting"], m["feedline"]) for line in spans.read_text().splitlines()]
+    assert sorted(s for s, _ in imported) == ["auto", "auto", "base", "base", "thread", "thread"], imported
+    mine, theirs = str(pathlib.Path(ROOT) / "src" / "feedline"), str(base / "feedline")
+    assert all(path == (theirs if setting == "base" else mine) for setting, path in imported), imported
     done = subprocess.run([sys.executable, "-m", "benchmarks.stories", "--settings", "thread,process"], cwd=ROOT,
                           capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode != 0 and "--settings takes auto and at least one of thread, process, serial" in done.stderr
+    done = subprocess.run([sys.executable, "-m", "benchmarks.stories", "--quick", "--base", str(tmp_path)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode != 0 and "no feedline package there" in done.stderr
