@@ -5,6 +5,7 @@ from __future__ import annotations
 import collections
 
 from .._batch_memory import reusing_arrays
+from .._collector_watch import CollectorWatch
 from .._gc_freeze import GcFreeze
 from ..worker import run_task
 from ._base import Event, Executor
@@ -25,6 +26,7 @@ class SerialExecutor(Executor):
         self.streams: dict = {}
         self.arrays = reusing_arrays()  # large batch arrays used again once the consumer lets go
         self._gc_freeze = GcFreeze()  # with FEEDLINE_TUNE_PROCESS=1: the collector off the objects already here
+        self._collector_watch = CollectorWatch()  # the full collections timed, for the epoch's report
 
     def submit(self, key, task, affinity=None):
         self.queue.append((key, task))
@@ -43,3 +45,4 @@ class SerialExecutor(Executor):
 
     def close(self):
         self._gc_freeze.release()
+        self._collector_watch.release()

@@ -24,6 +24,7 @@ import time
 
 from .._batch_memory import reusing_arrays
 from .._blas_limit import OneBlasThread
+from .._collector_watch import CollectorWatch
 from .._cpu_wait import CpuWaitClock
 from .._gc_freeze import GcFreeze
 from .._malloc import keep_freed_memory
@@ -82,6 +83,7 @@ class ThreadExecutor(Executor):
         # Process-wide, so only with FEEDLINE_TUNE_PROCESS=1 (`feedline._process_tuning`); each thread limits its own
         # OpenMP pool either way (`_work`).
         self._gc_freeze = GcFreeze()  # the per-sample Python runs here: keep the collector off the objects already here
+        self._collector_watch = CollectorWatch()  # the full collections timed, for the epoch's report
         self._one_blas_thread = OneBlasThread()  # a BLAS pool per call beside a thread per core oversubscribes them
         keep_freed_memory()  # the process workers' heap thresholds: large temporaries not faulted in per sample
         for n, inbox in enumerate(self.inboxes):
@@ -419,4 +421,5 @@ class ThreadExecutor(Executor):
         self.threads = []
         self.arrays.clear()
         self._gc_freeze.release()
+        self._collector_watch.release()
         self._one_blas_thread.release()

@@ -382,7 +382,7 @@ class EpochIterator:
         now = time.perf_counter()
         if self._started is None:
             self._started = now
-            self.stats_.started_at = now
+            self.stats_.begin(now)
         self.stats_.inflight_total += self._in_flight
         blocked = self._window_full() and self._in_flight < self._runtime.workers
         self._waited = False
@@ -406,7 +406,7 @@ class EpochIterator:
         after = time.perf_counter()
         stats = self.stats_
         stats.wait_seconds += after - now
-        stats.wall_seconds = after - self._started
+        stats.lap(after)  # (the wall time since the first next(), the full collections meanwhile)
         if stats.first_batch_seconds is None:
             stats.first_batch_seconds = after - self._created  # from iter(): includes starting workers
         stats.batches += 1

@@ -11,6 +11,7 @@ every estimate says what it assumes.
 
 from __future__ import annotations
 
+import gc
 from dataclasses import dataclass, field
 
 __all__ = ["INPUT_BOUND", "SATURATED", "Verdict", "analyse", "render"]
@@ -18,6 +19,7 @@ __all__ = ["INPUT_BOUND", "SATURATED", "Verdict", "analyse", "render"]
 INPUT_BOUND = 0.10  # consumer waiting more than 10 % of the time: the input pipeline limits training
 SATURATED = 0.85  # workers busy more than 85 % of the time: more of the same cannot go faster
 STARVED = 0.2  # tasks runnable but waiting for a CPU this share of their time: other programs hold the cores
+COLLECTOR_SHARE = 0.1  # full garbage collections this share of the epoch, with workers in this process: worth a freeze
 GIL_TASK_CPU = 0.85  # thread tasks on the CPU less than this share of their span may be GIL-bound (see _looks_gil_bound)
 _STORE_SOURCES = ("Store", "RemoteStore", "CacheSource")  # sources that already hold decoded data
 _DECODE_WORDS = ("decode", "load", "read", "png", "jpeg", "jpg", "open", "imread", "wav", "audio")
@@ -155,6 +157,28 @@ def _cores_held_elsewhere_advice(s: _Signals) -> list:
              "cores of its own (fewer threads elsewhere, or fewer jobs per machine)")]
 
 
+def _collector_advice(s: _Signals) -> list:
+    """`gc.freeze()` after set-up, where full collections took a large share of an epoch run in this process.
+
+    Each full collection walks every object the process holds with the GIL
+    held, so every thread waits; the objects a framework made at import and
+    the model never need walking again.
+    """
+    stats = s.stats
+    share = stats.collector_seconds / max(stats.wall_seconds, 1e-9)
+    if stats.backend not in ("thread", "serial") or share < COLLECTOR_SHARE:
+        return []
+    gain = min(s.ceiling, 1.0 / max(1e-9, 1.0 - share))
+    took = (f"{stats.full_collections} full collections of the garbage collector took {share:.0%} of the epoch "
+            f"({stats.collector_seconds:.2f} s, every thread waiting")
+    if gc.get_freeze_count():  # the process's own objects are frozen already: what is walked is what samples make
+        return [(gain, f"{took}: each walks the containers the samples make and keep): make fewer per sample "
+                       f"(NumPy arrays rather than lists of lists), or backend='process' (estimated up to {_x(gain)})")]
+    return [(gain, f"{took}: each walks every object this process holds): call gc.freeze() once your model is "
+                   "built, or set FEEDLINE_TUNE_PROCESS=1, under which feedline freezes them while thread workers "
+                   f"run (estimated up to {_x(gain)})")]
+
+
 def _more_workers_advice(s: _Signals) -> list:
     """As many workers as cores, for saturated workers fewer than the cores."""
     stats = s.stats
@@ -211,8 +235,8 @@ def _idle_workers_advice(s: _Signals) -> list:
     return advice
 
 
-_INPUT_BOUND_RULES = (_backend_advice, _cores_held_elsewhere_advice, _more_workers_advice, _bottleneck_advice,
-                      _idle_workers_advice)  # in this order: equal gains keep it after the ranking
+_INPUT_BOUND_RULES = (_backend_advice, _cores_held_elsewhere_advice, _collector_advice, _more_workers_advice,
+                      _bottleneck_advice, _idle_workers_advice)  # in this order: equal gains keep it after the ranking
 
 
 def _input_bound_advice(stats, wait, busy, saturated, bottleneck, share):
@@ -250,6 +274,8 @@ def _timing_lines(d: dict) -> list[str]:
     if d["first_batch_seconds"] is not None:
         timing += f"; first batch after {d['first_batch_seconds']:.3f} s"
     lines = [timing]
+    if d["full_collections"]:
+        lines.append(f"  full garbage collections: {d['full_collections']}, {d['collector_seconds']:.3f} s")
     if d["worker_busy_share"] is not None:
         lines.append(f"  workers busy {d['worker_busy_share']:.0%}; tasks in flight on average {d['mean_tasks_in_flight'] or 0:.1f}")
     return lines

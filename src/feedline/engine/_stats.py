@@ -15,6 +15,8 @@ from __future__ import annotations
 import collections
 import json
 
+from .._collector_watch import full_collections
+
 __all__ = ["Stats", "TIMELINE"]
 
 TIMELINE = 20_000  # time-stamped records kept per epoch (the most recent)
@@ -66,6 +68,9 @@ class Stats:
         self.dropped_samples = 0  # incomplete last round of dealt batches, and the samples (pieces) in it
         self.padded_batches = 0  # shard(even="pad") before pack(sizes=) / batch_by_budget(sizes=): the epoch's first batches again
         self.started_at = None  # perf_counter of the first next()
+        self.collector_seconds = 0.0  # this process's full garbage collections meanwhile, while in-process workers lived
+        self.full_collections = 0  # ... and their count (`feedline._collector_watch`)
+        self._collector_from = (0.0, 0)
         self.task_spans: collections.deque = collections.deque(maxlen=TIMELINE)  # (worker, start, end, number, rows)
         self.waits: collections.deque = collections.deque(maxlen=TIMELINE)  # (start, end, rows)
 
@@ -81,6 +86,16 @@ class Stats:
         window[0], window[1] = min(window[0], start), max(window[1], end)
         if result.transport:
             self.consumer_seconds["transport"] += result.transport
+
+    def begin(self, now: float) -> None:
+        """The epoch's first ``next()`` at ``now`` (perf_counter): its clock and its full collections count from here."""
+        self.started_at, self._collector_from = now, full_collections()
+
+    def lap(self, now: float) -> None:
+        """A batch handed out at ``now``: the epoch's wall time, and the full collections since `begin`."""
+        self.wall_seconds = now - self.started_at
+        (seconds, count), (seconds_before, count_before) = full_collections(), self._collector_from
+        self.collector_seconds, self.full_collections = seconds - seconds_before, count - count_before
 
     def add_counts(self, counts: dict) -> None:
         """Add a source's counts (`Source.take_counters`: e.g. a remote store's download retries and failures)."""
@@ -167,6 +182,8 @@ class Stats:
             "mean_tasks_in_flight": self.inflight_total / self.batches if self.batches else None,
             "first_batch_seconds": self.first_batch_seconds,
             "worker_restarts": self.worker_restarts,
+            "collector_seconds": self.collector_seconds,
+            "full_collections": self.full_collections,
             "source_counts": dict(self.source_counts),
             "verdict": verdict.summary,
             "bottleneck": verdict.bottleneck,
