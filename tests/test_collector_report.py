@@ -6,6 +6,7 @@ a user to do.
 """
 
 import json
+import os
 import subprocess
 import sys
 
@@ -23,7 +24,8 @@ def allocating(x):  # per-sample Python that makes many containers: it triggers 
     return np.int64(len(rows) + x)
 
 before = list(gc.callbacks)
-pipe = fl.from_arrays(np.arange(48)).map(allocating, backend=sys.argv[2], workers=2).batch(8)
+backend = None if sys.argv[2] == "auto" else sys.argv[2]
+pipe = fl.from_arrays(np.arange(48)).map(allocating, backend=backend, workers=2).batch(8)
 with pipe:
     out = [int(v) for b in pipe for v in b]
     watched = len(gc.callbacks) - len(before)
@@ -36,7 +38,7 @@ print(json.dumps({"out": out, "watched": watched, "after": len(gc.callbacks) - l
 
 def _run(frozen: str, backend: str) -> dict:
     done = subprocess.run([sys.executable, "-c", _CONSUMER, frozen, backend], capture_output=True, text=True,
-                          timeout=300)  # timeout: a hang guard only
+                          env=dict(os.environ, FEEDLINE_REMEMBER="0"), timeout=300)  # timeout: a hang guard only
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -56,6 +58,14 @@ def test_after_a_freeze_the_same_epoch_spends_less_in_full_collections():
     assert loose["count"] >= 1 and frozen["count"] >= 1, (loose, frozen)  # collections still run ...
     assert frozen["seconds"] / frozen["count"] < 0.5 * loose["seconds"] / loose["count"], (loose, frozen)  # ... walking less
     assert "call gc.freeze()" not in frozen["text"], "frozen already: the advice, if any, is about the samples' own"
+
+
+def test_the_automatic_choice_whose_trial_threads_paid_for_full_collections_is_told_so_too():
+    seen = _run("as-is", "auto")
+    assert seen["out"] == [60_000 + i for i in range(48)] and seen["after"] == 0
+    assert seen["count"] >= 1, seen  # the trial's threads ran the map here first
+    advised = "call gc.freeze() once your model is built" in seen["text"]
+    assert advised == (seen["seconds"] >= 0.1 * seen["wall"]), seen["text"]
 
 
 def test_process_workers_leave_the_collector_unwatched():

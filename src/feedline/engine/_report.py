@@ -158,7 +158,7 @@ def _cores_held_elsewhere_advice(s: _Signals) -> list:
 
 
 def _collector_advice(s: _Signals) -> list:
-    """`gc.freeze()` after set-up, where full collections took a large share of an epoch run in this process.
+    """`gc.freeze()` after set-up, where full collections beside in-process workers took a large share of an epoch.
 
     Each full collection walks every object the process holds with the GIL
     held, so every thread waits; the objects a framework made at import and
@@ -166,7 +166,7 @@ def _collector_advice(s: _Signals) -> list:
     """
     stats = s.stats
     share = stats.collector_seconds / max(stats.wall_seconds, 1e-9)
-    if stats.backend not in ("thread", "serial") or share < COLLECTOR_SHARE:
+    if share < COLLECTOR_SHARE:  # (timed only while thread or serial workers lived: `feedline._collector_watch`)
         return []
     gain = min(s.ceiling, 1.0 / max(1e-9, 1.0 - share))
     took = (f"{stats.full_collections} full collections of the garbage collector took {share:.0%} of the epoch "
