@@ -117,7 +117,6 @@ class EpochIterator:
         self.stats_.epoch = self.epoch
         self.stats_.source_kind = source_kind
         runtime.publish(self.stats_)
-        self._started = None
         if state is not None:
             self.stats_.skipped = resumed_skips(state)
             self.stats_.batches = state.get("batches", 0)
@@ -380,8 +379,7 @@ class EpochIterator:
                 "start a new epoch with iter(pipe), which starts fresh workers"
             )
         now = time.perf_counter()
-        if self._started is None:
-            self._started = now
+        if self.stats_.started_at is None:
             self.stats_.begin(now)
         self.stats_.inflight_total += self._in_flight
         blocked = self._window_full() and self._in_flight < self._runtime.workers
