@@ -285,9 +285,12 @@ def _cores_used_by_others(run) -> float:
 
 
 def test_automatic_choice_keeps_threads_at_once_for_cpu_work_that_releases_the_gil(no_leaks):
-    pipe = fl.from_arrays(np.arange(240)).map(hashes_outside_the_gil).batch(8)
-
+    # Two GIL-free threads and the consumer's (~0.08 of a core) keep ~1.9 of 2 cores busy, against the 1.82 that
+    # keeps threads at once: a dip of the machine's speed in the stretch judged can make it a close call, and then the
+    # trial rightly tries both (and keeps threads, which processes cannot beat by the margin). So each of up to three
+    # trials must end on threads, and one of them must get there at once.
     def run():
+        pipe = fl.from_arrays(np.arange(240)).map(hashes_outside_the_gil).batch(8)
         with pipe:
             for _ in range(3):  # the trial carries over: a short epoch on a loaded machine may end before its verdict
                 out = [int(v) for b in pipe for v in b]
@@ -295,15 +298,22 @@ def test_automatic_choice_keeps_threads_at_once_for_cpu_work_that_releases_the_g
                     break
             return out, pipe.stats(), testing.executor(pipe).processes_started
 
-    others, (out, stats, processes_started) = _cores_used_by_others(run)
-    if stats.cores < 2:
-        pytest.skip("the trial runs only with 2 or more cores")
-    assert out == list(range(240))
-    if stats.backend != "thread" and others > 0.3:
-        pytest.skip(f"other programs kept {others:.1f} cores busy: the threads could not show they keep every core busy")
-    assert stats.backend == "thread" and "releases the GIL" in stats.decision, stats.decision
-    assert set(stats.trial) == {"thread"}, "no process phase for threads that keep the cores busy"
-    assert not processes_started, "no process worker should have been started"
+    decisions = []
+    for _ in range(3):
+        others, (out, stats, processes_started) = _cores_used_by_others(run)
+        if stats.cores < 2:
+            pytest.skip("the trial runs only with 2 or more cores")
+        assert out == list(range(240))
+        if stats.backend != "thread" and others > 0.3:
+            pytest.skip(f"other programs kept {others:.1f} cores busy: the threads could not show they keep every core busy")
+        assert stats.backend == "thread", stats.decision
+        decisions.append(stats.decision)
+        if "releases the GIL" in stats.decision:
+            assert set(stats.trial) == {"thread"}, "no process phase for threads that keep the cores busy"
+            assert not processes_started, "no process worker should have been started"
+            return
+        assert "tried both" in stats.decision, stats.decision
+    pytest.fail(f"no trial kept threads at once: {decisions}")
 
 
 def test_automatic_choice_keeps_threads_at_once_for_work_that_waits_on_io(no_leaks):
