@@ -21,6 +21,7 @@ from __future__ import annotations
 import numpy as np
 
 from .._tree import flatten, unflatten
+from ._resume_point import ResumePoint
 
 __all__ = ["Buckets"]
 
@@ -92,17 +93,14 @@ class Buckets:
         self.carry[b], self.held[b] = [], 0
         self.ready.append((batch, self._point(), rows))
 
-    def _point(self) -> dict:
+    def _point(self) -> ResumePoint:
         # The task being routed counts too: its rows not yet routed must be read again.
         oldest = min([c[0][2] for c in self.carry if c] + [self.current])
         routed_before, before = self.tasks[oldest]
         for task in [t for t in self.tasks if t < oldest]:
             del self.tasks[task]
         handed = [routed - since - held for routed, since, held in zip(self.routed, routed_before, self.held)]
-        point = {"task": oldest, "offset": 0, "buckets": handed}
-        if before is not None:
-            point["streams"] = before
-        return point
+        return ResumePoint(oldest, 0, before, buckets=handed)
 
     def cut(self, final: bool) -> list:
         """Batches ready since the last call; with ``final``, each bucket's remainder too (unless dropped)."""

@@ -25,6 +25,7 @@ import numpy as np
 from .._errors import FeedlineError, SampleError
 from .._tree import flatten, unflatten
 from ._packer import Fill
+from ._resume_point import ResumePoint
 
 __all__ = ["BudgetCut", "PlannedBudget", "plan_budget"]
 
@@ -108,7 +109,7 @@ class BudgetCut:
             run = unflatten(skeleton, [a.copy() for a in arrays])
         self.carry.append((run, stop - start))
 
-    def _emit(self, point: dict) -> None:
+    def _emit(self, point: ResumePoint) -> None:
         runs, rows = self.carry, self.held
         if len(runs) == 1:
             batch = runs[0][0]
@@ -132,13 +133,9 @@ class BudgetCut:
         return out
 
 
-def _point(number: int, used: int, task_rows: int, before, after) -> dict:
+def _point(number: int, used: int, task_rows: int, before, after) -> ResumePoint:
     """The point after ``used`` rows of task ``number`` (the next task once all are used)."""
-    point = {"task": number, "offset": used} if used < task_rows else {"task": number + 1, "offset": 0}
-    streams = before if used < task_rows else after
-    if streams is not None:
-        point["streams"] = streams
-    return point
+    return ResumePoint(number).after_rows(used, task_rows, before=before, after=after)
 
 
 class PlannedBudget(BudgetCut):

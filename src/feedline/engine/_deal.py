@@ -30,6 +30,7 @@ the point (``"deal"``), so a resumed rank deals on from the same batch.
 from __future__ import annotations
 
 import collections
+import dataclasses
 
 import numpy as np
 
@@ -84,7 +85,7 @@ class Deal:
             mine = self.made % self.count == self.index
             self.made += 1
             if mine:
-                self.held = (batch, {**point, "deal": {"made": self.made}}, rows, items, slots)
+                self.held = (batch, dataclasses.replace(point, deal={"made": self.made}), rows, items, slots)
             if self.held is not None and self.made % self.count == 0:  # the round is complete: every rank has its batch
                 batch, point, rows, items, slots = self.held
                 self.held = None
@@ -257,5 +258,5 @@ class PlannedDeal(Deal):
             slot = self._slots.popleft()
             self.made = slot + 1
             self.padded_batches += slot >= self._rank.total
-            out.append((batch, {**point, "deal": {"made": self.made}}, rows))
+            out.append((batch, dataclasses.replace(point, deal={"made": self.made}), rows))
         return out

@@ -34,7 +34,7 @@ from ..worker import Task
 from ._budget import BudgetCut
 from ._deal import Deal
 from ._packer import Packer
-from ._resume_point import checkpoint, resumed_skips, start_point
+from ._resume_point import ResumePoint, checkpoint, resumed_skips, start_point
 from ._row_carry import recut_for, window_for
 from ._shares import epoch_order
 from ._state import STATE_VERSION
@@ -83,7 +83,7 @@ class EpochIterator:
         self._init_consumer(state)
         self._init_stats(source_kind, state)
         self._point = start_point(plan, state)
-        start_task, self._skip_rows = self._point["task"], self._point["offset"]
+        start_task, self._skip_rows = self._point.task, self._point.offset
         if plan.streaming:
             self._init_streams(state)
         else:
@@ -248,11 +248,11 @@ class EpochIterator:
         """A generator task: its shard advances; its rows go through the window, the re-cut, or out as they are."""
         # Inside an unbatched task, the point is "this task again, from its start, minus `offset` items".
         before, after = self._streams.advance(number, result.consumed, result.exhausted)
-        point = {"task": number + 1, "streams": after}
+        point = ResumePoint(number + 1, 0, after)
         if self._shuffler is not None:
             self._window_rows(result, number, before)
         elif self._recut is not None:  # batched: rows are re-cut across shards, so only the epoch's last batch is short
-            self._recut_rows(result, number, before, point["streams"])
+            self._recut_rows(result, number, before, point.streams)
         elif result.rows:
             self._emit_rows(result, point, number, before)
 
@@ -262,7 +262,7 @@ class EpochIterator:
         if self._unbatched:
             for j, item in enumerate(payload or []):
                 last = j == len(payload) - 1
-                self._out.append((item, {"task": number + 1 if last else number, "offset": 0 if last else skip + j + 1}, 1))
+                self._out.append((item, ResumePoint(number + 1) if last else ResumePoint(number, skip + j + 1), 1))
             return
         if self._plan.part.aligned:
             if rows:
@@ -297,13 +297,13 @@ class EpochIterator:
         if self._batch_bytes is None:
             self._batch_bytes = _batch_bytes(group[0] if group else payload, min(rows, size) if group else rows, size)
         if group is None and rows <= size:
-            point = {"task": number + 1, "offset": 0} if finished else {"task": number, "offset": skip + rows}
+            point = ResumePoint(number + 1) if finished else ResumePoint(number, skip + rows)
             self._out.append((payload, point, rows))
             return
         for j, start in enumerate(range(0, rows, size)):
             end = min(rows, start + size)
             batch = group[j] if group is not None else slice_rows(payload, start, end, rows=rows)
-            point = {"task": number + 1, "offset": 0} if finished and end == rows else {"task": number, "offset": skip + end}
+            point = ResumePoint(number + 1) if finished and end == rows else ResumePoint(number, skip + end)
             self._out.append((batch, point, end - start))
 
     def _recut_rows(self, result, number: int, before: dict, after: dict) -> None:
@@ -349,7 +349,7 @@ class EpochIterator:
             items = result.payload[skip:]
             for j, item in enumerate(items):
                 last = j == len(items) - 1
-                self._out.append((item, point if last else {"task": number, "offset": skip + j + 1, "streams": before}, 1))
+                self._out.append((item, point if last else ResumePoint(number, skip + j + 1, before), 1))
         else:
             self._out.append((result.payload, point, result.rows))
 
@@ -555,7 +555,7 @@ class EpochIterator:
         """This rank and, where positions are samples (aligned tasks), how many of its share it delivered."""
         if not self._plan.part.aligned:
             return dict(self._shard)
-        task, offset = self._point["task"], self._point["offset"]
+        task, offset = self._point.task, self._point.offset
         taken = len(self._order) if task >= self._num_tasks else min(self._covered, task * self._step) + offset
         return dict(self._shard, taken=taken)
 

@@ -36,6 +36,7 @@ import numpy as np
 from .._errors import FeedlineError, SampleError
 from .._padding import _fields, _rebuild
 from .._tree import slice_rows
+from ._resume_point import ResumePoint
 
 __all__ = ["Fill", "Packer", "PlannedPacker", "choose", "plan_rows"]
 
@@ -304,7 +305,7 @@ class Packer:
         packed = _rebuild(kind, keys, dict(zip(keys, fields)))
         return (*packed, ids, positions) if kind == "tuple" else (packed, ids, positions)
 
-    def _point(self) -> dict:
+    def _point(self) -> ResumePoint:
         held = [r.ordinals[0] for r in self.open + self.closed if r.ordinals]
         firsts = [t[1] for t in self.tasks]
         if held:
@@ -313,12 +314,9 @@ class Packer:
             at = next(k for k, t in enumerate(self.tasks) if t[0] == self.current)
         del self.tasks[:at]
         number, first, before = self.tasks[0]
-        point = {"task": number, "offset": 0, "pack": {
+        return ResumePoint(number, 0, before, pack={
             "first": first, "next": self.next,
-            "open": [list(r.ordinals) for r in self.open], "pending": [list(r.ordinals) for r in self.closed]}}
-        if before is not None:
-            point["streams"] = before
-        return point
+            "open": [list(r.ordinals) for r in self.open], "pending": [list(r.ordinals) for r in self.closed]})
 
     def cut(self, final: bool) -> list:
         """Batches ready since the last call; with ``final``, the open rows closed and batched too."""
@@ -408,9 +406,8 @@ class PlannedPacker(Packer):
                 self._put(self.batch_rows[row], position, n, fields, starts[first + k])
             if self.cursor == len(self.positions):  # the batch is whole: out it goes, its point just after this row
                 used = r + 1
-                self.here = {"task": number + 1 if used == task_rows else number, "offset": 0,
-                             "pack": {"first": self.seen if used == task_rows else self.seen - used, "next": self.seen,
-                                      "open": [], "pending": []}}
+                self.here = ResumePoint(number + 1 if used == task_rows else number, 0, pack={
+                    "first": self.seen if used == task_rows else self.seen - used, "next": self.seen, "open": [], "pending": []})
                 self.closed, self.batch_rows, self.positions, self.cursor = self.batch_rows, [], [], 0
                 self._emit()
                 self.closed = []
@@ -423,7 +420,7 @@ class PlannedPacker(Packer):
             for position, piece, n in row:
                 self.wanted.setdefault(position, []).append((k, piece, n))
 
-    def _point(self) -> dict:
+    def _point(self) -> ResumePoint:
         return self.here
 
     def cut(self, final: bool) -> list:

@@ -12,6 +12,7 @@ positions before that task, or after it when the batch used all its rows).
 from __future__ import annotations
 
 from .._tree import concat_pieces, slice_rows
+from ._resume_point import ResumePoint
 
 __all__ = ["Recut"]
 
@@ -63,11 +64,7 @@ class Recut:
             self.pieces, self.piece_rows, self.piece_indices, self.rows = [], [], [], 0
         return out
 
-    def _point(self, rest: int) -> dict:
+    def _point(self, rest: int) -> ResumePoint:
         """The resume point after a batch that leaves ``rest`` rows of the last task carried."""
         number, task_rows, before, after = self.last_task
-        point = {"task": number, "offset": task_rows - rest} if rest else {"task": number + 1, "offset": 0}
-        streams = before if rest else after
-        if streams is not None:
-            point["streams"] = streams
-        return point
+        return ResumePoint(number).after_rows(task_rows - rest, task_rows, before=before, after=after)

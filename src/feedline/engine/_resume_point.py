@@ -1,21 +1,57 @@
 """Resume points: where an epoch starts again, and the state ``it.state()`` writes from one.
 
-A resume point is the dict every output of `EpochIterator` carries (the
-point just after it): ``task`` and ``offset`` on an indexed epoch's task
-grid, or ``streams`` (each shard's position) for a generator source, plus
-the place of each step that holds rows across tasks (``buckets``,
-``pack``, ``deal``, ``window``). `start_point` is the point an epoch
-starts at, fresh or resumed; `checkpoint` turns the point of the last
-batch handed out into the sealed state (`feedline.engine._state`).
+A `ResumePoint` is what every output of `EpochIterator` carries: the point
+just after it. `start_point` is the point an epoch starts at, fresh or
+resumed; `checkpoint` turns the point of the last batch handed out into the
+sealed state (`feedline.engine._state`), whose fields carry the same names.
 """
 
 from __future__ import annotations
 
+import dataclasses
+
 from ._state import STATE_VERSION, seal
 
-__all__ = ["checkpoint", "index_from_json", "jsonable", "resumed_skips", "start_point"]
+__all__ = ["ResumePoint", "checkpoint", "index_from_json", "jsonable", "resumed_skips", "start_point"]
 
 HELD_FIELDS = ("buckets", "pack", "deal", "window")  # places of steps that hold rows across tasks, as a state lists them
+
+
+@dataclasses.dataclass(frozen=True)
+class ResumePoint:
+    """The point just after an output, where an epoch starts again from it.
+
+    ``task`` and ``offset`` place it on the epoch's task grid: the task
+    whose rows come next and how many of them were delivered already. A
+    generator source adds ``streams``, each shard's position. The other
+    fields are the places of the steps that hold rows across tasks (None
+    where the plan has no such step); a state stores each under its name.
+
+    >>> ResumePoint(3, 5).after_rows(8, 8, before=None, after=None)
+    ResumePoint(task=4, offset=0, streams=None, buckets=None, pack=None, deal=None, window=None)
+    """
+
+    task: int = 0
+    offset: int = 0
+    streams: dict | None = None  # a generator source: each shard's position (`feedline.engine._stream_cursor`)
+    buckets: list | None = None  # bucket_by(): the rows of each bucket handed out
+    pack: dict | None = None  # pack(): the items the rows held hold
+    deal: dict | None = None  # batches dealt to ranks: how many of the whole epoch's were cut
+    window: dict | None = None  # shuffle(window=N): the rows delivered and the oldest row held
+
+    def after_rows(self, used: int, task_rows: int, *, before, after) -> ResumePoint:
+        """The point after ``used`` of the ``task_rows`` rows of this point's task: the next task's start once all are.
+
+        ``before`` and ``after``: the streams' positions before and after
+        that task (None for an indexed epoch).
+        """
+        if used < task_rows:
+            return ResumePoint(self.task, used, before)
+        return ResumePoint(self.task + 1, 0, after)
+
+    def held(self) -> dict:
+        """The places of the steps that hold rows, by the state's names for them."""
+        return {name: getattr(self, name) for name in HELD_FIELDS if getattr(self, name) is not None}
 
 
 def _fresh_places(plan) -> dict:
@@ -30,18 +66,12 @@ def _fresh_places(plan) -> dict:
     return places
 
 
-def start_point(plan, state: dict | None) -> dict:
+def start_point(plan, state: dict | None) -> ResumePoint:
     """The resume point an epoch of ``plan`` starts at: its start, or the point a checked ``state`` saved."""
     if state is None:
-        return {"task": 0, "offset": 0, **_fresh_places(plan)}
-    point = {"task": state["task"], "offset": state["offset"]}
-    if plan.streaming:
-        point["streams"] = state["streams"]
-    if "buckets" in state:
-        point["buckets"] = state["buckets"]
-    for name in _fresh_places(plan):  # the steps this plan has hold their saved places
-        point[name] = state[name]
-    return point
+        return ResumePoint(**_fresh_places(plan))
+    return ResumePoint(state["task"], state["offset"], state["streams"] if plan.streaming else None,
+                       state.get("buckets"), **{name: state[name] for name in _fresh_places(plan)})
 
 
 def resumed_skips(state: dict) -> list:
@@ -49,7 +79,7 @@ def resumed_skips(state: dict) -> list:
     return [(index_from_json(i), r) for i, r in state.get("skipped", [])]
 
 
-def checkpoint(plan, point: dict, *, epoch: int, batches: int, skip_log: list, fingerprint: str, parts: list | None,
+def checkpoint(plan, point: ResumePoint, *, epoch: int, batches: int, skip_log: list, fingerprint: str, parts: list | None,
                chunk: int | None, shard: dict | None, elastic: dict | None) -> dict:
     """The sealed state of an epoch of ``plan`` at ``point`` (see `EpochIterator.state`).
 
@@ -61,7 +91,7 @@ def checkpoint(plan, point: dict, *, epoch: int, batches: int, skip_log: list, f
         "version": STATE_VERSION,
         "epoch": epoch,
         "batches": batches,
-        "skipped": [[jsonable(i), r] for t, i, r in skip_log if t < point.get("task", 0)],
+        "skipped": [[jsonable(i), r] for t, i, r in skip_log if t < point.task],
         "fingerprint": fingerprint,
         # Index steps that shuffle carry a seed (duck-typed: the engine sees only the Plan).
         "seeds": [int(step.seed) for step in plan.index_steps if getattr(step, "seed", None) is not None],
@@ -71,9 +101,7 @@ def checkpoint(plan, point: dict, *, epoch: int, batches: int, skip_log: list, f
     if plan.order_seed is not None:
         state["mix_seed"] = int(plan.order_seed)  # so that resume can say when only it differs
     state.update(_position(plan, point, chunk))
-    for name in HELD_FIELDS:  # rows of each bucket handed out, the items packed rows hold, batches dealt, the window's rows
-        if name in point:
-            state[name] = point[name]
+    state.update(point.held())  # rows of each bucket handed out, the items packed rows hold, batches dealt, the window's rows
     if shard is not None:
         state["shard"] = shard
     if elastic is not None:
@@ -81,12 +109,12 @@ def checkpoint(plan, point: dict, *, epoch: int, batches: int, skip_log: list, f
     return seal(state)
 
 
-def _position(plan, point: dict, chunk: int | None) -> dict:
+def _position(plan, point: ResumePoint, chunk: int | None) -> dict:
     """``task`` and ``offset`` (with ``chunk``: the grid they count in), or a generator's ``streams``."""
     if plan.streaming:
-        streams = point.get("streams", {"positions": {}, "exhausted": [], "cursor": 0})  # none back yet: the start
-        return {"task": 0, "offset": point.get("offset", 0), "streams": streams}
-    position = {"task": point["task"], "offset": point["offset"]}
+        streams = point.streams if point.streams is not None else {"positions": {}, "exhausted": [], "cursor": 0}  # the start
+        return {"task": 0, "offset": point.offset, "streams": streams}
+    position = {"task": point.task, "offset": point.offset}
     if chunk is not None:
         position["chunk"] = chunk  # samples per task: the grid "task" counts in
     return position

@@ -26,6 +26,7 @@ import collections
 import numpy as np
 
 from .._errors import FeedlineError
+from ._resume_point import ResumePoint
 from ._window_store import PENDING, PIECE, STORE, store_for
 
 __all__ = ["WindowShuffle"]
@@ -175,12 +176,11 @@ class WindowShuffle:
         self.pending = ([], [], [])
         return self.store.take(kinds, rows, names), self._point(first), len(rows)
 
-    def _point(self, first: int) -> dict:
+    def _point(self, first: int) -> ResumePoint:
         """Where a resume starts: the stream point of ``first``, the oldest row held, and the rows delivered."""
         while self.origins and self.origins[0][0] + self.origins[0][1] <= first:
             self.origins.popleft()
         if not self.origins:
             raise FeedlineError("shuffle(window=...): no stream point is known for the rows held (a bug: please report it)")
         start, _, number, before = self.origins[0]
-        return {"task": number, "offset": first - start, "streams": before,
-                "window": {"delivered": self.delivered, "first": first}}
+        return ResumePoint(number, first - start, before, window={"delivered": self.delivered, "first": first})
