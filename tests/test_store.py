@@ -157,15 +157,19 @@ def test_gather_returns_rows_in_the_order_asked_across_files(tmp_path):
 
 
 
-def nested_store(path, monkeypatch, n=90):
+def record_batches(store) -> int:
+    """The record batches of a store's part files, as its manifest lists them."""
+    return sum(len(part["batches"]) for part in store.manifest["files"])
+
+
+def nested_store(path, n=90):
     """A store of nested samples in 5 files of many small record batches; returns what was written."""
-    monkeypatch.setattr(_writer, "BATCH_BYTES", 600)  # a few rows per record batch
     rng = np.random.default_rng(3)
     data = {"image": rng.integers(0, 255, (n, 4, 5, 3), dtype=np.uint8),
             "meta": {"label": np.arange(n, dtype=np.int64) * 7, "weight": rng.random(n).astype(np.float32),
                      "vec": rng.standard_normal((n, 6)), "name": [f"s{i}" for i in range(n)],
                      "points": [np.arange(i % 4 + 1, dtype=np.int16) for i in range(n)]}}
-    with StoreWriter(path, rows_per_file=18) as w:
+    with StoreWriter(path, rows_per_file=18, rows_per_batch=4) as w:
         for start in range(0, n, 11):
             w.write({"image": data["image"][start:start + 11],
                      "meta": {k: v[start:start + 11] for k, v in data["meta"].items()}})
@@ -197,24 +201,23 @@ def copy_path(request, monkeypatch):
     return lambda store, order: store.gather(order, alloc=lambda specs: [np.full(s, 1, d) for s, d in specs])
 
 
-def test_gather_across_many_files_and_record_batches_is_exact(tmp_path, monkeypatch, copy_path):
-    data = nested_store(tmp_path / "n.store", monkeypatch)
+def test_gather_across_many_files_and_record_batches_is_exact(tmp_path, copy_path):
+    data = nested_store(tmp_path / "n.store")
     store = open_store(tmp_path / "n.store")
-    assert len(store.manifest["files"]) == 5 and len(store._starts) > 20
+    assert len(store.manifest["files"]) == 5 and record_batches(store) == 25
     rng = np.random.default_rng(0)
     for order in (rng.permutation(90).tolist(), rng.permutation(90)[:17].tolist(), list(range(89, -1, -3))):
         assert_gathered(store, data, order, copy_path)
 
 
 @pytest.mark.parametrize("count", [256, 200, 501])
-def test_a_batch_of_image_rows_is_gathered_exactly_in_pieces_or_whole(tmp_path, monkeypatch, count):
+def test_a_batch_of_image_rows_is_gathered_exactly_in_pieces_or_whole(tmp_path, count):
     """Rows cut into pieces (so NumPy copies without the GIL) come back whole, in order, across record batches."""
-    monkeypatch.setattr(_writer, "BATCH_BYTES", 20_000)  # ~26 rows per record batch
     images = np.random.default_rng(5).integers(0, 255, (600, 3, 16, 16), dtype=np.uint8)  # 768-byte rows
-    with StoreWriter(tmp_path / "i.store", rows_per_file=250) as w:
+    with StoreWriter(tmp_path / "i.store", rows_per_file=250, rows_per_batch=26) as w:
         w.write({"image": images, "label": np.arange(600)})
     store = open_store(tmp_path / "i.store")
-    assert len(store._starts) > 10
+    assert record_batches(store) == 10 + 10 + 4  # files of 250, 250 and 100 rows, in batches of 26 and the rest
     assert _reader._pieces(count, 768) == {256: 2, 200: 3, 501: 1}[count]
     order = np.random.default_rng(count).integers(0, 600, count)
     batch = store.gather(order)
@@ -222,8 +225,8 @@ def test_a_batch_of_image_rows_is_gathered_exactly_in_pieces_or_whole(tmp_path, 
     np.testing.assert_array_equal(batch["label"], order)
 
 
-def test_gather_with_repeated_indices_and_an_empty_batch(tmp_path, monkeypatch, copy_path):
-    data = nested_store(tmp_path / "n.store", monkeypatch)
+def test_gather_with_repeated_indices_and_an_empty_batch(tmp_path, copy_path):
+    data = nested_store(tmp_path / "n.store")
     store = open_store(tmp_path / "n.store")
     assert_gathered(store, data, [5, 80, 5, 5, 40, 80, 0, 0], copy_path)  # the same row from several record batches, again
     assert_gathered(store, data, [33, 33, 33], copy_path)  # one record batch, repeated
@@ -232,8 +235,8 @@ def test_gather_with_repeated_indices_and_an_empty_batch(tmp_path, monkeypatch, 
     assert empty["meta"]["name"] == [] and empty["meta"]["points"] == []
 
 
-def test_gather_writes_into_the_arrays_alloc_gives(tmp_path, monkeypatch, copy_path):
-    data = nested_store(tmp_path / "n.store", monkeypatch)
+def test_gather_writes_into_the_arrays_alloc_gives(tmp_path, copy_path):
+    data = nested_store(tmp_path / "n.store")
     store = open_store(tmp_path / "n.store")
     order = [70, 3, 44, 21, 88, 9]
     given = []
@@ -248,8 +251,8 @@ def test_gather_writes_into_the_arrays_alloc_gives(tmp_path, monkeypatch, copy_p
     np.testing.assert_array_equal(batch["meta"]["vec"], data["meta"]["vec"][order])
 
 
-def test_shuffled_bulk_batches_across_record_batches_match_numpy(tmp_path, monkeypatch):
-    data = nested_store(tmp_path / "n.store", monkeypatch)
+def test_shuffled_bulk_batches_across_record_batches_match_numpy(tmp_path):
+    data = nested_store(tmp_path / "n.store")
     pipe = fl.from_store(tmp_path / "n.store").shuffle(seed=2).batch(16)
     with pipe:
         seen = []
@@ -461,6 +464,26 @@ def test_bad_encodings_are_named(tmp_path, encodings, match):
     with pytest.raises((StoreError, ValueError), match=match), StoreWriter(tmp_path / "bad", encodings=encodings) as w:
         w.write({"x": images(2), "y": np.arange(2)})
     assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize("option", ["rows_per_file", "rows_per_batch"])
+@pytest.mark.parametrize("rows", [0, -3, 2.5, True, "8"])
+def test_row_counts_that_are_not_whole_numbers_of_one_or_more_are_refused_naming_the_argument(tmp_path, option, rows):
+    with pytest.raises(StoreError, match=f"{option} must be an integer >= 1 or None, got {rows!r}"):
+        StoreWriter(tmp_path / "r", **{option: rows})
+    assert os.listdir(tmp_path) == []
+
+
+def test_record_batches_hold_the_rows_asked_for_and_end_with_their_file(tmp_path):
+    """``rows_per_batch``: each file's record batches hold that many rows but its last (cut at the file's end)."""
+    with StoreWriter(tmp_path / "b.store", rows_per_file=10, rows_per_batch=4) as w:
+        for start in range(0, 23, 5):  # writes that do not line up with the batches
+            w.write({"x": images(min(5, 23 - start), seed=start)})
+    store = open_store(tmp_path / "b.store")
+    assert [part["batches"] for part in store.manifest["files"]] == [[4, 4, 2], [4, 4, 2], [3]]
+    with StoreWriter(tmp_path / "big.store", rows_per_file=3, rows_per_batch=50) as w:  # at most a file's rows
+        w.write({"x": images(7)})
+    assert [part["batches"] for part in open_store(tmp_path / "big.store").manifest["files"]] == [[3], [3], [1]]
 
 
 def test_values_a_store_cannot_hold_are_named(tmp_path):

@@ -18,7 +18,7 @@ BEING_CONVERTED: set[str] = set()
 
 # Not converted yet (issue 55): the private uses each file still has, which may only shrink. Each needs what these
 # tests cannot make on their own: a policy object for the thresholds they monkeypatch (tail pieces, task size, depth
-# tuner, read-ahead idle stop, batch-array reuse, store record batches), the process-executor split under way
+# tuner, read-ahead idle stop, batch-array reuse, the store reader's row-by-row size), the process-executor split under way
 # (listener, start-up; the start-up policy `feedline._startup.StartPolicy` has no public window yet), a reader of the
 # memory process workers hold that a test can hand the runtime (worker tuning), or a decision on testing a private
 # codec directly (the worker wire format). The backend trial's hand-over test settles a trial by hand (`_settle`, in
@@ -33,7 +33,7 @@ NOT_CONVERTED_YET = {
     "test_remote_store.py": 1,
     "test_scale.py": 2,
     "test_startup_policy.py": 1,
-    "test_store.py": 7,
+    "test_store.py": 5,
     "test_tail_pieces.py": 3,
     "test_task_size.py": 2,
     "test_wire.py": 3,

@@ -174,6 +174,9 @@ class StoreWriter:
             ``"1"``, ... for tuples, ``"value"`` for a single array, joined
             with ``/`` when nested.
         rows_per_file: rows per part file (default: about 256 MiB per file).
+        rows_per_batch: rows per Arrow record batch, the unit a read copies
+            whole or a compressed field decompresses (default: about 16 MiB,
+            1 MiB where a field is compressed; at most ``rows_per_file``).
         meta: a JSON-serialisable dict recorded as the manifest's ``meta``
             (how the store was made; labels' names, ...).
         overwrite: replace an existing store at ``path`` (atomically);
@@ -198,14 +201,15 @@ class StoreWriter:
     """
 
     def __init__(self, path, encodings: dict | None = None, rows_per_file: int | None = None, meta: dict | None = None,
-                 overwrite: bool = False, *, variable_shape=()):
+                 overwrite: bool = False, *, variable_shape=(), rows_per_batch: int | None = None):
         self.path = os.path.abspath(os.fspath(path))
         self.encodings = {}
         for name, enc in (encodings or {}).items():
             kind, quality = parse_encoding(enc, name)
             self.encodings[str(name)] = f"jpeg:{quality}" if kind == "jpeg" else kind
-        if rows_per_file is not None and (isinstance(rows_per_file, bool) or not isinstance(rows_per_file, int) or rows_per_file < 1):
-            raise StoreError(f"rows_per_file must be an integer >= 1 or None, got {rows_per_file!r}")
+        for name, rows in (("rows_per_file", rows_per_file), ("rows_per_batch", rows_per_batch)):
+            if rows is not None and (isinstance(rows, bool) or not isinstance(rows, int) or rows < 1):
+                raise StoreError(f"{name} must be an integer >= 1 or None, got {rows!r}")
         try:
             self.meta = json.loads(json.dumps(meta or {}))
         except (TypeError, ValueError) as e:
@@ -228,7 +232,8 @@ class StoreWriter:
                              f"{_advice(e)}") from e
         self.state = "open"
         self._rows_per_file = rows_per_file
-        self._rows_per_batch = None
+        self._rows_per_batch = rows_per_batch  # (None: planned from the first batch's row size, `_plan_sizes`)
+        self._sizes_planned = False
         self._specs: list[FieldSpec] | None = None
         self._structure = None
         self._groups: list[str] = []
@@ -262,7 +267,7 @@ class StoreWriter:
                 f"{describe(self._structure)}; every batch must have the same structure"
             )
         chunks = [normalize(spec, column, rows, self._seen) for spec, (_, column) in zip(self._specs, leaves)]
-        if self._rows_per_batch is None:
+        if not self._sizes_planned:
             self._plan_sizes(chunks, rows)
         self._seen += rows
         self._buffer.append((rows, chunks))
@@ -339,12 +344,12 @@ class StoreWriter:
         """Rows per record batch and per file, from the bytes of the first batch's rows."""
         row_bytes = max(1, sum(buffered_bytes(spec, chunk) for spec, chunk in zip(self._specs, chunks)) // rows)
         target = BATCH_BYTES_COMPRESSED if any(g != "raw" for g in self._groups) else BATCH_BYTES
-        per_batch = max(1, target // row_bytes)
+        per_batch = self._rows_per_batch or max(1, target // row_bytes)
         if self._rows_per_file is not None:
             per_batch = min(per_batch, self._rows_per_file)
         else:
             self._rows_per_file = max(per_batch, FILE_BYTES // row_bytes // per_batch * per_batch)
-        self._rows_per_batch = per_batch
+        self._rows_per_batch, self._sizes_planned = per_batch, True
 
     def _batch_rows(self) -> int:
         """Rows in the next record batch: a full batch, cut at the end of the current part."""
