@@ -14,12 +14,16 @@ from __future__ import annotations
 import gc
 from dataclasses import dataclass, field
 
+from .._malloc import MALLOC_VARS
+from .._page_faults import PAGE_SIZE
+
 __all__ = ["INPUT_BOUND", "SATURATED", "Verdict", "analyse", "render"]
 
 INPUT_BOUND = 0.10  # consumer waiting more than 10 % of the time: the input pipeline limits training
 SATURATED = 0.85  # workers busy more than 85 % of the time: more of the same cannot go faster
 STARVED = 0.2  # tasks runnable but waiting for a CPU this share of their time: other programs hold the cores
 COLLECTOR_SHARE = 0.1  # full garbage collections this share of the epoch, with workers in this process: worth a freeze
+KERNEL_SHARE = 0.1  # in-process workers' system CPU this share of their CPU, faulting in fresh pages: worth keeping freed memory
 GIL_TASK_CPU = 0.85  # thread tasks on the CPU less than this share of their span may be GIL-bound (see _looks_gil_bound)
 _STORE_SOURCES = ("Store", "RemoteStore", "CacheSource")  # sources that already hold decoded data
 _DECODE_WORDS = ("decode", "load", "read", "png", "jpeg", "jpg", "open", "imread", "wav", "audio")
@@ -179,6 +183,31 @@ def _collector_advice(s: _Signals) -> list:
                    f"run (estimated up to {_x(gain)})")]
 
 
+def _fresh_memory_advice(s: _Signals) -> list:
+    """Keep freed memory (glibc's thresholds), where in-process workers spent a large share of their CPU faulting it in.
+
+    glibc hands the memory freed after each batch back to the kernel, which
+    zeroes every page again for the next batch's samples. Only from a
+    pipeline's second epoch: the first pass also faults in the pages of
+    memory-mapped files, which no allocator setting keeps. Process workers
+    get the thresholds from feedline (`feedline._malloc`).
+    """
+    stats = s.stats
+    if stats.backend not in ("thread", "serial") or not stats.epoch or not stats.fresh_pages:
+        return []
+    share = stats.task_kernel_seconds / max(stats.task_cpu_seconds, 1e-9)
+    if share < KERNEL_SHARE:
+        return []
+    gain = min(s.ceiling, 1.0 / max(1e-9, 1.0 - share))
+    fresh = stats.fresh_pages * PAGE_SIZE / 2**20
+    env = " ".join(f"{name}={value}" for name, value in MALLOC_VARS.items())
+    return [(gain, f"the workers spent {share:.0%} of their CPU time in the kernel, which gave them {fresh:,.0f} MiB of "
+                   f"fresh memory this epoch ({fresh / max(stats.batches, 1):,.1f} MiB a batch): glibc hands back what "
+                   f"each batch freed, and its pages are zeroed again for the next. Start Python with {env} in its "
+                   "environment (what feedline's process workers get), or set FEEDLINE_TUNE_PROCESS=1, under which "
+                   f"feedline sets them while thread workers run (estimated up to {_x(gain)})")]
+
+
 def _more_workers_advice(s: _Signals) -> list:
     """As many workers as cores, for saturated workers fewer than the cores."""
     stats = s.stats
@@ -235,8 +264,8 @@ def _idle_workers_advice(s: _Signals) -> list:
     return advice
 
 
-_INPUT_BOUND_RULES = (_backend_advice, _cores_held_elsewhere_advice, _collector_advice, _more_workers_advice,
-                      _bottleneck_advice, _idle_workers_advice)  # in this order: equal gains keep it after the ranking
+_INPUT_BOUND_RULES = (_backend_advice, _cores_held_elsewhere_advice, _collector_advice, _fresh_memory_advice,
+                      _more_workers_advice, _bottleneck_advice, _idle_workers_advice)  # in this order: equal gains keep it after the ranking
 
 
 def _input_bound_advice(stats, wait, busy, saturated, bottleneck, share):
@@ -276,6 +305,9 @@ def _timing_lines(d: dict) -> list[str]:
     lines = [timing]
     if d["full_collections"]:
         lines.append(f"  full garbage collections: {d['full_collections']}, {d['collector_seconds']:.3f} s")
+    if d["fresh_pages"] and d["task_kernel_seconds"] >= KERNEL_SHARE * d["task_cpu_seconds"]:
+        lines.append(f"  fresh memory in the workers: {d['fresh_pages'] * PAGE_SIZE / 2**20:,.1f} MiB "
+                     f"({d['fresh_pages']:,} page faults), kernel time {d['task_kernel_seconds']:.3f} s")
     if d["worker_busy_share"] is not None:
         lines.append(f"  workers busy {d['worker_busy_share']:.0%}; tasks in flight on average {d['mean_tasks_in_flight'] or 0:.1f}")
     return lines

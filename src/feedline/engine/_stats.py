@@ -56,6 +56,8 @@ class Stats:
         self.task_seconds = 0.0  # sum of task spans: worker busy time
         self.task_cpu_seconds = 0.0  # CPU time of those tasks: less than their span means waiting (I/O, GIL)
         self.task_cpu_wait_seconds = 0.0  # ... time they were runnable but waiting for a CPU (other programs; Linux)
+        self.fresh_pages = 0  # minor page faults the tasks took: pages the kernel gave them fresh (Linux) ...
+        self.task_kernel_seconds = 0.0  # ... and their system CPU time, in which it zeroed those pages (Linux)
         self.worker_windows: dict = {}  # worker -> [first task start, last task end], for the busy share
         self.inflight_total = 0  # sum over batches of tasks in flight when next() was called
         self.decisions: list[str] = []  # autotuning changes made during the epoch, with reasons
@@ -82,6 +84,8 @@ class Stats:
         self.task_seconds += end - start
         self.task_cpu_seconds += result.cpu
         self.task_cpu_wait_seconds += result.cpu_wait
+        self.fresh_pages += result.fresh_pages
+        self.task_kernel_seconds += result.kernel_cpu
         window = self.worker_windows.setdefault(result.worker, [start, end])
         window[0], window[1] = min(window[0], start), max(window[1], end)
         if result.transport:
@@ -184,6 +188,9 @@ class Stats:
             "worker_restarts": self.worker_restarts,
             "collector_seconds": self.collector_seconds,
             "full_collections": self.full_collections,
+            "fresh_pages": self.fresh_pages,
+            "task_kernel_seconds": self.task_kernel_seconds,
+            "task_cpu_seconds": self.task_cpu_seconds,
             "source_counts": dict(self.source_counts),
             "verdict": verdict.summary,
             "bottleneck": verdict.bottleneck,

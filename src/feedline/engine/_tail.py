@@ -182,5 +182,7 @@ def _summed(results: list) -> Result:
             joined.counters[name] = joined.counters.get(name, 0) + n
         joined.cpu += r.cpu
         joined.cpu_wait += r.cpu_wait
+        joined.fresh_pages += r.fresh_pages
+        joined.kernel_cpu += r.kernel_cpu
         joined.transport += r.transport
     return joined

@@ -20,6 +20,7 @@ import time
 import numpy as np
 
 from .._batch_memory import new_arrays
+from .._page_faults import thread_kernel_use
 from .._tree import BatchGroup, collate_into
 from ._generators import seed_global_generators
 from ._info import working_as
@@ -103,10 +104,13 @@ def run_task(part, task: Task, alloc=None, progress=None, streams=None, waits=No
             what `feedline.get_worker_info` says while it runs.
     """
     start, cpu, waited = time.perf_counter(), time.thread_time(), 0.0 if waits is None else waits.read()
+    faults, kernel = thread_kernel_use()
     with working_as(part.generator_seed, *worker):
         result = _run(part, task, alloc, progress, streams, part.generator_seed if own_process else None)
     result.span = (start, time.perf_counter())
     result.cpu = time.thread_time() - cpu
+    faults_after, kernel_after = thread_kernel_use()
+    result.fresh_pages, result.kernel_cpu = faults_after - faults, kernel_after - kernel
     if waits is not None:
         result.cpu_wait = waits.read() - waited
     result.counters = part.source.take_counters()  # e.g. a remote store's downloads and retries, in this process

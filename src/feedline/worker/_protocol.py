@@ -117,6 +117,8 @@ class Result:
     transport: float = 0.0  # consumer seconds spent receiving and mapping the batch
     cpu: float = 0.0  # CPU seconds the worker thread used on the task
     cpu_wait: float = 0.0  # seconds it was runnable but waiting for a CPU (thread workers on Linux; else 0)
+    fresh_pages: int = 0  # minor page faults the worker thread took on the task: memory got fresh from the kernel (Linux)
+    kernel_cpu: float = 0.0  # ... and its system CPU seconds, in which the kernel zeroed those pages (Linux)
     counters: dict = field(default_factory=dict)  # the source's counts during the task (Source.take_counters)
     stopped: int | None = None  # stopped after this many samples (`StopHere`): the rows are theirs, the rest runs elsewhere
 
