@@ -24,6 +24,7 @@ class SerialExecutor(Executor):
         self.part = part
         self.queue: collections.deque = collections.deque()
         self.streams: dict = {}
+        self.spent: list = []  # the last batch's samples, let go of one by one as the next one's are made (`run_task`)
         self.arrays = reusing_arrays()  # large batch arrays used again once the consumer lets go
         self._gc_freeze = GcFreeze()  # with FEEDLINE_TUNE_PROCESS=1: the collector off the objects already here
         self._collector_watch = CollectorWatch()  # the full collections timed, for the epoch's report
@@ -35,7 +36,7 @@ class SerialExecutor(Executor):
         if not self.queue:
             return []
         key, task = self.queue.popleft()
-        return [Event(key, run_task(self.part, task, self.arrays, streams=self.streams))]
+        return [Event(key, run_task(self.part, task, self.arrays, streams=self.streams, spent=self.spent))]
 
     def outstanding(self):
         return len(self.queue)
@@ -44,5 +45,6 @@ class SerialExecutor(Executor):
         self.queue = collections.deque(item for item in self.queue if item[0][0] != generation)
 
     def close(self):
+        self.spent.clear()
         self._gc_freeze.release()
         self._collector_watch.release()

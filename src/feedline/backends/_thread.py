@@ -143,8 +143,11 @@ class ThreadExecutor(Executor):
 
     def _serve(self, n, inbox, waits: CpuWaitClock):
         streams: dict = {}
+        spent: list = []  # the last task's samples, let go of one by one as the next task's are made (`run_task`)
         while True:
             starved = inbox.empty()  # else the wait below is for the GIL or a CPU, not for a task
+            if starved:
+                spent.clear()  # nothing to make next: the memory goes now
             idle_from = time.perf_counter()
             item = inbox.get()
             if starved:
@@ -179,7 +182,7 @@ class ThreadExecutor(Executor):
             try:
                 watched = progress if self._watched else unless_cancelled
                 result = run_task(self.part, task, self.arrays, progress=watched, streams=streams, waits=waits,
-                                  worker=(n, self.workers, "thread"))
+                                  worker=(n, self.workers, "thread"), spent=spent)
                 result.worker = n
                 if result.stopped is not None:  # given back with its first rows done: only the rest runs elsewhere
                     result = Returned(task, result.stopped, result.cpu, partial=result)

@@ -9,6 +9,16 @@ come back in `Result.error`, never as an exception, so the consumer raises
 them in order, at the batch where they happened. A worker of its own
 (process, Ray actor) passes ``own_process=True``: the process's global
 random generators are then seeded before each batch (`_generators`).
+
+A worker in the training process (thread, serial) passes ``spent``, a
+list it keeps from task to task: the samples a batch was collated from
+stay in it and go one at a time as the next task makes its own. Freed
+together, a batch's samples would leave glibc's heap with more free space
+at its top than its trim threshold (by default twice the largest block it
+saw freed), and it hands that memory back; the kernel then zeroes every
+page again for the next batch's samples. Freed one at a time, each sample's
+memory is taken again by the next. Process workers instead get glibc's
+thresholds through their environment (`feedline._malloc`).
 """
 
 from __future__ import annotations
@@ -81,7 +91,7 @@ def sample_rng(seed: int, epoch: int, index, step: int) -> np.random.Generator:
 
 
 def run_task(part, task: Task, alloc=None, progress=None, streams=None, waits=None, own_process: bool = False,
-             worker: tuple = (0, 1, "serial")) -> Result:
+             worker: tuple = (0, 1, "serial"), spent: list | None = None) -> Result:
     """Run one task and record when it ran, the CPU it used (for traces) and how long it waited for one.
 
     Args:
@@ -102,11 +112,14 @@ def run_task(part, task: Task, alloc=None, progress=None, streams=None, waits=No
             generators are seeded per batch; never in the user's process.
         worker: ``(id, num_workers, backend)`` of the worker running it,
             what `feedline.get_worker_info` says while it runs.
+        spent: the calling worker's samples of its last batched task, let
+            go of one at a time as this task makes its own, and then this
+            task's (see the module docstring); None: each task's go at once.
     """
     start, cpu, waited = time.perf_counter(), time.thread_time(), 0.0 if waits is None else waits.read()
     faults, kernel = thread_kernel_use()
     with working_as(part.generator_seed, *worker):
-        result = _run(part, task, alloc, progress, streams, part.generator_seed if own_process else None)
+        result = _run(part, task, alloc, progress, streams, part.generator_seed if own_process else None, spent)
     result.span = (start, time.perf_counter())
     result.cpu = time.thread_time() - cpu
     faults_after, kernel_after = thread_kernel_use()
@@ -117,7 +130,7 @@ def run_task(part, task: Task, alloc=None, progress=None, streams=None, waits=No
     return result
 
 
-def _run(part, task: Task, alloc, progress, streams, reseed: int | None) -> Result:
+def _run(part, task: Task, alloc, progress, streams, reseed: int | None, spent: list | None = None) -> Result:
     """``reseed``: the seed of the process's global generators, reseeded before each batch; None: left alone.
 
     The per-sample loop stays in this one function, on purpose: it is the
@@ -138,6 +151,8 @@ def _run(part, task: Task, alloc, progress, streams, reseed: int | None) -> Resu
     timed_out = task.timed_out  # empty unless map(timeout=...) stopped a worker on one of these
     every = size or sys.maxsize  # the generators are reseeded at each batch's first sample (each task's, unbatched)
     for position, (index, streamed) in enumerate(items):
+        if spent:
+            del spent[-1]  # the last task's samples go one by one as this one's are made (the module docstring)
         if reseed is not None and position % every == 0:
             seed_global_generators(reseed, task.epoch, 0, index)
         if progress is not None:
@@ -179,7 +194,10 @@ def _run(part, task: Task, alloc, progress, streams, reseed: int | None) -> Resu
             samples.append(sample)
             kept.append(index)
     _end_sampling(part, progress, result, read_time, op_times)
-    return _deliver(part, task, samples, kept, alloc, result, reseed, grouped)
+    result = _deliver(part, task, samples, kept, alloc, result, reseed, grouped)
+    if spent is not None and size is not None:
+        spent[:] = samples  # (those of the last task not let go yet go now: a shorter task made fewer)
+    return result
 
 
 def _run_bulk(part, task: Task, alloc, result: Result, reseed: int | None) -> Result:
