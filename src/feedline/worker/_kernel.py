@@ -150,9 +150,7 @@ def _run(part, task: Task, alloc, progress, streams, reseed: int | None, spent: 
     op_times = [0.0] * len(part.ops)
     timed_out = task.timed_out  # empty unless map(timeout=...) stopped a worker on one of these
     every = size or sys.maxsize  # the generators are reseeded at each batch's first sample (each task's, unbatched)
-    for position, (index, streamed) in enumerate(items):
-        if spent:
-            del spent[-1]  # the last task's samples go one by one as this one's are made (the module docstring)
+    for position, (index, streamed) in enumerate(_letting_go(items, spent)):
         if reseed is not None and position % every == 0:
             seed_global_generators(reseed, task.epoch, 0, index)
         if progress is not None:
@@ -195,9 +193,28 @@ def _run(part, task: Task, alloc, progress, streams, reseed: int | None, spent: 
             kept.append(index)
     _end_sampling(part, progress, result, read_time, op_times)
     result = _deliver(part, task, samples, kept, alloc, result, reseed, grouped)
-    if spent is not None and size is not None:
-        spent[:] = samples  # (those of the last task not let go yet go now: a shorter task made fewer)
+    _keep_spent(spent, samples, size)
     return result
+
+
+def _letting_go(items, spent: list | None):
+    """``items``, with one of the last task's samples in ``spent`` let go before each (the module docstring)."""
+    if not spent:
+        return items
+    return _one_gone_before_each(items, spent)
+
+
+def _one_gone_before_each(items, spent: list):
+    for item in items:
+        if spent:
+            del spent[-1]
+        yield item
+
+
+def _keep_spent(spent: list | None, samples: list, size: int | None) -> None:
+    """The task's samples, collated into its batches, stay in ``spent`` (those of the last task not let go yet go now)."""
+    if spent is not None and size is not None:
+        spent[:] = samples
 
 
 def _run_bulk(part, task: Task, alloc, result: Result, reseed: int | None) -> Result:
