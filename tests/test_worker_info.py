@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 import feedline as fl
+from feedline import testing
 
 BACKENDS = ["serial", "thread", "process", "ray"]
 
@@ -29,6 +30,13 @@ def _seen(backend, workers, request) -> list[tuple]:
         request.getfixturevalue("ray_cluster")
     pipe = fl.from_sequence(range(64)).map(_who, backend=backend, workers=workers)
     with pipe:
+        first = list(pipe)
+        if backend not in ("process", "thread"):
+            return first
+        # The second epoch, with every worker up: in the first, a process worker up before the others can run all
+        # 64 tiny tasks before they are (a worker still starting is not waited for)
+        assert testing.wait_ready(pipe, timeout=120)
+        assert [s[0] for s in first] == list(range(64))
         return list(pipe)
 
 
