@@ -135,7 +135,7 @@ class BudgetCut:
 
 def _point(number: int, used: int, task_rows: int, before, after) -> ResumePoint:
     """The point after ``used`` rows of task ``number`` (the next task once all are used)."""
-    return ResumePoint(number).after_rows(used, task_rows, before=before, after=after)
+    return ResumePoint.after_rows(number, used, task_rows, before=before, after=after)
 
 
 class PlannedBudget(BudgetCut):

@@ -67,4 +67,4 @@ class Recut:
     def _point(self, rest: int) -> ResumePoint:
         """The resume point after a batch that leaves ``rest`` rows of the last task carried."""
         number, task_rows, before, after = self.last_task
-        return ResumePoint(number).after_rows(task_rows - rest, task_rows, before=before, after=after)
+        return ResumePoint.after_rows(number, task_rows - rest, task_rows, before=before, after=after)

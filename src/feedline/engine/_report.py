@@ -15,7 +15,6 @@ import gc
 from dataclasses import dataclass, field
 
 from .._malloc import MALLOC_VARS
-from .._page_faults import PAGE_SIZE
 
 __all__ = ["INPUT_BOUND", "SATURATED", "Verdict", "analyse", "render"]
 
@@ -195,11 +194,11 @@ def _fresh_memory_advice(s: _Signals) -> list:
     stats = s.stats
     if stats.backend not in ("thread", "serial") or not stats.epoch or not stats.fresh_pages:
         return []
-    share = stats.task_kernel_seconds / max(stats.task_cpu_seconds, 1e-9)
+    share = stats.kernel_share or 0.0
     if share < KERNEL_SHARE:
         return []
     gain = min(s.ceiling, 1.0 / max(1e-9, 1.0 - share))
-    fresh = stats.fresh_pages * PAGE_SIZE / 2**20
+    fresh = stats.fresh_mib
     env = " ".join(f"{name}={value}" for name, value in MALLOC_VARS.items())
     return [(gain, f"the workers spent {share:.0%} of their CPU time in the kernel, which gave them {fresh:,.0f} MiB of "
                    f"fresh memory this epoch ({fresh / max(stats.batches, 1):,.1f} MiB a batch): glibc hands back what "
@@ -305,8 +304,8 @@ def _timing_lines(d: dict) -> list[str]:
     lines = [timing]
     if d["full_collections"]:
         lines.append(f"  full garbage collections: {d['full_collections']}, {d['collector_seconds']:.3f} s")
-    if d["fresh_pages"] and d["task_kernel_seconds"] >= KERNEL_SHARE * d["task_cpu_seconds"]:
-        lines.append(f"  fresh memory in the workers: {d['fresh_pages'] * PAGE_SIZE / 2**20:,.1f} MiB "
+    if d["fresh_pages"] and (d["worker_kernel_share"] or 0.0) >= KERNEL_SHARE:
+        lines.append(f"  fresh memory in the workers: {d['fresh_mib']:,.1f} MiB "
                      f"({d['fresh_pages']:,} page faults), kernel time {d['task_kernel_seconds']:.3f} s")
     if d["worker_busy_share"] is not None:
         lines.append(f"  workers busy {d['worker_busy_share']:.0%}; tasks in flight on average {d['mean_tasks_in_flight'] or 0:.1f}")

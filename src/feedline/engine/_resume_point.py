@@ -27,7 +27,7 @@ class ResumePoint:
     fields are the places of the steps that hold rows across tasks (None
     where the plan has no such step); a state stores each under its name.
 
-    >>> ResumePoint(3, 5).after_rows(8, 8, before=None, after=None)
+    >>> ResumePoint.after_rows(3, 8, 8, before=None, after=None)
     ResumePoint(task=4, offset=0, streams=None, buckets=None, pack=None, deal=None, window=None)
     """
 
@@ -39,15 +39,16 @@ class ResumePoint:
     deal: dict | None = None  # batches dealt to ranks: how many of the whole epoch's were cut
     window: dict | None = None  # shuffle(window=N): the rows delivered and the oldest row held
 
-    def after_rows(self, used: int, task_rows: int, *, before, after) -> ResumePoint:
-        """The point after ``used`` of the ``task_rows`` rows of this point's task: the next task's start once all are.
+    @classmethod
+    def after_rows(cls, task: int, used: int, task_rows: int, *, before, after) -> ResumePoint:
+        """The point after ``used`` of the ``task_rows`` rows of ``task``: the next task's start once all are.
 
         ``before`` and ``after``: the streams' positions before and after
         that task (None for an indexed epoch).
         """
         if used < task_rows:
-            return ResumePoint(self.task, used, before)
-        return ResumePoint(self.task + 1, 0, after)
+            return cls(task, used, before)
+        return cls(task + 1, 0, after)
 
     def held(self) -> dict:
         """The places of the steps that hold rows, by the state's names for them."""

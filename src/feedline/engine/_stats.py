@@ -16,6 +16,7 @@ import collections
 import json
 
 from .._collector_watch import full_collections
+from .._page_faults import PAGE_SIZE
 
 __all__ = ["Stats", "TIMELINE"]
 
@@ -132,6 +133,16 @@ class Stats:
         return min(1.0, self.task_cpu_wait_seconds / self.task_seconds) if self.task_seconds > 0 else None
 
     @property
+    def kernel_share(self) -> float | None:
+        """Share of the tasks' CPU time spent in the kernel: high with fresh pages means zeroing memory (Linux; else 0)."""
+        return min(1.0, self.task_kernel_seconds / self.task_cpu_seconds) if self.task_cpu_seconds > 0 else None
+
+    @property
+    def fresh_mib(self) -> float:
+        """MiB of fresh memory the tasks faulted in (`fresh_pages` pages)."""
+        return self.fresh_pages * PAGE_SIZE / 2**20
+
+    @property
     def input_bound_share(self) -> float | None:
         """Share of the consumer's time spent waiting for data."""
         return self.wait_seconds / self.wall_seconds if self.wall_seconds else None
@@ -190,7 +201,8 @@ class Stats:
             "full_collections": self.full_collections,
             "fresh_pages": self.fresh_pages,
             "task_kernel_seconds": self.task_kernel_seconds,
-            "task_cpu_seconds": self.task_cpu_seconds,
+            "worker_kernel_share": self.kernel_share,
+            "fresh_mib": self.fresh_mib,
             "source_counts": dict(self.source_counts),
             "verdict": verdict.summary,
             "bottleneck": verdict.bottleneck,
