@@ -233,6 +233,7 @@ class StoreWriter:
         self.state = "open"
         self._rows_per_file = rows_per_file
         self._rows_per_batch = rows_per_batch  # (None: planned from the first batch's row size, `_plan_sizes`)
+        self._sizes_planned = False
         self._specs: list[FieldSpec] | None = None
         self._structure = None
         self._groups: list[str] = []
@@ -266,7 +267,7 @@ class StoreWriter:
                 f"{describe(self._structure)}; every batch must have the same structure"
             )
         chunks = [normalize(spec, column, rows, self._seen) for spec, (_, column) in zip(self._specs, leaves)]
-        if self._seen == 0:  # the first rows: they size the record batches and files
+        if not self._sizes_planned:
             self._plan_sizes(chunks, rows)
         self._seen += rows
         self._buffer.append((rows, chunks))
@@ -348,7 +349,7 @@ class StoreWriter:
             per_batch = min(per_batch, self._rows_per_file)
         else:
             self._rows_per_file = max(per_batch, FILE_BYTES // row_bytes // per_batch * per_batch)
-        self._rows_per_batch = per_batch
+        self._rows_per_batch, self._sizes_planned = per_batch, True
 
     def _batch_rows(self) -> int:
         """Rows in the next record batch: a full batch, cut at the end of the current part."""
