@@ -2,7 +2,7 @@
 
 Run: `python -m benchmarks.ray_overhead` (about 4 minutes on 2 cores; `--cluster` adds a
 simulated 3-node cluster, about 3 minutes more; `--quick` for a smoke run). It starts a local
-Ray instance (`ray.init(num_cpus=2, include_dashboard=False)`).
+Ray instance (`ray.init(address="local", num_cpus=2, include_dashboard=False)`).
 
 What it measures, on one machine: a source of (64, 64, 3) uint8 images (12 KiB each),
 a `map` that returns the image (tiny work) or first spins 5 ms of Python (CPU-bound,
@@ -223,7 +223,7 @@ def main(argv=None) -> None:
     import ray
 
     load_before = os.getloadavg()
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     epochs = 1 if args.quick else 5
     rows = []
     for label, data, fn, batch in workloads(args.quick):

@@ -399,7 +399,7 @@ def test_generators_padding_and_buckets_on_ray_match_serial():
     ray = pytest.importorskip("ray")
     started = not ray.is_initialized()
     if started:
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+        ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     lengths = sentence_lengths(30)
 
     def texts(shard, num_shards):

@@ -15,9 +15,11 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 
@@ -39,7 +41,7 @@ def ray_cluster():
     """A local Ray instance for the whole module, shut down at the end (a 256 MiB object store: the byte-budget test reads its use)."""
     if ray.is_initialized():
         ray.shutdown()
-    ray.init(num_cpus=2, object_store_memory=256 << 20, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=2, object_store_memory=256 << 20, include_dashboard=False, log_to_driver=False)
     yield
     ray.shutdown()
 
@@ -534,8 +536,8 @@ def test_batches_larger_than_the_byte_budget_and_kept_by_the_consumer_still_make
     del kept
 
 
-def run_python(code: str, timeout=90) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+def run_python(code: str, timeout=90, **env_vars: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"} | env_vars
     return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=timeout, env=env, check=False)
 
 
@@ -556,13 +558,22 @@ def test_import_feedline_does_not_import_ray_and_a_missing_ray_names_the_extra()
 
 @pytest.mark.timeout(90)
 def test_backend_ray_without_ray_init_starts_a_local_instance_and_says_so():
-    result = run_python("""
-        import numpy as np, feedline as fl
-        from feedline import testing
-        pipe = fl.from_arrays(np.arange(20)).map(lambda x: x * 2, backend="ray", workers=1).batch(10)
-        print("OUT", [b.tolist() for b in pipe])
-        print("PIDS", testing.worker_pids(pipe))
-    """)
+    # Ray's temporary folder still names a cluster that is gone (a killed run's, or an old `ray start`'s):
+    # a plain ray.init() would try to join it; feedline starts its own instance. A short path: Ray's sockets live there.
+    ray_tmp = tempfile.mkdtemp(prefix="fl-ray-", dir="/tmp")
+    os.makedirs(os.path.join(ray_tmp, "ray"))
+    with open(os.path.join(ray_tmp, "ray", "ray_current_cluster"), "w") as f:
+        f.write("127.0.0.1:9")  # nothing listens there
+    try:
+        result = run_python("""
+            import numpy as np, feedline as fl
+            from feedline import testing
+            pipe = fl.from_arrays(np.arange(20)).map(lambda x: x * 2, backend="ray", workers=1).batch(10)
+            print("OUT", [b.tolist() for b in pipe])
+            print("PIDS", testing.worker_pids(pipe))
+        """, timeout=80, RAY_TMPDIR=ray_tmp)
+    finally:
+        shutil.rmtree(ray_tmp, ignore_errors=True)
     assert result.returncode == 0, result.stderr[-2000:]
     assert "OUT [[0, 2, 4, 6, 8, 10, 12, 14, 16, 18], [20, 22, 24, 26, 28, 30, 32, 34, 36, 38]]" in result.stdout
     assert "feedline started a local Ray instance" in result.stderr

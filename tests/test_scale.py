@@ -427,6 +427,52 @@ def test_sigkilled_consumer_with_16_workers_leaves_no_worker_or_segment(workers_
     print(f"consumer SIGKILLed ({workers_state}, 16 workers): all gone after {time.monotonic() - killed:.2f} s")
 
 
+def _helpers_between(consumer_pid: int, workers) -> set[int]:
+    """The processes between the consumer and its workers (the fork server, zygotes): each worker's parent chain."""
+    helpers = set()
+    for pid in workers:
+        try:
+            parent = psutil.Process(pid).ppid()
+            while parent not in (consumer_pid, 0, 1):
+                helpers.add(parent)
+                parent = psutil.Process(parent).ppid()
+        except psutil.NoSuchProcess:
+            continue
+    return helpers
+
+
+@pytest.mark.timeout(90)
+def test_sigkilled_consumer_segments_go_while_its_fork_server_is_slow_to_follow(consumers, tmp_path):
+    """The workers of a dead consumer remove its names without waiting for their parent (fork server, zygote) to exit.
+
+    On a busy machine the fork server and the zygote can take seconds to notice the
+    consumer's death; they are stopped here for as long as it takes.
+    """
+    ran = tmp_path / "ran"
+    ran.mkdir()
+    consumer = consumers(RUN_UNTIL_KILLED, "running", str(ran))
+    consumer.expect_json("RUNNING", start_bound(16), "first batch at 16 workers")
+    workers = {int(p.name) for p in ran.iterdir()}
+    helpers = _helpers_between(consumer.pid, workers)
+    assert helpers, f"expected the workers {sorted(workers)} to be forked by a fork server or a zygote"
+    assert segments_of(consumer.pid), "expected the consumer's segments (its shared array) before the kill"
+    for pid in helpers:
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        consumer.proc.kill()
+        consumer.proc.wait(timeout=10)
+        assert wait_for(lambda: not segments_of(consumer.pid), 5), (
+            f"segments left while the fork server was slow to follow the consumer: {segments_of(consumer.pid)}"
+        )
+    finally:
+        for pid in helpers:
+            try:
+                os.kill(pid, signal.SIGCONT)
+            except OSError:
+                pass
+    consumer.assert_nothing_left(consumer.seen | workers, "consumer SIGKILLed, fork server stopped")
+
+
 # ------------------------------------------------------- 5. workers die at scale
 KILL_THREE = """
 ran = sys.argv[1]

@@ -20,7 +20,7 @@ def ray_cluster():
     ray = pytest.importorskip("ray")
     if ray.is_initialized():
         ray.shutdown()
-    ray.init(num_cpus=8, object_store_memory=128 << 20, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=8, object_store_memory=128 << 20, include_dashboard=False, log_to_driver=False)
     yield
     ray.shutdown()
 

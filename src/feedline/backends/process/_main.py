@@ -161,11 +161,18 @@ def run(boot: dict) -> None:
                 unlink(name)
             sweep(prefix)
 
+    def consumer_alive() -> bool:
+        if consumer_pid == parent_pid:
+            return _parent_alive(parent_pid)
+        # Forked by the fork server or a zygote: they follow the consumer out, but only after
+        # it is gone, and late on a busy machine. Its names are ours to remove once it is gone.
+        return _running(consumer_pid)
+
     def consumer_gone() -> bool:
-        # A dying process closes its files before its children are re-parented,
-        # so EOF can arrive while getppid() still names it: wait to be sure.
+        # A dying process closes its files before it becomes a zombie and its children
+        # are re-parented, so EOF can arrive while it still seems alive: wait to be sure.
         deadline = time.monotonic() + 1.0
-        while _parent_alive(parent_pid):
+        while consumer_alive():
             if time.monotonic() > deadline:
                 return False
             time.sleep(0.01)

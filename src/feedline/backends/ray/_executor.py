@@ -85,10 +85,11 @@ def connect(address: str | None) -> str:
                 "for a local instance"
             ) from e
         return f"the Ray cluster at {target!r}"
-    ray.init(include_dashboard=False)
+    # "local": a new instance, even where an earlier `ray start` or a killed run left its address in Ray's temp folder.
+    ray.init(address="local", include_dashboard=False)
     cpus = ray.cluster_resources().get("CPU", 0)
     _log.warning(
-        "feedline started a local Ray instance for backend='ray' (ray.init(include_dashboard=False), "
+        "feedline started a local Ray instance for backend='ray' (ray.init(address='local', include_dashboard=False), "
         "%g CPUs); Ray shuts it down when this interpreter exits. Call ray.init() yourself, or pass "
         "backend=fl.Ray(address='auto'), to use a cluster.", cpus,
     )
