@@ -7,15 +7,16 @@ import numpy as np
 import pytest
 
 import feedline as fl
-from feedline import _batch_memory
+from feedline import testing
 from feedline._batch_memory import KEEP, NewArrays
 from feedline.store import StoreWriter
 
 
 @pytest.fixture
-def reuse_everything(monkeypatch):
+def reuse_everything():
     """Every batch array counts as large, so small test data goes through the pool."""
-    monkeypatch.setattr(_batch_memory, "REUSE_FROM", 1)
+    with testing.mechanism_policy(reuse_arrays_from=1):
+        yield
 
 
 def images(n=96):

@@ -50,7 +50,7 @@ def test_full_collections_beside_thread_workers_are_timed_and_the_report_says_to
     assert seen["count"] >= 1 and seen["seconds"] > 0 and seen["dict"] == seen["count"], seen
     assert f"full garbage collections: {seen['count']}," in seen["text"]
     advised = "call gc.freeze() once your model is built" in seen["text"]
-    assert advised == (seen["seconds"] >= 0.1 * seen["wall"]), seen["text"]  # the advice's share (`COLLECTOR_SHARE`)
+    assert advised == (seen["seconds"] >= 0.1 * seen["wall"]), seen["text"]  # the advice's share (`ReportPolicy.collector`)
 
 
 def test_after_a_freeze_the_same_epoch_spends_less_in_full_collections():

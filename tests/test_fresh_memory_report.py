@@ -74,7 +74,7 @@ def test_a_serial_map_whose_temporaries_fault_in_fresh_memory_each_sample_is_tol
     assert _ADVICE not in epochs[0]["text"], "the first pass also maps files in: no advice there"
     for epoch in epochs[1:]:
         assert epoch["pages"] >= 0.25 * 4 * 256 * _MIB_PAGES, epoch["pages"]  # a good share of every sample's pages
-        assert epoch["kernel"] >= 0.1 * epoch["cpu"], epoch  # zeroing them is most of the work (`KERNEL_SHARE`)
+        assert epoch["kernel"] >= 0.1 * epoch["cpu"], epoch  # zeroing them is most of the work (`ReportPolicy.kernel`)
         assert _ADVICE in epoch["text"] and "fresh memory in the workers:" in epoch["text"], epoch["text"]
 
 

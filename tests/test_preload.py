@@ -90,19 +90,18 @@ def test_describing_a_process_map_starts_its_libraries_importing_before_the_firs
     assert importers() == [zygote], "and nothing else imported the library"
 
 
-def _few_cores_and_no_other_pipelines(monkeypatch):
-    """Under `StartPolicy.ahead_cores` (the zygote starts only after a pause), with no pipeline another test left iterating."""
-    from feedline import _startup
-
+@pytest.fixture
+def few_cores_and_no_other_pipelines(monkeypatch):
+    """Under the start-up policy's ``ahead_cores`` (the zygote starts only after a pause), with no pipeline another test left iterating."""
     monkeypatch.delenv("FEEDLINE_FORKSERVER", raising=False)
     monkeypatch.delenv("FEEDLINE_PRELOAD", raising=False)
-    monkeypatch.setattr(_startup, "speculation", _startup.Speculation(cores=lambda: 4))  # and no runtime registered yet
+    with testing.start_speculation(cores=4):  # and no runtime registered yet
+        yield
 
 
-def test_an_automatic_map_left_a_moment_before_iterating_starts_its_zygote_on_few_cores(installed_library, monkeypatch,
-                                                                                        no_leaks):
+def test_an_automatic_map_left_a_moment_before_iterating_starts_its_zygote_on_few_cores(
+        installed_library, few_cores_and_no_other_pipelines, no_leaks):  # (in CI, pipelines left iterating by other tests held it back)
     """The user's set-up (a model built) holds the import, so GIL-bound work forks its workers at the verdict."""
-    _few_cores_and_no_other_pipelines(monkeypatch)  # (in CI, pipelines left iterating by other tests held it back)
     lib, importers = installed_library("feedline_test_lib_m")
     pipe = fl.from_arrays(np.arange(64)).map(lambda s: lib.double(s)).batch(8)
     assert wait_for(lambda: importers(), 15), "a pause after describing should start the map's zygote importing"
@@ -112,9 +111,8 @@ def test_an_automatic_map_left_a_moment_before_iterating_starts_its_zygote_on_fe
 
 @pytest.mark.parametrize("backend", ["serial", "thread", "process"])
 def test_a_pipeline_looked_at_and_kept_does_not_hold_back_the_zygote_of_a_map_described_after_it(
-        backend, installed_library, monkeypatch, no_leaks):
+        backend, installed_library, few_cores_and_no_other_pipelines, no_leaks):
     """One batch looked at before training: its workers hold finished batches and take no core (serial: none run)."""
-    _few_cores_and_no_other_pipelines(monkeypatch)
     lib, importers = installed_library(f"feedline_test_lib_p_{backend}")
     with fl.from_arrays(np.arange(256)).map(lambda s: s + 1, backend=backend, workers=2).batch(4) as looked_at:
         first = next(iter(looked_at))  # the window behind it fills, and nobody takes it
@@ -126,11 +124,10 @@ def test_a_pipeline_looked_at_and_kept_does_not_hold_back_the_zygote_of_a_map_de
 
 
 def test_a_pipeline_a_consumer_is_taking_batches_from_holds_back_the_zygote_while_it_does(
-        installed_library, monkeypatch, no_leaks):
+        installed_library, few_cores_and_no_other_pipelines, no_leaks):
     """Its threads may be the ones that need the cores: nothing starts until the consumer has stopped taking."""
     import threading
 
-    _few_cores_and_no_other_pipelines(monkeypatch)
     lib, importers = installed_library("feedline_test_lib_q")
     stop, taken = threading.Event(), []
     busy = fl.from_arrays(np.arange(1 << 20)).map(lambda s: time.sleep(0.002) or s, backend="thread", workers=2)
@@ -158,15 +155,12 @@ def test_a_pipeline_a_consumer_is_taking_batches_from_holds_back_the_zygote_whil
 
 def test_describing_an_automatic_map_on_many_cores_starts_its_zygote_at_once(installed_library, monkeypatch, no_leaks):
     """On `StartPolicy.ahead_cores` cores or more the import takes one core of many: it starts as the map is described."""
-    from feedline import _startup
-
     monkeypatch.delenv("FEEDLINE_FORKSERVER", raising=False)
     monkeypatch.delenv("FEEDLINE_PRELOAD", raising=False)
-    policy = _startup.StartPolicy(after_idle=3600.0)  # so that only the describe-time start can import it
-    monkeypatch.setattr(_startup, "speculation", _startup.Speculation(policy, cores=lambda: 16))
-    lib, importers = installed_library("feedline_test_lib_n")
-    fl.from_arrays(np.arange(64)).map(lambda s: lib.double(s)).batch(8)
-    assert wait_for(lambda: importers(), 15), "describing the map should start its zygote importing the library"
+    with testing.start_speculation(cores=16, after_idle=3600.0):  # so that only the describe-time start can import it
+        lib, importers = installed_library("feedline_test_lib_n")
+        fl.from_arrays(np.arange(64)).map(lambda s: lib.double(s)).batch(8)
+        assert wait_for(lambda: importers(), 15), "describing the map should start its zygote importing the library"
 
 
 def test_the_variable_threadpoolctl_sets_when_imported_keeps_the_zygote_started_when_the_map_was_described(

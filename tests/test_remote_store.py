@@ -299,13 +299,11 @@ def test_verify_catches_a_remote_file_damaged_in_place(local_store, http_server,
     store.close()
 
 
-def test_read_ahead_ends_when_nobody_reads(local_store, http_server, tmp_path, monkeypatch):
-    from feedline.store import _remote_ahead
-
-    monkeypatch.setattr(_remote_ahead, "IDLE_STOP", 0.5)  # an epoch abandoned half-way leaves no thread behind
+def test_read_ahead_ends_when_nobody_reads(local_store, http_server, tmp_path):
     web = http_server(os.path.dirname(local_store))
     store = open_store(web.url("train.store"), cache_dir=tmp_path / "cache", concurrency=1)
-    store.read_ahead(np.arange(ROWS))
+    with testing.mechanism_policy(read_ahead_idle_stop=0.5):  # an epoch abandoned half-way leaves no thread behind
+        store.read_ahead(np.arange(ROWS))
     assert wait_for(lambda: testing.read_ahead(store).done, timeout=20)
     assert len([p for p in web.order if p.endswith(".arrow")]) == 2  # stopped at its bound, never past it
     store.close()

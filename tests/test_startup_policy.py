@@ -1,4 +1,4 @@
-"""The start-up policy (`feedline._startup`): what a description starts ahead, on how many cores, and what cancels it.
+"""The start-up speculation (`feedline.testing.start_speculation`): what a description starts ahead, on how many cores, and what cancels it.
 
 Run with a policy whose start after set-up never comes due, so that no fork
 server starts here: each case reads whether a start was scheduled (its
@@ -9,10 +9,10 @@ import threading
 
 import pytest
 
-from feedline import _startup
+from feedline import testing
 
 _TIMER = "feedline-forkserver-ahead"
-_NEVER = _startup.StartPolicy(after_idle=3600.0)
+_NEVER = 3600.0  # seconds: the start after set-up never comes due
 
 
 def _scheduled() -> bool:
@@ -29,9 +29,9 @@ class _Runtime:
 @pytest.fixture
 def few_cores(monkeypatch):
     monkeypatch.delenv("FEEDLINE_FORKSERVER", raising=False)
-    speculation = _startup.Speculation(_NEVER, cores=lambda: 4)
-    yield speculation
-    speculation.runtime_built(_Runtime())  # cancels what a case left scheduled
+    with testing.start_speculation(cores=4, after_idle=_NEVER) as speculation:
+        yield speculation
+        speculation.runtime_built(_Runtime())  # cancels what a case left scheduled
 
 
 @pytest.mark.parametrize(("backend", "workers"), [("thread", None), ("serial", None), (None, 1)])
@@ -52,17 +52,18 @@ def test_an_automatic_map_on_few_cores_schedules_a_start_after_set_up_and_a_runt
 
 def test_one_core_schedules_nothing(monkeypatch):
     monkeypatch.delenv("FEEDLINE_FORKSERVER", raising=False)
-    _startup.Speculation(_NEVER, cores=lambda: 1).described(None)
+    with testing.start_speculation(cores=1, after_idle=_NEVER) as speculation:
+        speculation.described(None)
     assert not _scheduled()
 
 
 def test_fresh_interpreter_workers_have_nothing_to_start_ahead(monkeypatch):
     monkeypatch.setenv("FEEDLINE_FORKSERVER", "0")
-    speculation = _startup.Speculation(_NEVER, cores=lambda: 4)
-    speculation.described(None)
+    with testing.start_speculation(cores=4, after_idle=_NEVER) as speculation:
+        speculation.described(None)
     assert not _scheduled()
 
 
 def test_the_policy_is_one_frozen_record():
-    with pytest.raises(AttributeError):
-        _NEVER.after_idle = 1.0
+    with testing.start_speculation(cores=4) as speculation, pytest.raises(AttributeError):
+        speculation.policy.after_idle = 1.0

@@ -17,6 +17,7 @@ pytest.importorskip("pyarrow")
 from conftest import snapshot
 
 import feedline as fl
+from feedline import testing
 from feedline.store import FORMAT_VERSION, StoreError, StoreWriter, _reader, _writer, open_store
 
 
@@ -187,7 +188,7 @@ def assert_gathered(store, data, order, gather=lambda store, order: store.gather
 
 
 @pytest.fixture(params=["one fancy index", "per record batch", "row by row"])
-def copy_path(request, monkeypatch):
+def copy_path(request):
     """Every way a gather copies fixed-size rows, as ``gather(store, order)``.
 
     Into new arrays (no ``alloc``): one fancy index over every record
@@ -196,9 +197,13 @@ def copy_path(request, monkeypatch):
     """
     if request.param == "one fancy index":
         return lambda store, order: store.gather(order)
+    into_given = lambda store, order: store.gather(order, alloc=lambda specs: [np.full(s, 1, d) for s, d in specs])  # noqa: E731
     if request.param == "row by row":
-        monkeypatch.setattr(_reader, "_ROW_BY_ROW", 0)
-    return lambda store, order: store.gather(order, alloc=lambda specs: [np.full(s, 1, d) for s, d in specs])
+        def row_by_row(store, order):
+            with testing.mechanism_policy(gather_row_by_row=0):
+                return into_given(store, order)
+        return row_by_row
+    return into_given
 
 
 def test_gather_across_many_files_and_record_batches_is_exact(tmp_path, copy_path):

@@ -9,14 +9,16 @@ import numpy as np
 import pytest
 
 import feedline as fl
+from feedline import testing
 from feedline.engine import _tail
 from feedline.worker import Result, TaskError
 
 
 @pytest.fixture
-def short_pieces(monkeypatch):
+def short_pieces():
     """Pieces of a millisecond pay: every test batch below is long enough to be cut (the rule is tested on its own)."""
-    monkeypatch.setattr(_tail, "PIECE_SECONDS", 0.001)
+    with testing.mechanism_policy(tail_piece_seconds=0.001):
+        yield
 
 
 def record(i, rng):

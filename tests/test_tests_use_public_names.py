@@ -17,22 +17,19 @@ TESTS = pathlib.Path(__file__).parent
 BEING_CONVERTED: set[str] = set()
 
 # Not converted yet (issue 55): the private uses each file still has, which may only shrink. Each needs what these
-# tests cannot make on their own: a policy object for the thresholds they monkeypatch (tail pieces, task size, depth
-# tuner, read-ahead idle stop, batch-array reuse, the store reader's row-by-row size), the process-executor split under way
-# (listener, start-up; the start-up policy `feedline._startup.StartPolicy` has no public window yet), a reader of the
+# tests cannot make on their own: rules tested alone on private values (the tail's cut, task size, the depth tuner,
+# the store's GIL-free pieces, the batch-array pool's contents), the process-executor split under way
+# (the listener), a reader of the
 # memory process workers hold that a test can hand the runtime (worker tuning), or a decision on testing a private
 # codec directly (the worker wire format). The backend trial's hand-over test settles a trial by hand (`_settle`, in
 # the threads' alone phase, on processes three times as fast): reaching that verdict through `submit`/`wait` needs
 # real thread tasks measured alone against faster scripted processes, or a decision on settling a trial from a test.
 NOT_CONVERTED_YET = {
     "test_backend_trial.py": 1,
-    "test_batch_memory.py": 3,
+    "test_batch_memory.py": 2,
     "test_gpu_paths.py": 2,
-    "test_preload.py": 2,
     "test_profiler.py": 2,
-    "test_remote_store.py": 1,
     "test_scale.py": 2,
-    "test_startup_policy.py": 1,
     "test_store.py": 5,
     "test_tail_pieces.py": 3,
     "test_task_size.py": 2,

@@ -22,9 +22,10 @@ import threading
 
 import numpy as np
 
-__all__ = ["KEEP", "NewArrays", "REUSE_FROM", "new_arrays", "reusing_arrays"]
+from ._mechanism_policy import current_mechanisms
 
-REUSE_FROM = 16 << 20  # bytes: smaller arrays come from malloc's own free lists without fresh pages (measured above)
+__all__ = ["KEEP", "NewArrays", "new_arrays", "reusing_arrays"]
+
 KEEP = 16  # arrays kept per (shape, dtype): the batches in flight (prefetch depth + one per worker) and the user's
 
 
@@ -86,5 +87,5 @@ new_arrays = NewArrays()  # plain new arrays, nothing reused
 
 
 def reusing_arrays() -> NewArrays:
-    """The allocator of a thread or serial executor: arrays of `REUSE_FROM` bytes or more used again."""
-    return NewArrays(reuse_from=REUSE_FROM)
+    """The allocator of a thread or serial executor: arrays of ``MechanismPolicy.reuse_arrays_from`` bytes or more used again."""
+    return NewArrays(reuse_from=current_mechanisms().reuse_arrays_from)

@@ -22,6 +22,8 @@ import contextlib
 import dataclasses
 import types
 
+from ._testing_policies import choice_policy, mechanism_policy, start_speculation
+
 __all__ = [
     "available_memory",
     "backend_trial",
@@ -35,6 +37,7 @@ __all__ = [
     "helper_pids",
     "join_pieces",
     "libraries_to_preload",
+    "mechanism_policy",
     "not_started",
     "order_draws",
     "read_ahead",
@@ -46,6 +49,7 @@ __all__ = [
     "segment_folders",
     "shard_cache",
     "short_switch_interval",
+    "start_speculation",
     "switch_interval_holds",
     "task_measure",
     "trial_clock",
@@ -371,25 +375,6 @@ def zygote_count() -> int:
     from .backends.process._forkserver import _servers
 
     return sum(len(server.zygotes) for server in _servers)
-
-
-def choice_policy(policy):
-    """Context manager: automatic choices (``map(fn)`` with no ``backend=``) started inside it decide under ``policy``.
-
-    ``policy`` is a `feedline.engine.choice.Policy`; vary one threshold with
-    ``dataclasses.replace(DEFAULT_POLICY, early_span=0.05)`` or, in one of
-    its parts, ``Policy(watch=WinnerWatch(retrial_after=0.0))``. The trial
-    takes the policy when the pipeline starts iterating, so start it inside
-    the block.
-
-    >>> import dataclasses
-    >>> from feedline.engine.choice import DEFAULT_POLICY
-    >>> with choice_policy(dataclasses.replace(DEFAULT_POLICY, early_span=0.05)):
-    ...     pass
-    """
-    from .engine.choice import using_policy
-
-    return using_policy(policy)
 
 
 @contextlib.contextmanager

@@ -1,10 +1,12 @@
 """Turning an epoch's numbers into a verdict and advice a person can act on.
 
 The rules, each from a measurable quantity in `Stats`:
-- input-bound when the consumer spent more than `INPUT_BOUND` of its time
-  waiting for batches, else compute-bound (the training step is the limit);
+- input-bound when the consumer spent more than `ReportPolicy.input_bound`
+  of its time waiting for batches, else compute-bound (the training step is
+  the limit);
 - the bottleneck is the stage with the largest share of worker time;
-- workers are saturated when their busy share is above `SATURATED`.
+- workers are saturated when their busy share is above `ReportPolicy.saturated`.
+Every threshold is a field of one `ReportPolicy`.
 Advice is ranked by estimated gain (an Amdahl estimate from the shares);
 every estimate says what it assumes.
 """
@@ -16,14 +18,28 @@ from dataclasses import dataclass, field
 
 from .._malloc import MALLOC_VARS
 
-__all__ = ["INPUT_BOUND", "SATURATED", "Verdict", "analyse", "render"]
+__all__ = ["DEFAULT_REPORT", "ReportPolicy", "Verdict", "analyse", "render"]
 
-INPUT_BOUND = 0.10  # consumer waiting more than 10 % of the time: the input pipeline limits training
-SATURATED = 0.85  # workers busy more than 85 % of the time: more of the same cannot go faster
-STARVED = 0.2  # tasks runnable but waiting for a CPU this share of their time: other programs hold the cores
-COLLECTOR_SHARE = 0.1  # full garbage collections this share of the epoch, with workers in this process: worth a freeze
-KERNEL_SHARE = 0.1  # in-process workers' system CPU this share of their CPU, faulting in fresh pages: worth keeping freed memory
-GIL_TASK_CPU = 0.85  # thread tasks on the CPU less than this share of their span may be GIL-bound (see _looks_gil_bound)
+
+@dataclass(frozen=True)
+class ReportPolicy:
+    """The thresholds of an epoch's verdict and advice; each reason is its comment (shares of the epoch's wall time unless said)."""
+
+    input_bound: float = 0.10  # the consumer waited more than this share: the input pipeline limits training
+    saturated: float = 0.85  # workers busy more than this share: more of the same work cannot go faster
+    idle: float = 0.3  # workers of a compute-bound epoch busy less than this share: fewer would do, freeing cores for training
+    starved: float = 0.2  # tasks runnable but waiting for a CPU this share of their time, beyond their own crowding: other programs hold the cores
+    off_cpu: float = 0.2  # tasks on (or waiting for) a CPU less than this share of their span wait on I/O or sleep
+    gil_task_cpu: float = 0.85  # thread tasks on the CPU from `off_cpu` up to this share of their span took turns on the GIL
+    gil_busy: float = 0.65  # threads busy under this share (the consumer free) took turns too; turns and under this share of their cores busy: one GIL holds them
+    consumer_free: float = 0.2  # a consumer busy under this share is not what keeps the workers waiting for tasks
+    collector: float = 0.1  # full garbage collections beside in-process workers this share of the epoch: worth a freeze
+    kernel: float = 0.1  # in-process workers' system CPU this share of their CPU, faulting in fresh pages: worth keeping freed memory
+    transport: float = 0.2  # receiving batches this share of the consumer's time: larger batches carry it better
+    full_window: float = 0.9  # prefetch slots taken on average this share of the depth: finished batches wait behind a slow one
+
+
+DEFAULT_REPORT = ReportPolicy()
 _STORE_SOURCES = ("Store", "RemoteStore", "CacheSource")  # sources that already hold decoded data
 _DECODE_WORDS = ("decode", "load", "read", "png", "jpeg", "jpg", "open", "imread", "wav", "audio")
 
@@ -38,7 +54,7 @@ class Verdict:
     advice: list = field(default_factory=list)  # [(estimated gain, text)], best first
 
 
-def analyse(stats) -> Verdict:
+def analyse(stats, policy: ReportPolicy = DEFAULT_REPORT) -> Verdict:
     wait = stats.input_bound_share
     busy = stats.worker_busy_share
     stages = {k: v for k, v in stats.stage_seconds.items() if v > 0}
@@ -47,16 +63,16 @@ def analyse(stats) -> Verdict:
     share = share / total if total else None
     if wait is None:
         return Verdict(None, "no batches yet", bottleneck, share, None)
-    input_bound = wait > INPUT_BOUND
-    saturated = busy is not None and busy > SATURATED
+    input_bound = wait > policy.input_bound
+    saturated = busy is not None and busy > policy.saturated
     if input_bound:
         summary = f"input-bound: the consumer waited {wait:.0%} of the time for data"
     else:
         summary = f"compute-bound: the consumer waited only {wait:.0%} of the time; the input pipeline keeps up"
     advice = []
     if input_bound:
-        advice.extend(_input_bound_advice(stats, wait, busy, saturated, bottleneck, share))
-    elif busy is not None and stats.workers > 1 and busy < 0.3:
+        advice.extend(_input_bound_advice(_Signals.of(stats, policy, wait, busy, saturated, bottleneck, share)))
+    elif busy is not None and stats.workers > 1 and busy < policy.idle:
         advice.append((1.0, f"workers are busy only {busy:.0%} of the time: {max(1, round(stats.workers * busy * 2))} workers would do, freeing cores for training"))
     advice.sort(key=lambda item: -item[0])
     return Verdict(input_bound, summary, bottleneck, share, saturated, advice)
@@ -67,6 +83,7 @@ class _Signals:
     """What the input-bound advice rules read, computed once from an epoch's `Stats` and the verdict's numbers."""
 
     stats: object
+    policy: ReportPolicy
     busy: float | None  # the workers' busy share (None: no task yet)
     saturated: bool
     bottleneck: str | None
@@ -79,17 +96,17 @@ class _Signals:
     gil_bound: bool  # thread workers held by the GIL, unless processes were tried and delivered less
 
     @classmethod
-    def of(cls, stats, wait, busy, saturated, bottleneck, share) -> _Signals:
-        """The signals of an input-bound epoch (``wait``: the consumer's waiting share, above `INPUT_BOUND`)."""
+    def of(cls, stats, policy, wait, busy, saturated, bottleneck, share) -> _Signals:
+        """The signals of an input-bound epoch (``wait``: the consumer's waiting share, above ``policy.input_bound``)."""
         # If the input pipeline were infinitely fast the epoch would take wall*(1-wait).
         ceiling = 1.0 / max(1e-9, 1.0 - wait)
         cpu = stats.cpu_share
         cores_used = _cores_used(stats)
-        looks_gil_bound = _looks_gil_bound(stats, busy, cpu, cores_used)
+        looks_gil_bound = _looks_gil_bound(stats, policy, busy, cpu, cores_used)
         starved = stats.cpu_wait_share or 0.0  # runnable but waiting for a CPU: not I/O, and more workers cannot help
-        off_cpu = saturated and cpu is not None and cpu + starved < 0.2 and not looks_gil_bound
+        off_cpu = saturated and cpu is not None and cpu + starved < policy.off_cpu and not looks_gil_bound
         gil_bound = looks_gil_bound and not _processes_lost_trial(stats.trial)
-        return cls(stats, busy, saturated, bottleneck, share, ceiling, cpu, cores_used, starved, off_cpu, gil_bound)
+        return cls(stats, policy, busy, saturated, bottleneck, share, ceiling, cpu, cores_used, starved, off_cpu, gil_bound)
 
 
 def _cores_used(stats) -> float | None:
@@ -99,13 +116,14 @@ def _cores_used(stats) -> float | None:
     return stats.task_cpu_seconds / span if span > 0 else None
 
 
-def _took_turns(stats, busy, cpu) -> bool:
+def _took_turns(stats, policy, busy, cpu) -> bool:
     """Whether thread tasks look like they took turns on one core (see `_looks_gil_bound`)."""
     consumer_busy = sum(stats.consumer_seconds.values()) / max(stats.wall_seconds, 1e-9)
-    return 0.2 <= (cpu or 0.0) < GIL_TASK_CPU or (busy is not None and busy < 0.65 and consumer_busy < 0.2)
+    return (policy.off_cpu <= (cpu or 0.0) < policy.gil_task_cpu
+            or (busy is not None and busy < policy.gil_busy and consumer_busy < policy.consumer_free))
 
 
-def _looks_gil_bound(stats, busy, cpu, cores_used) -> bool:
+def _looks_gil_bound(stats, policy, busy, cpu, cores_used) -> bool:
     """Whether thread workers look serialised by the GIL.
 
     Threads that together keep about one core busy are serialised by the
@@ -120,9 +138,9 @@ def _looks_gil_bound(stats, busy, cpu, cores_used) -> bool:
     consumer was not busy handing out work.
     """
     parallel = min(stats.workers, stats.cores)
-    took_turns = _took_turns(stats, busy, cpu)
+    took_turns = _took_turns(stats, policy, busy, cpu)
     return (stats.backend == "thread" and parallel >= 2 and cpu is not None and cores_used  # (no CPU at all: waiting)
-            and took_turns and cores_used < 0.65 * parallel)
+            and took_turns and cores_used < policy.gil_busy * parallel)
 
 
 def _processes_lost_trial(trial: dict) -> bool:
@@ -151,7 +169,7 @@ def _cores_held_elsewhere_advice(s: _Signals) -> list:
     keep the cores busy).
     """
     stats = s.stats
-    held_elsewhere = s.starved - max(0.0, 1.0 - stats.cores / max(1, stats.workers)) >= STARVED
+    held_elsewhere = s.starved - max(0.0, 1.0 - stats.cores / max(1, stats.workers)) >= s.policy.starved
     if not held_elsewhere:
         return []
     return [(min(s.ceiling, 1.0 / max(1.0 - s.starved, 1e-9)),
@@ -169,7 +187,7 @@ def _collector_advice(s: _Signals) -> list:
     """
     stats = s.stats
     share = stats.collector_seconds / max(stats.wall_seconds, 1e-9)
-    if share < COLLECTOR_SHARE:  # (timed only while thread or serial workers lived: `feedline._collector_watch`)
+    if share < s.policy.collector:  # (timed only while thread or serial workers lived: `feedline._collector_watch`)
         return []
     gain = min(s.ceiling, 1.0 / max(1e-9, 1.0 - share))
     took = (f"{stats.full_collections} full collections of the garbage collector took {share:.0%} of the epoch "
@@ -195,7 +213,7 @@ def _fresh_memory_advice(s: _Signals) -> list:
     if stats.backend not in ("thread", "serial") or not stats.epoch or not stats.fresh_pages:
         return []
     share = stats.kernel_share or 0.0
-    if share < KERNEL_SHARE:
+    if share < s.policy.kernel:
         return []
     gain = min(s.ceiling, 1.0 / max(1e-9, 1.0 - share))
     fresh = stats.fresh_mib
@@ -238,10 +256,10 @@ def _bottleneck_advice(s: _Signals) -> list:
     return advice
 
 
-def _idle_workers_text(stats, busy: float, gain: float) -> str:
+def _idle_workers_text(stats, policy, busy: float, gain: float) -> str:
     """Why workers sit idle while the consumer waits: full prefetch slots, or a consumer that hands out work slowly."""
     inflight = stats.inflight_total / stats.batches if stats.batches else 0.0
-    if inflight >= 0.9 * stats.depth:
+    if inflight >= policy.full_window * stats.depth:
         return (f"workers idle {1 - busy:.0%} of the time with all {stats.depth} prefetch slots taken: finished batches "
                 f"wait behind a slow one; raise prefetch depth or use map(..., ordered=False) (estimated up to {_x(gain)})")
     consumer = sum(stats.consumer_seconds.values())
@@ -256,9 +274,9 @@ def _idle_workers_advice(s: _Signals) -> list:
     if s.saturated or s.gil_bound or s.busy is None:
         return []
     gain = min(s.ceiling, 1.0 / max(s.busy, 1e-9))
-    advice = [(gain, _idle_workers_text(stats, s.busy, gain))]
+    advice = [(gain, _idle_workers_text(stats, s.policy, s.busy, gain))]
     transport = stats.consumer_seconds.get("transport", 0.0)
-    if stats.batches and transport / max(stats.wall_seconds, 1e-9) > 0.2:
+    if stats.batches and transport / max(stats.wall_seconds, 1e-9) > s.policy.transport:
         advice.append((min(s.ceiling, 1.5), f"receiving batches takes {transport / stats.wall_seconds:.0%} of the consumer's time: use larger batches (estimated 1.5x)"))
     return advice
 
@@ -267,9 +285,8 @@ _INPUT_BOUND_RULES = (_backend_advice, _cores_held_elsewhere_advice, _collector_
                       _more_workers_advice, _bottleneck_advice, _idle_workers_advice)  # in this order: equal gains keep it after the ranking
 
 
-def _input_bound_advice(stats, wait, busy, saturated, bottleneck, share):
+def _input_bound_advice(signals: _Signals) -> list:
     """Advice for an input-bound epoch: each rule of `_INPUT_BOUND_RULES` adds its [(estimated gain, text)]."""
-    signals = _Signals.of(stats, wait, busy, saturated, bottleneck, share)
     return [item for rule in _INPUT_BOUND_RULES for item in rule(signals)]
 
 
@@ -278,10 +295,10 @@ def _x(gain: float) -> str:
     return "over 10x" if gain > 10 else f"{gain:.1f}x"
 
 
-def render(stats) -> str:
+def render(stats, policy: ReportPolicy = DEFAULT_REPORT) -> str:
     """The readable table of ``str(stats)``: the run's settings, time per stage, what was left out, verdict and advice."""
     d = stats.as_dict()
-    lines = _header_lines(d) + _timing_lines(d) + _stage_lines(stats) + _epoch_notes(stats, d) + _verdict_lines(d)
+    lines = _header_lines(d) + _timing_lines(d, policy) + _stage_lines(stats) + _epoch_notes(stats, d) + _verdict_lines(d)
     return "\n".join(lines)
 
 
@@ -296,7 +313,7 @@ def _header_lines(d: dict) -> list[str]:
     return lines
 
 
-def _timing_lines(d: dict) -> list[str]:
+def _timing_lines(d: dict, policy: ReportPolicy) -> list[str]:
     """How long the consumer waited (and for its first batch), and how busy the workers were."""
     timing = f"  consumer waited {d['consumer_wait_seconds']:.3f} s of {d['wall_seconds']:.3f} s"
     if d["first_batch_seconds"] is not None:
@@ -304,7 +321,7 @@ def _timing_lines(d: dict) -> list[str]:
     lines = [timing]
     if d["full_collections"]:
         lines.append(f"  full garbage collections: {d['full_collections']}, {d['collector_seconds']:.3f} s")
-    if d["fresh_pages"] and (d["worker_kernel_share"] or 0.0) >= KERNEL_SHARE:
+    if d["fresh_pages"] and (d["worker_kernel_share"] or 0.0) >= policy.kernel:
         lines.append(f"  fresh memory in the workers: {d['fresh_mib']:,.1f} MiB "
                      f"({d['fresh_pages']:,} page faults), kernel time {d['task_kernel_seconds']:.3f} s")
     if d["worker_busy_share"] is not None:

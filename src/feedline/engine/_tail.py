@@ -18,7 +18,7 @@ depend on every row), no ``map_batch`` in the worker (it would see half a
 batch), one batch a task (not a group of batches, nor a bulk read), an
 indexed source, and thread or process workers (a Ray task is a round trip
 over the network). And only where it pays: a piece takes at least
-`PIECE_SECONDS` of work (the batch's measured time per task so far in
+``MechanismPolicy.tail_piece_seconds`` of work (the batch's measured time per task so far in
 this epoch; the pieces' messages and the join cost a fraction of that), and the
 join's copy of the batch costs under `COPY_SHARE` of a task.
 
@@ -34,13 +34,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from .._mechanism_policy import current_mechanisms
 from .._tree import _Rows, concat_pieces, slice_rows
 from ..worker import Result, joins_rows
 
-__all__ = ["COPY_RATE", "COPY_SHARE", "MAX_PIECES", "PIECE_SECONDS", "PiecesDiffer", "TailPieces", "join",
-           "piece_indices"]
+__all__ = ["COPY_RATE", "COPY_SHARE", "MAX_PIECES", "PiecesDiffer", "TailPieces", "join", "piece_indices"]
 
-PIECE_SECONDS = 0.01  # a piece takes at least this much work: its message and its share of the join stay a small part of it
 MAX_PIECES = 8  # pieces of one batch, at most: the last wave's idle time falls from a batch to an eighth of one
 COPY_RATE = 1 << 30  # bytes/s the join makes a batch at: a fresh array is faulted in page by page, the slow case
 COPY_SHARE = 0.1  # the join's copy must cost under this share of the task's work
@@ -69,7 +68,7 @@ class TailPieces:
         if batch_bytes / COPY_RATE > COPY_SHARE * task_seconds:
             return 1  # the join's copy would cost more than the idle time it saves
         work = task_seconds * rows / self.size  # (the epoch's last batch may be short)
-        return max(1, min(MAX_PIECES, workers, rows, int(work / PIECE_SECONDS)))
+        return max(1, min(MAX_PIECES, workers, rows, int(work / current_mechanisms().tail_piece_seconds)))
 
     def first_pieces(self, rows: int, idle: int) -> int:
         """How many tasks the epoch's first batch (``rows`` rows) runs as, before any task's time is known: 1, or a piece per idle worker.

@@ -20,6 +20,7 @@ import numpy as np
 
 from .._batch_memory import NewArrays, new_arrays
 from .._fingerprint import digest
+from .._mechanism_policy import current_mechanisms
 from ..sources._base import Source
 from ._checksum import Region, bad_ends, batch_matches, has_checksums, manifest_digest, row_ranges
 from ._deps import pyarrow, pyarrow_ipc
@@ -31,7 +32,6 @@ from ._structure import describe, rebuild, skeleton_of
 __all__ = ["Store"]
 
 _COMPRESSED_CACHE = 8  # decompressed record batches kept per compressed group (each one record batch, 1 MiB when written compressed)
-_ROW_BY_ROW = 4 << 10  # a gather copies larger rows one by one, smaller ones per record batch (see _GatherPlan)
 _GIL_FREE_ABOVE = 500  # NumPy copies a fancy index without the GIL only above this many elements (see _pieces)
 _MIN_PIECE = 256  # bytes: the smallest piece of a row worth cutting for that
 
@@ -351,7 +351,7 @@ class _GatherPlan:
     A shuffled batch draws its rows from many record batches (and files).
     Into a new batch, `gathered` copies them all with one fancy index. Into
     given arrays (shared memory), `copy` works as follows.
-    Small rows (up to `_ROW_BY_ROW` bytes: scalars, labels, small vectors)
+    Small rows (up to ``MechanismPolicy.gather_row_by_row`` bytes: scalars, labels, small vectors)
     are copied with one ``np.take`` per record batch, which
     releases the GIL, into a contiguous stretch of a scratch array in
     record-batch order, and one more ``np.take`` puts them in the batch's
@@ -420,7 +420,7 @@ class _GatherPlan:
             if blocks:
                 np.take(blocks[0], self.rows, axis=0, out=out, mode="clip")
             return
-        if out[0].nbytes > _ROW_BY_ROW:
+        if out[0].nbytes > current_mechanisms().gather_row_by_row:
             if self._pairs is None:
                 where = {c: k for k, c in enumerate(self.unique)}
                 self._pairs = [(where[c], r) for c, r in zip(self.chunks.tolist(), self.rows.tolist())]

@@ -14,7 +14,7 @@ does not wait behind requests for files it does not need. A failed prefetch is c
 and left for the reader, which retries it and reports it with its sample; one the cache
 has no room for right now (`CacheFull`) is left for the reader too, not counted.
 `stop()` ends the threads after their current request; they also end when
-every file is fetched, or after `IDLE_STOP` seconds in which no fetched file
+every file is fetched, or after ``MechanismPolicy.read_ahead_idle_stop`` seconds in which no fetched file
 was read (an epoch abandoned half-way).
 """
 
@@ -23,11 +23,11 @@ from __future__ import annotations
 import threading
 import time
 
+from .._mechanism_policy import current_mechanisms
 from ._remote_cache import CacheFull
 
 __all__ = ["ReadAhead"]
 
-IDLE_STOP = 30.0  # seconds without a read of a fetched file after which the read-ahead ends (the next epoch starts another)
 _POLL = 0.05  # seconds between checks of which fetched files have been read (reacts well within one request)
 
 
@@ -56,6 +56,7 @@ class ReadAhead:
         self._wake = threading.Condition(self._lock)  # a finished fetch wakes one waiting thread
         self._checked = 0.0  # when the pending files were last checked for reads
         self._progress = time.monotonic()  # when a fetched file was last seen read
+        self._idle_stop = current_mechanisms().read_ahead_idle_stop
         self._stop = threading.Event()
         self.fetched = 0
         self.failed: list = []  # (file id, error) of prefetches that failed; readers retry them
@@ -82,7 +83,7 @@ class ReadAhead:
                     self._next += 1
                     self._in_flight += 1
                     return file
-                if now - self._progress > IDLE_STOP:  # nobody reads (an epoch left early): end, do not wait forever
+                if now - self._progress > self._idle_stop:  # nobody reads (an epoch left early): end, do not wait forever
                     return None
                 self._wake.wait(_POLL)
         return None

@@ -11,8 +11,9 @@ could use; spans are seconds of wall time on the running pipeline.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
+
+from ..._in_force import InForce
 
 __all__ = ["DEFAULT_POLICY", "EarlyStart", "Policy", "Remembering", "WinnerWatch", "current_policy", "first_threads", "using_policy"]
 
@@ -125,24 +126,17 @@ class Policy:
 
 
 DEFAULT_POLICY = Policy()
-_in_force: list[Policy] = [DEFAULT_POLICY]
+_in_force: InForce[Policy] = InForce(DEFAULT_POLICY)
 
 
 def current_policy() -> Policy:
     """The policy trials built now take: `DEFAULT_POLICY` unless `using_policy` put another in force."""
-    return _in_force[-1]
+    return _in_force.current()
 
 
-@contextlib.contextmanager
 def using_policy(policy: Policy):
-    """Trials built inside the ``with`` block take ``policy`` (`feedline.testing.choice_policy` is the public door)."""
-    if not isinstance(policy, Policy):
-        raise TypeError(f"feedline: a choice policy must be a feedline.engine.choice.Policy, got {type(policy).__name__}")
-    _in_force.append(policy)
-    try:
-        yield policy
-    finally:
-        _in_force.remove(policy)
+    """Context manager: trials built inside the ``with`` block take ``policy`` (`feedline.testing.choice_policy` is the public door)."""
+    return _in_force.using(policy)
 
 
 def first_threads(workers: int, cores: int, policy: Policy | None = None) -> int:
