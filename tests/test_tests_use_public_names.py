@@ -18,10 +18,9 @@ BEING_CONVERTED: set[str] = set()
 
 # Not converted yet (issue 55): the private uses each file still has, which may only shrink. Each needs what these
 # tests cannot make on their own: rules tested alone on private values (the tail's cut, task size, the depth tuner,
-# the store's GIL-free pieces, the batch-array pool's contents), the process-executor split under way
-# (the listener), a reader of the
-# memory process workers hold that a test can hand the runtime (worker tuning), or a decision on testing a private
-# codec directly (the worker wire format). The backend trial's hand-over test settles a trial by hand (`_settle`, in
+# the store's GIL-free pieces, the batch-array pool's contents), the process-executor split under way (the
+# listener), the store's disk-full test (a full disk cannot be made without root), the GPU resampler's weights, or a
+# decision on testing a private codec directly (the worker wire format). The backend trial's hand-over test settles a trial by hand (`_settle`, in
 # the threads' alone phase, on processes three times as fast): reaching that verdict through `submit`/`wait` needs
 # real thread tasks measured alone against faster scripted processes, or a decision on settling a trial from a test.
 NOT_CONVERTED_YET = {
@@ -34,7 +33,6 @@ NOT_CONVERTED_YET = {
     "test_tail_pieces.py": 3,
     "test_task_size.py": 2,
     "test_wire.py": 3,
-    "test_worker_tuning.py": 2,
 }
 
 # Private names of the standard library and of namedtuples, which are theirs, not feedline's; and Lightning's own

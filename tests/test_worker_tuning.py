@@ -298,14 +298,11 @@ def test_no_worker_count_is_asked_for_while_a_trial_runs_two_backends():
     assert any(n is not None and n > 16 for n in asked), asked
 
 
-def test_process_workers_grow_only_as_far_as_the_available_memory_holds(monkeypatch, no_leaks):
+def test_process_workers_grow_only_as_far_as_the_available_memory_holds(no_leaks):
     # Grown for I/O to 8 per core, process workers that each import a large library would fill a container's
     # memory (128 workers of a few hundred MB in 8 GB): the OOM killer then ends every one, and the job.
-    from feedline.engine import _runtime
-
-    monkeypatch.setattr(_runtime, "private_bytes", lambda pids: 100 << 20)  # each worker: 100 MiB of its own
-    monkeypatch.setattr(_runtime, "available_memory", lambda: 400 << 20)  # half of it holds two more
-    out, counts, stats = _counts_per_batch(fl.from_arrays(np.arange(800)).map(waits_on_io, backend="process").batch(4))
+    with testing.memory_seen(worker_bytes=100 << 20, available=400 << 20):  # half of it holds two more workers
+        out, counts, stats = _counts_per_batch(fl.from_arrays(np.arange(800)).map(waits_on_io, backend="process").batch(4))
     assert out == [list(range(k, k + 4)) for k in range(0, 800, 4)]
     _skip_if_the_machine_was_busy(stats)
     grown = _grown(stats)
@@ -314,12 +311,9 @@ def test_process_workers_grow_only_as_far_as_the_available_memory_holds(monkeypa
     assert f"capped at {stats.cores + 2}, not" in grown[0] and "100 MiB of its own and 400 MiB are available" in grown[0]
 
 
-def test_no_room_for_one_more_process_worker_keeps_the_count_and_says_why(monkeypatch, no_leaks):
-    from feedline.engine import _runtime
-
-    monkeypatch.setattr(_runtime, "private_bytes", lambda pids: 100 << 20)
-    monkeypatch.setattr(_runtime, "available_memory", lambda: 150 << 20)  # half of it: not one more worker
-    out, counts, stats = _counts_per_batch(fl.from_arrays(np.arange(400)).map(waits_on_io, backend="process").batch(4))
+def test_no_room_for_one_more_process_worker_keeps_the_count_and_says_why(no_leaks):
+    with testing.memory_seen(worker_bytes=100 << 20, available=150 << 20):  # half of it: not one more worker
+        out, counts, stats = _counts_per_batch(fl.from_arrays(np.arange(400)).map(waits_on_io, backend="process").batch(4))
     assert out == [list(range(k, k + 4)) for k in range(0, 400, 4)]
     _skip_if_the_machine_was_busy(stats)
     assert set(counts) == {stats.cores}, counts

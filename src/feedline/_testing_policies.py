@@ -3,7 +3,7 @@
 Each replaces the thresholds one part of feedline decides by, instead of a
 test changing a module's constant: the backend choice (`choice_policy`),
 start-up speculation (`start_speculation`), and the mechanisms' break-even
-sizes (`mechanism_policy`).
+sizes (`mechanism_policy`); and what the runtime reads of memory when it grows process workers (`memory_seen`).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 
-__all__ = ["choice_policy", "mechanism_policy", "start_speculation"]
+__all__ = ["choice_policy", "mechanism_policy", "memory_seen", "start_speculation"]
 
 
 def choice_policy(policy):
@@ -80,3 +80,19 @@ def mechanism_policy(**changes):
     from ._mechanism_policy import current_mechanisms, mechanisms_in_force
 
     return mechanisms_in_force.using(dataclasses.replace(current_mechanisms(), **changes))
+
+
+def memory_seen(worker_bytes: int | None, available: int | None):
+    """Context manager: pipelines growing process workers inside it see this memory instead of reading it.
+
+    ``worker_bytes``: what each process worker holds of its own (None: not
+    known); ``available``: the bytes the machine and the cgroup still have
+    free (None: not known). A pipeline grows its workers only as far as half
+    the available memory holds more workers of that size.
+
+    >>> with memory_seen(worker_bytes=100 << 20, available=400 << 20):
+    ...     pass
+    """
+    from .engine._memory import MemoryReaders, memory_readers
+
+    return memory_readers.using(MemoryReaders(private_bytes=lambda pids: worker_bytes, available=lambda: available))

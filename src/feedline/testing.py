@@ -22,7 +22,7 @@ import contextlib
 import dataclasses
 import types
 
-from ._testing_policies import choice_policy, mechanism_policy, start_speculation
+from ._testing_policies import choice_policy, mechanism_policy, memory_seen, start_speculation
 
 __all__ = [
     "available_memory",
@@ -38,6 +38,7 @@ __all__ = [
     "join_pieces",
     "libraries_to_preload",
     "mechanism_policy",
+    "memory_seen",
     "not_started",
     "order_draws",
     "read_ahead",

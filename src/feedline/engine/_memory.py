@@ -21,10 +21,13 @@ kernel could reclaim, so the cap errs towards fewer workers. Unknown
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
+from typing import Callable
 
 from .._cgroups import cgroup_dirs
+from .._in_force import InForce
 
-__all__ = ["FREE_SHARE", "available_memory", "private_bytes"]
+__all__ = ["FREE_SHARE", "MemoryReaders", "available_memory", "memory_readers", "private_bytes"]
 
 FREE_SHARE = 0.5  # of the available memory, new process workers may take at most this share (batches, the consumer, the rest)
 _NO_LIMIT = 1 << 60  # cgroup v1 writes ~2**63 for "no limit"
@@ -76,3 +79,14 @@ def _read_int(path: str) -> int | None:
         return int(text)
     except ValueError:
         return None
+
+
+@dataclass(frozen=True)
+class MemoryReaders:
+    """How the runtime reads memory when it grows process workers: each worker's own bytes, and the room left."""
+
+    private_bytes: Callable[[list[int]], int | None] = private_bytes
+    available: Callable[[], int | None] = available_memory
+
+
+memory_readers: InForce[MemoryReaders] = InForce(MemoryReaders())  # a test hands others in (`feedline.testing.memory_seen`)

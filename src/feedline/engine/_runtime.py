@@ -28,7 +28,7 @@ from . import _remembered as remembered_choice
 from ._autotune import MAX_WORKERS, MAX_WORKERS_PER_CORE, DepthTuner, WorkerTuner
 from ._bulk_trial import SerialOrThreads
 from ._choice import choose, default_workers
-from ._memory import FREE_SHARE, available_memory, private_bytes
+from ._memory import FREE_SHARE, memory_readers
 from ._trial import BackendTrial, NotStarted
 from .choice import first_threads
 
@@ -160,7 +160,8 @@ class Runtime:
         """
         if self.backend != "process":
             return wanted, ""
-        each, room = private_bytes(self.executor.worker_pids()), available_memory()
+        readers = memory_readers.current()
+        each, room = readers.private_bytes(self.executor.worker_pids()), readers.available()
         if not each or room is None:
             return wanted, ""
         fit = old + int(FREE_SHARE * room // each)
