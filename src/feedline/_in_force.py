@@ -10,11 +10,20 @@ policy their consumer put in force (process workers keep the default).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from typing import Generic, Iterator, TypeVar
 
-__all__ = ["InForce"]
+__all__ = ["InForce", "check_not_negative"]
 
 T = TypeVar("T")
+
+
+def check_not_negative(policy) -> None:
+    """Refuse a policy (a dataclass) any of whose numbers is negative, naming the field."""
+    for field in dataclasses.fields(policy):
+        value = getattr(policy, field.name)
+        if isinstance(value, (int, float)) and not value >= 0:
+            raise ValueError(f"feedline: {type(policy).__name__}.{field.name} must not be negative, got {value!r}")
 
 
 class InForce(Generic[T]):

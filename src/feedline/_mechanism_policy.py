@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from ._in_force import InForce
+from ._in_force import InForce, check_not_negative
 
 __all__ = ["DEFAULT_MECHANISMS", "MechanismPolicy", "current_mechanisms", "mechanisms_in_force"]
 
@@ -26,10 +26,7 @@ class MechanismPolicy:
     read_ahead_idle_stop: float = 30.0  # seconds without a read of a fetched file that end a remote store's read-ahead (an epoch left early)
 
     def __post_init__(self):
-        for field in dataclasses.fields(self):
-            value = getattr(self, field.name)
-            if not value >= 0:
-                raise ValueError(f"feedline: MechanismPolicy.{field.name} must not be negative, got {value!r}")
+        check_not_negative(self)
         if self.tail_piece_seconds == 0:
             raise ValueError("feedline: MechanismPolicy.tail_piece_seconds must be above 0 (it divides a batch's work)")
 

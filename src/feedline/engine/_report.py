@@ -31,7 +31,7 @@ class ReportPolicy:
     starved: float = 0.2  # tasks runnable but waiting for a CPU this share of their time, beyond their own crowding: other programs hold the cores
     off_cpu: float = 0.2  # tasks on (or waiting for) a CPU less than this share of their span wait on I/O or sleep
     gil_task_cpu: float = 0.85  # thread tasks on the CPU from `off_cpu` up to this share of their span took turns on the GIL
-    gil_busy: float = 0.65  # threads busy under this share (the consumer free) took turns too; turns and under this share of their cores busy: one GIL holds them
+    gil_busy: float = 0.65  # threads busy under this share, the consumer free, took turns too; taking turns with under this share of their cores busy, one GIL holds them
     consumer_free: float = 0.2  # a consumer busy under this share is not what keeps the workers waiting for tasks
     collector: float = 0.1  # full garbage collections beside in-process workers this share of the epoch: worth a freeze
     kernel: float = 0.1  # in-process workers' system CPU this share of their CPU, faulting in fresh pages: worth keeping freed memory

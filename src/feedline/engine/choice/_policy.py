@@ -13,16 +13,9 @@ from __future__ import annotations
 
 import dataclasses
 
-from ..._in_force import InForce
+from ..._in_force import InForce, check_not_negative
 
 __all__ = ["DEFAULT_POLICY", "EarlyStart", "Policy", "Remembering", "WinnerWatch", "current_policy", "first_threads", "using_policy"]
-
-
-def _check_not_negative(policy) -> None:
-    for field in dataclasses.fields(policy):
-        value = getattr(policy, field.name)
-        if isinstance(value, (int, float)) and not value >= 0:
-            raise ValueError(f"feedline: {type(policy).__name__}.{field.name} must not be negative, got {value!r}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -36,7 +29,7 @@ class EarlyStart:
     connecting_skipped: float = 0.08  # seconds after the server is up that held workers connecting leave only the plain verdict
 
     def __post_init__(self):
-        _check_not_negative(self)
+        check_not_negative(self)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,7 +42,7 @@ class WinnerWatch:
     retrial_after: float = 10.0  # seconds after a decision before drift may revisit it; doubled each time the winner is confirmed
 
     def __post_init__(self):
-        _check_not_negative(self)
+        check_not_negative(self)
 
     @property
     def gil_limit(self) -> tuple[float, float]:
@@ -66,7 +59,7 @@ class Remembering:
     entries: int = 256  # pipelines remembered per file; the least recently used go first
 
     def __post_init__(self):
-        _check_not_negative(self)
+        check_not_negative(self)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -104,7 +97,7 @@ class Policy:
     remember: Remembering = Remembering()
 
     def __post_init__(self):
-        _check_not_negative(self)
+        check_not_negative(self)
         if self.process_margin < 1.0:
             raise ValueError(f"feedline: Policy.process_margin must be at least 1 (processes must not win on less "
                              f"than the threads deliver), got {self.process_margin!r}")
